@@ -1,0 +1,294 @@
+package descriptors
+
+import (
+	"net/netip"
+	"regexp"
+	"time"
+)
+
+// Unit is the time unit of a limit. The zero value is UnitUnknown, which no
+// valid limit has. Month and year are fixed blocks of 30 and 365 days, as in
+// Envoy and envoyproxy/ratelimit, not calendar units.
+type Unit uint8
+
+// Units in the order of their length.
+const (
+	UnitUnknown Unit = iota
+	Second
+	Minute
+	Hour
+	Day
+	Week
+	Month
+	Year
+)
+
+var unitNames = [...]string{"unknown", "second", "minute", "hour", "day", "week", "month", "year"}
+
+var unitDurations = [...]time.Duration{
+	0,
+	time.Second,
+	time.Minute,
+	time.Hour,
+	24 * time.Hour,
+	7 * 24 * time.Hour,
+	30 * 24 * time.Hour,
+	365 * 24 * time.Hour,
+}
+
+// String returns the lower-case name used in config files ("second", ...).
+func (u Unit) String() string {
+	if int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return "unknown"
+}
+
+// Duration returns the length of one unit, or 0 for UnitUnknown.
+func (u Unit) Duration() time.Duration {
+	if int(u) < len(unitDurations) {
+		return unitDurations[u]
+	}
+	return 0
+}
+
+// Algorithm is how a limit counts. The zero value is FixedWindow, the
+// default of config files and the only algorithm of envoyproxy/ratelimit.
+type Algorithm uint8
+
+// The algorithms of DESIGN §4.3.
+const (
+	// FixedWindow counts hits per window; windows are aligned to the Unix epoch.
+	FixedWindow Algorithm = iota
+	// SlidingWindow weights the previous fixed window by the part of it that
+	// still overlaps the sliding window (the Cloudflare estimate).
+	SlidingWindow
+	// SlidingLog keeps one timestamp per admitted hit: exact, memory grows
+	// with the limit.
+	SlidingLog
+	// TokenBucket is GCRA: one timestamp per key, rate RequestsPerUnit per
+	// window, capacity Burst.
+	TokenBucket
+)
+
+var algorithmNames = [...]string{"fixed_window", "sliding_window", "sliding_log", "token_bucket"}
+
+// algorithmCodes are the short forms used in counter identities (Limit.ID).
+var algorithmCodes = [...]string{"fw", "sw", "sl", "tb"}
+
+// String returns the config name ("fixed_window", ...).
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return "unknown"
+}
+
+// Limit is one window of a descriptor (one element of rate_limits, or the
+// rate_limit). A Limit belongs to an immutable Config and never changes.
+type Limit struct {
+	// Name is the optional name from the config; it is what replaces refers to
+	// and what the response's current_limit.name carries.
+	Name string
+	// Unit and UnitMultiplier give the window: Window = UnitMultiplier × Unit.
+	Unit           Unit
+	UnitMultiplier uint32 // ≥ 1
+	Window         time.Duration
+	// RequestsPerUnit is the number of hits admitted per window (0 denies all).
+	RequestsPerUnit uint32
+	Algorithm       Algorithm
+	// Burst is the bucket capacity of a token_bucket (default
+	// RequestsPerUnit); 0 for the other algorithms.
+	Burst uint32
+	// Unlimited means always OK with no counting. An unlimited Limit has no
+	// unit, window or algorithm.
+	Unlimited bool
+	// Shadow is true when this limit or its descriptor is in shadow_mode:
+	// counted and reported, never denying.
+	Shadow bool
+	// Replaces lists the names of limits that this limit removes from a
+	// request in which both match.
+	Replaces []string
+
+	// ID identifies this limit's counter among the limits of its descriptor
+	// node: algorithm code and window in seconds, then the length-prefixed
+	// name when there is one ("fw60s", "tb1s:5:burst"). Stable across reloads
+	// as long as algorithm, window and name are unchanged. Contains no '{' or '}'
+	// outside the name part.
+	ID string
+	// Label names this limit in metrics and headers: Name when set, else the
+	// descriptor path and window, e.g. "remote_address/1s" or
+	// "api_key/tier=gold/1d". Built from config only.
+	Label string
+	// Index is this limit's position in Config.Limits().
+	Index int
+	// Descriptor is the node this limit sits on.
+	Descriptor *Descriptor
+
+	Line, Column int
+}
+
+// Descriptor is one node of a domain's descriptor tree.
+type Descriptor struct {
+	Key string
+	// Value is the configured value; "" means the node matches any value of
+	// Key and each runtime value is counted separately.
+	Value string
+	// Wildcard is true when Value contains '*', which matches any run of
+	// characters (including none) within the value only.
+	Wildcard bool
+	// Limits are the windows of this node (rate_limit or rate_limits); empty
+	// when the node has none, in which case a request ending here has no
+	// limit.
+	Limits     []*Limit
+	ShadowMode bool
+	QuotaMode  bool
+	// DetailedMetric, ValueToMetric: accepted for compatibility; they only
+	// affect envoyproxy/ratelimit's stats names.
+	DetailedMetric bool
+	ValueToMetric  bool
+	// ShareThreshold makes all values matching this wildcard share one
+	// counter: the counter key holds the pattern instead of the value.
+	ShareThreshold bool
+	// Metadata is the node's metadata map as decoded from YAML (JSON
+	// compatible: map[string]any, []any, string, float64, bool, nil).
+	Metadata map[string]any
+
+	Children []*Descriptor
+	// Parent is nil for a top-level node.
+	Parent *Descriptor
+	// Depth is 0 for a top-level node.
+	Depth int
+	// Path is the node's position for humans and metrics: "key" or
+	// "key=value" per level joined by '/', e.g. "api_key/tier=gold".
+	Path string
+
+	Line, Column int
+
+	index levelIndex // children's match index
+	segs  []string   // Value split at '*' when Wildcard
+}
+
+// levelIndex is the match index of one level of the tree.
+type levelIndex struct {
+	exact     map[Entry]*Descriptor // key + exact value
+	wildcards []*Descriptor         // nodes with a wildcard value, file order
+	keyOnly   map[string]*Descriptor
+}
+
+// Entry is one (key, value) pair of a request descriptor.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Domain is the config of one domain.
+type Domain struct {
+	Name        string
+	Descriptors []*Descriptor
+	// HTTPDescriptors say how /auth/{domain} and ext_authz build
+	// descriptors from an HTTP request; nil when the domain has none.
+	HTTPDescriptors []*HTTPDescriptor
+
+	File         string
+	Line, Column int
+
+	index levelIndex // top level's match index
+}
+
+// Config is a parsed and validated set of domains. It is immutable and safe
+// for concurrent use; a reload builds a new Config.
+type Config struct {
+	domains map[string]*Domain
+	names   []string // sorted domain names
+	limits  []*Limit
+	files   []string
+}
+
+// HTTPDescriptor is one item of http_descriptors: it yields one descriptor
+// whose entries come from its actions, in order.
+type HTTPDescriptor struct {
+	Actions      []*Action
+	Line, Column int
+}
+
+// ActionKind is the kind of an http_descriptors action, named like Envoy's
+// route rate-limit actions.
+type ActionKind uint8
+
+// The supported actions.
+const (
+	ActionRemoteAddress ActionKind = iota
+	ActionMaskedRemoteAddress
+	ActionRequestHeaders
+	ActionQueryParameters
+	ActionGenericKey
+	ActionHeaderValueMatch
+)
+
+// Action is one http_descriptors action. Which fields matter depends on Kind.
+type Action struct {
+	Kind ActionKind
+	// DescriptorKey is the entry's key (defaults as in Envoy:
+	// "remote_address", "masked_remote_address", "generic_key",
+	// "header_match").
+	DescriptorKey string
+	// DescriptorValue is the entry's value for generic_key and
+	// header_value_match.
+	DescriptorValue string
+	// HeaderName (request_headers) is lower-case; pseudo-headers
+	// ":method", ":path", ":authority" are allowed.
+	HeaderName string
+	// QueryParameterName (query_parameters).
+	QueryParameterName string
+	// SkipIfAbsent leaves the entry out instead of dropping the descriptor.
+	SkipIfAbsent bool
+	// V4PrefixLen, V6PrefixLen (masked_remote_address): defaults 32 and 128.
+	V4PrefixLen, V6PrefixLen int
+	// ExpectMatch (header_value_match, default true) and Headers: the entry
+	// is produced when all Headers match (or, with ExpectMatch false, when
+	// not all match).
+	ExpectMatch bool
+	Headers     []*HeaderMatcher
+
+	Line, Column int
+}
+
+// HeaderMatcher is Envoy's HeaderMatcher restricted to string_match,
+// present_match and invert_match.
+type HeaderMatcher struct {
+	Name string // lower-case
+	// Exactly one of the following is in use, by MatchKind.
+	MatchKind  MatchKind
+	Pattern    string         // exact, prefix, suffix, contains
+	Regex      *regexp.Regexp // safe_regex (RE2, anchored: the whole value must match)
+	IgnoreCase bool
+	Present    bool // present_match: true = header present, false = absent
+	Invert     bool
+
+	regexSrc string // the safe_regex as written, for the config dump
+}
+
+// MatchKind selects what a HeaderMatcher tests.
+type MatchKind uint8
+
+// The match kinds.
+const (
+	MatchExact MatchKind = iota
+	MatchPrefix
+	MatchSuffix
+	MatchContains
+	MatchRegex
+	MatchPresent
+)
+
+// HTTPRequest is what http_descriptors read from an HTTP request. The
+// transport adapters implement it.
+type HTTPRequest interface {
+	// Header returns the first value of the header with the lower-case name,
+	// and whether it is present. The pseudo-headers ":method", ":path" (with
+	// the query string) and ":authority" are answered too.
+	Header(name string) (string, bool)
+	// ClientAddr returns the client's address; the zero Addr when unknown.
+	ClientAddr() netip.Addr
+}

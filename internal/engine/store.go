@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+)
+
+// MaxHits bounds the hits of one item. Requests asking for more are rejected
+// before they reach a store, so no counter arithmetic can overflow: a counter
+// holds at most a limit (< 2^32) plus one request's hits.
+const MaxHits = math.MaxUint32
+
+// Item is one limit of one request descriptor, as a store judges it.
+type Item struct {
+	// Desc identifies the request descriptor's counters: the output of
+	// AppendDescriptorKey. Items with equal Desc and Limit.ID share a counter.
+	Desc string
+	// Limit is the configured (or request override) limit. It must not be
+	// unlimited.
+	Limit *descriptors.Limit
+	// Hits to consume (0 = only look), at most MaxHits.
+	Hits uint64
+	// Refund gives Hits back instead of consuming them (is_negative_hits).
+	// A refund always admits; counters never go below zero.
+	Refund bool
+	// Shadow items are judged and consumed like the others when they admit,
+	// but never deny the request.
+	Shadow bool
+	// Group is 0 for an ordinary item. Items with the same non-zero Group
+	// form one quota_mode descriptor: the quota groups of a request deny it
+	// only when every one of them is over.
+	Group int32
+}
+
+// Key returns the item's counter identity, the same string for items that
+// share a counter.
+func (it *Item) Key() string { return it.Desc + ":" + it.Limit.ID }
+
+// Result is what a store found for one item.
+type Result struct {
+	// Admitted is the item's own verdict at the decision's instant: its
+	// limit would admit Hits. A shadow or quota item may be !Admitted in an
+	// admitted request.
+	Admitted bool
+	// Remaining is how many more hits the limit admits after this request
+	// (after its consumption when the request was admitted).
+	Remaining uint64
+	// Reset is the time until the limit's current window ends (fixed and
+	// sliding windows), until the bucket is full again (token bucket), or
+	// until the oldest logged hit leaves the window (sliding log).
+	Reset time.Duration
+	// RetryAfter, for an item that did not admit, is the time until the same
+	// Hits could be admitted if nothing else were consumed meanwhile; it is
+	// never later than the true instant. 0 for admitted items.
+	RetryAfter time.Duration
+	// Cached marks a denial answered from a denial cache without a round
+	// trip to the store.
+	Cached bool
+	// Skipped marks an item that was not evaluated because the request was
+	// denied from a denial cache; every other field is zero.
+	Skipped bool
+}
+
+// Store keeps counters and decides requests.
+//
+// Apply judges every item at one instant of the store's clock. If every
+// item that is neither shadow nor in a quota group admits, and (when there
+// are quota groups) at least one quota group admits entirely, the request is
+// admitted and every admitting item outside a failing quota group is
+// consumed; otherwise nothing is consumed. It writes results[i] for items[i]
+// (len(results) ≥ len(items)) and reports whether the request is admitted.
+// The rule is the one of Evaluate, which a Go store may call directly.
+//
+// A store answers at most once per call: on error nothing was consumed, or
+// the store cannot tell (a timeout after the request was sent); results are
+// then undefined. A cancelled or expired ctx makes Apply return ctx.Err() (or
+// an error wrapping it) as soon as it can. Implementations are safe for
+// concurrent use.
+type Store interface {
+	Apply(ctx context.Context, items []Item, results []Result) (admitted bool, err error)
+}

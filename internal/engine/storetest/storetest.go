@@ -1,0 +1,422 @@
+// Package storetest is the conformance suite that every engine.Store must
+// pass: timelines of requests at explicit instants, with the verdicts,
+// remaining counts and durations that DESIGN.md prescribes, plus the
+// all-or-nothing, shadow, quota and concurrency rules.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+// NewStore returns a fresh, empty store whose clock is now. The store must be
+// closed by the factory's own t.Cleanup.
+type NewStore func(t *testing.T, now func() time.Time) engine.Store
+
+// Clock is a settable clock for stores under test. Safe for concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock reading t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's reading.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set moves the clock to t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+// T0 is the suite's first instant: aligned to the second, minute and hour.
+var T0 = time.Unix(1_800_000_000, 0)
+
+const (
+	sec = time.Second
+	ms  = time.Millisecond
+	us  = time.Microsecond
+)
+
+// Limit builds a limit as the config would.
+func Limit(alg descriptors.Algorithm, rpu uint32, window time.Duration, burst uint32) *descriptors.Limit {
+	return &descriptors.Limit{
+		Algorithm:       alg,
+		RequestsPerUnit: rpu,
+		Window:          window,
+		Burst:           burst,
+		Unit:            descriptors.Second,
+		UnitMultiplier:  uint32(window / time.Second),
+		ID:              fmt.Sprintf("%s%ds", [...]string{"fw", "sw", "sl", "tb"}[alg], window/time.Second),
+	}
+}
+
+// Run runs the whole suite against stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("FixedWindow", func(t *testing.T) { testTimeline(t, newStore, fixedWindow) })
+	t.Run("SlidingWindow", func(t *testing.T) { testTimeline(t, newStore, slidingWindow) })
+	t.Run("SlidingWindowNextWindow", func(t *testing.T) { testTimeline(t, newStore, slidingWindowNext) })
+	t.Run("SlidingLog", func(t *testing.T) { testTimeline(t, newStore, slidingLog) })
+	t.Run("TokenBucket", func(t *testing.T) { testTimeline(t, newStore, tokenBucket) })
+	t.Run("ZeroLimit", func(t *testing.T) { testTimeline(t, newStore, zeroLimit) })
+	t.Run("AllOrNothingWindows", func(t *testing.T) { testAllOrNothingWindows(t, newStore) })
+	t.Run("AllOrNothingDescriptors", func(t *testing.T) { testAllOrNothingDescriptors(t, newStore) })
+	t.Run("Shadow", func(t *testing.T) { testShadow(t, newStore) })
+	t.Run("QuotaGroups", func(t *testing.T) { testQuota(t, newStore) })
+	t.Run("SameCounterTwice", func(t *testing.T) { testSameCounterTwice(t, newStore) })
+	t.Run("CountersAreSeparate", func(t *testing.T) { testSeparate(t, newStore) })
+	t.Run("ExpiredStateForgotten", func(t *testing.T) { testExpired(t, newStore) })
+	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, newStore) })
+	t.Run("ConcurrentExactlyTheLimit", func(t *testing.T) { testConcurrent(t, newStore) })
+}
+
+// step is one single-item request of a timeline.
+type step struct {
+	at        time.Duration // since T0
+	hits      uint64
+	refund    bool
+	ok        bool
+	remaining uint64
+	reset     time.Duration
+	retry     time.Duration // checked on denied steps
+}
+
+type timeline struct {
+	limit *descriptors.Limit
+	steps []step
+}
+
+var fixedWindow = timeline{Limit(descriptors.FixedWindow, 3, time.Minute, 0), []step{
+	{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
+	{at: 1 * sec, hits: 2, ok: true, remaining: 0, reset: 59 * sec},
+	{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: 58 * sec, retry: 58 * sec},
+	{at: 2 * sec, hits: 0, ok: true, remaining: 0, reset: 58 * sec},
+	{at: 60*sec - ms, hits: 1, ok: false, remaining: 0, reset: ms, retry: ms},
+	{at: 60 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
+	{at: 61 * sec, hits: 4, ok: false, remaining: 2, reset: 59 * sec, retry: 59 * sec},
+	{at: 62 * sec, hits: 2, ok: true, remaining: 0, reset: 58 * sec},
+	{at: 63 * sec, hits: 2, refund: true, ok: true, remaining: 2, reset: 57 * sec},
+	{at: 64 * sec, hits: 9, refund: true, ok: true, remaining: 3, reset: 56 * sec},
+}}
+
+var slidingWindow = timeline{Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+	{at: -30 * sec, hits: 10, ok: true, remaining: 0, reset: 30 * sec},
+	{at: 0, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 6*sec - us},
+	{at: 6*sec - ms, hits: 1, ok: false, remaining: 0, reset: 54*sec + ms, retry: ms - us},
+	{at: 6 * sec, hits: 1, ok: true, remaining: 0, reset: 54 * sec},
+	{at: 30 * sec, hits: 0, ok: true, remaining: 4, reset: 30 * sec},
+	{at: 30 * sec, hits: 5, ok: false, remaining: 4, reset: 30 * sec, retry: 6*sec - us},
+	{at: 30 * sec, hits: 4, ok: true, remaining: 0, reset: 30 * sec},
+	{at: 120 * sec, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
+	{at: 121 * sec, hits: 3, refund: true, ok: true, remaining: 3, reset: 59 * sec},
+}}
+
+var slidingWindowNext = timeline{Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+	{at: 0, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
+	{at: 10 * sec, hits: 5, ok: false, remaining: 0, reset: 50 * sec, retry: 80*sec - us},
+	{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
+	{at: 91 * sec, hits: 11, ok: false, remaining: 0, reset: 29 * sec, retry: 29 * sec},
+}}
+
+var slidingLog = timeline{Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
+	{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
+	{at: 10 * sec, hits: 1, ok: true, remaining: 1, reset: 50 * sec},
+	{at: 20 * sec, hits: 1, ok: true, remaining: 0, reset: 40 * sec},
+	{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 30 * sec, retry: 30 * sec},
+	{at: 30 * sec, hits: 2, ok: false, remaining: 0, reset: 30 * sec, retry: 40 * sec},
+	{at: 60*sec - ms, hits: 1, ok: false, remaining: 0, reset: ms, retry: ms},
+	{at: 60 * sec, hits: 1, ok: true, remaining: 0, reset: 10 * sec},
+	{at: 61 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 9 * sec},
+	{at: 61 * sec, hits: 4, ok: false, remaining: 1, reset: 9 * sec, retry: 60 * sec},
+	{at: 200 * sec, hits: 0, ok: true, remaining: 3, reset: 0},
+}}
+
+var tokenBucket = timeline{Limit(descriptors.TokenBucket, 10, time.Second, 20), []step{
+	{at: 0, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
+	{at: 0, hits: 1, ok: false, remaining: 0, reset: 2 * sec, retry: 100 * ms},
+	{at: 100 * ms, hits: 1, ok: true, remaining: 0, reset: 2 * sec},
+	{at: 1100 * ms, hits: 0, ok: true, remaining: 10, reset: sec},
+	{at: 1100 * ms, hits: 21, ok: false, remaining: 10, reset: sec, retry: sec},
+	{at: 1100 * ms, hits: 11, ok: false, remaining: 10, reset: sec, retry: 100 * ms},
+	{at: 1100 * ms, hits: 5, refund: true, ok: true, remaining: 15, reset: 500 * ms},
+	{at: 1100 * ms, hits: 500, refund: true, ok: true, remaining: 20, reset: 0},
+	{at: 10 * sec, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
+}}
+
+var zeroLimit = timeline{Limit(descriptors.FixedWindow, 0, time.Second, 0), []step{
+	{at: 0, hits: 1, ok: false, remaining: 0, reset: sec, retry: sec},
+	{at: 0, hits: 0, ok: true, remaining: 0, reset: sec},
+}}
+
+func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	items := []engine.Item{{Desc: uniqueDesc(t, "k=v"), Limit: tl.limit}}
+	results := make([]engine.Result, 1)
+	for i, st := range tl.steps {
+		clock.Set(T0.Add(st.at))
+		items[0].Hits, items[0].Refund = st.hits, st.refund
+		call := fmt.Sprintf("step %d: Apply(%s %d/%s, T0%+v, hits=%d, refund=%v)", i, tl.limit.Algorithm, tl.limit.RequestsPerUnit, tl.limit.Window, st.at, st.hits, st.refund)
+		ok, err := s.Apply(context.Background(), items, results)
+		if err != nil {
+			t.Fatalf("%s: %v", call, err)
+		}
+		r := results[0]
+		if ok != st.ok || r.Admitted != st.ok {
+			t.Fatalf("%s = %v (item %v), want %v", call, ok, r.Admitted, st.ok)
+		}
+		if r.Remaining != st.remaining {
+			t.Errorf("%s remaining = %d, want %d", call, r.Remaining, st.remaining)
+		}
+		if r.Reset != st.reset {
+			t.Errorf("%s reset = %s, want %s", call, r.Reset, st.reset)
+		}
+		if !st.ok && r.RetryAfter != st.retry {
+			t.Errorf("%s retry after = %s, want %s", call, r.RetryAfter, st.retry)
+		}
+	}
+}
+
+// uniqueDesc returns a descriptor identity of its own for each test, so that
+// stores shared between tests (one Redis) do not mix counters.
+func uniqueDesc(t *testing.T, rest string) string {
+	return fmt.Sprintf("%s-%d/%s", t.Name(), time.Now().UnixNano(), rest)
+}
+
+func apply(t *testing.T, s engine.Store, items []engine.Item) (bool, []engine.Result) {
+	t.Helper()
+	results := make([]engine.Result, len(items))
+	ok, err := s.Apply(context.Background(), items, results)
+	if err != nil {
+		t.Fatalf("Apply(%d items): %v", len(items), err)
+	}
+	return ok, results
+}
+
+func testAllOrNothingWindows(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	desc := uniqueDesc(t, "ip=1")
+	perSecond := Limit(descriptors.FixedWindow, 3, time.Second, 0)
+	perMinute := Limit(descriptors.SlidingWindow, 5, time.Minute, 0)
+	perHour := Limit(descriptors.TokenBucket, 100, time.Hour, 100)
+	steps := []struct {
+		at        time.Duration
+		hits      uint64
+		ok        bool
+		remaining [3]uint64
+	}{
+		{0, 2, true, [3]uint64{1, 3, 98}},
+		{0, 2, false, [3]uint64{1, 3, 98}}, // the second denies: nothing is consumed
+		{0, 1, true, [3]uint64{0, 2, 97}},
+		{sec, 2, true, [3]uint64{1, 0, 95}},
+		{2 * sec, 1, false, [3]uint64{3, 0, 95}}, // the minute denies
+	}
+	for i, st := range steps {
+		clock.Set(T0.Add(st.at))
+		ok, res := apply(t, s, []engine.Item{
+			{Desc: desc, Limit: perSecond, Hits: st.hits},
+			{Desc: desc, Limit: perMinute, Hits: st.hits},
+			{Desc: desc, Limit: perHour, Hits: st.hits},
+		})
+		got := [3]uint64{res[0].Remaining, res[1].Remaining, res[2].Remaining}
+		if ok != st.ok || got != st.remaining {
+			t.Fatalf("step %d: Apply(3 windows, T0+%s, hits=%d) = %v remaining %v, want %v %v", i, st.at, st.hits, ok, got, st.ok, st.remaining)
+		}
+	}
+}
+
+func testAllOrNothingDescriptors(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	l := Limit(descriptors.FixedWindow, 2, time.Minute, 0)
+	a, b := uniqueDesc(t, "user=a"), uniqueDesc(t, "user=b")
+	if ok, _ := apply(t, s, []engine.Item{{Desc: b, Limit: l, Hits: 2}}); !ok {
+		t.Fatal("setup: user b's first 2 hits denied")
+	}
+	for i := range 3 {
+		ok, res := apply(t, s, []engine.Item{{Desc: a, Limit: l, Hits: 1}, {Desc: b, Limit: l, Hits: 1}})
+		if ok || !res[0].Admitted || res[1].Admitted || res[0].Remaining != 2 {
+			t.Fatalf("request %d: Apply(a, b) = %v (a %v remaining %d, b %v), want false (true remaining 2, false): a denied request must consume nothing",
+				i, ok, res[0].Admitted, res[0].Remaining, res[1].Admitted)
+		}
+		if res[1].RetryAfter != 60*sec {
+			t.Errorf("request %d: b retry after = %s, want 1m", i, res[1].RetryAfter)
+		}
+	}
+	if ok, res := apply(t, s, []engine.Item{{Desc: a, Limit: l, Hits: 2}}); !ok || res[0].Remaining != 0 {
+		t.Fatalf("Apply(a, hits=2) after denials = %v remaining %d, want true 0", ok, res[0].Remaining)
+	}
+}
+
+func testShadow(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	desc := uniqueDesc(t, "k=v")
+	enforced := Limit(descriptors.FixedWindow, 10, time.Minute, 0)
+	shadow := Limit(descriptors.FixedWindow, 1, time.Second, 0)
+	for i, want := range []struct {
+		shadowOK  bool
+		remaining uint64
+	}{{true, 9}, {false, 8}, {false, 7}} {
+		ok, res := apply(t, s, []engine.Item{{Desc: desc, Limit: enforced, Hits: 1}, {Desc: desc, Limit: shadow, Hits: 1, Shadow: true}})
+		if !ok || res[1].Admitted != want.shadowOK || res[0].Remaining != want.remaining || res[1].Remaining != 0 {
+			t.Fatalf("step %d: Apply(enforced, shadow) = %v (shadow %v remaining %d, enforced remaining %d), want true (%v, 0, %d)",
+				i, ok, res[1].Admitted, res[1].Remaining, res[0].Remaining, want.shadowOK, want.remaining)
+		}
+	}
+}
+
+func testQuota(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	one := Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	plain := Limit(descriptors.SlidingWindow, 100, time.Minute, 0)
+	qa, qb, qc, ip := uniqueDesc(t, "quota=a"), uniqueDesc(t, "quota=b"), uniqueDesc(t, "quota=c"), uniqueDesc(t, "ip=1")
+	req := []engine.Item{
+		{Desc: qa, Limit: one, Hits: 1, Group: 1},
+		{Desc: qa, Limit: plain, Hits: 1, Group: 1},
+		{Desc: qb, Limit: one, Hits: 1, Group: 2},
+		{Desc: ip, Limit: plain, Hits: 1},
+	}
+	ok, res := apply(t, s, req)
+	if !ok || res[1].Remaining != 99 || res[2].Remaining != 0 || res[3].Remaining != 99 {
+		t.Fatalf("request 1 = %v, remaining %d/%d/%d, want true, 99/0/99", ok, res[1].Remaining, res[2].Remaining, res[3].Remaining)
+	}
+	ok, res = apply(t, s, req)
+	if ok || res[3].Remaining != 99 || res[1].Remaining != 99 {
+		t.Fatalf("request 2 (both quotas over) = %v, remaining ip %d, a-plain %d, want false, 99, 99", ok, res[3].Remaining, res[1].Remaining)
+	}
+	req = append(req, engine.Item{Desc: qc, Limit: one, Hits: 1, Group: 3})
+	ok, res = apply(t, s, req)
+	if !ok || res[0].Admitted || !res[1].Admitted || res[1].Remaining != 99 || res[3].Remaining != 98 || res[4].Remaining != 0 {
+		t.Fatalf("request 3 (quota c has room) = %v, a (%v, plain %v remaining %d), ip remaining %d, c remaining %d; want true, a (false, plain true remaining 99), 98, 0",
+			ok, res[0].Admitted, res[1].Admitted, res[1].Remaining, res[3].Remaining, res[4].Remaining)
+	}
+}
+
+func testSameCounterTwice(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	item := engine.Item{Desc: uniqueDesc(t, "k=v"), Limit: Limit(descriptors.FixedWindow, 3, time.Minute, 0), Hits: 2}
+	ok, res := apply(t, s, []engine.Item{item, item})
+	if ok || !res[0].Admitted || res[1].Admitted || res[0].Remaining != 3 {
+		t.Fatalf("Apply(2+2 on a limit of 3) = %v (%v, %v) remaining %d, want false (true, false) 3", ok, res[0].Admitted, res[1].Admitted, res[0].Remaining)
+	}
+	item.Hits = 1
+	ok, res = apply(t, s, []engine.Item{item, item})
+	if !ok || res[0].Remaining != 1 || res[1].Remaining != 1 {
+		t.Fatalf("Apply(1+1 on a limit of 3) = %v remaining (%d, %d), want true (1, 1)", ok, res[0].Remaining, res[1].Remaining)
+	}
+}
+
+func testSeparate(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	desc := uniqueDesc(t, "k=v")
+	minute := Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	hour := Limit(descriptors.FixedWindow, 1, time.Hour, 0)
+	named := Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	named.ID += ":5:other"
+	for i, it := range []engine.Item{
+		{Desc: desc, Limit: minute, Hits: 1},
+		{Desc: desc, Limit: hour, Hits: 1},
+		{Desc: desc, Limit: named, Hits: 1},
+		{Desc: desc + "x", Limit: minute, Hits: 1},
+	} {
+		if ok, _ := apply(t, s, []engine.Item{it}); !ok {
+			t.Errorf("item %d (%s %s) denied: it must have its own counter", i, it.Desc, it.Limit.ID)
+		}
+	}
+}
+
+func testExpired(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	desc := uniqueDesc(t, "k=v")
+	limits := []*descriptors.Limit{
+		Limit(descriptors.FixedWindow, 2, time.Second, 0),
+		Limit(descriptors.SlidingWindow, 2, time.Second, 0),
+		Limit(descriptors.SlidingLog, 2, time.Second, 0),
+		Limit(descriptors.TokenBucket, 2, time.Second, 2),
+	}
+	for _, l := range limits {
+		if ok, _ := apply(t, s, []engine.Item{{Desc: desc, Limit: l, Hits: 2}}); !ok {
+			t.Fatalf("%s: first 2 hits denied", l.Algorithm)
+		}
+	}
+	clock.Set(T0.Add(10 * sec))
+	for _, l := range limits {
+		ok, res := apply(t, s, []engine.Item{{Desc: desc, Limit: l, Hits: 0}})
+		if !ok || res[0].Remaining != 2 {
+			t.Errorf("%s: 10s later, remaining = %d (admitted %v), want 2", l.Algorithm, res[0].Remaining, ok)
+		}
+	}
+}
+
+func testCancelled(t *testing.T, newStore NewStore) {
+	s := newStore(t, NewClock(T0).Now)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	items := []engine.Item{{Desc: uniqueDesc(t, "k=v"), Limit: Limit(descriptors.FixedWindow, 1, time.Second, 0), Hits: 1}}
+	_, err := s.Apply(ctx, items, make([]engine.Result, 1))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Apply with a cancelled context = %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// testConcurrent: 64 goroutines on one limit admit exactly the limit.
+func testConcurrent(t *testing.T, newStore NewStore) {
+	s := newStore(t, NewClock(T0).Now)
+	const workers, perWorker, max = 64, 20, 500
+	desc := uniqueDesc(t, "k=v")
+	limits := []*descriptors.Limit{
+		Limit(descriptors.FixedWindow, max, time.Minute, 0),
+		Limit(descriptors.SlidingLog, max, time.Minute, 0),
+		Limit(descriptors.TokenBucket, max, time.Hour, max),
+	}
+	for _, l := range limits {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for range workers {
+			wg.Go(func() {
+				items := []engine.Item{{Desc: desc, Limit: l, Hits: 1}}
+				results := make([]engine.Result, 1)
+				for range perWorker {
+					ok, err := s.Apply(context.Background(), items, results)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("%s: Apply: %v", l.Algorithm, err)
+		}
+		if got := admitted.Load(); got != max {
+			t.Errorf("%s: %d goroutines × %d requests admitted %d, want exactly %d", l.Algorithm, workers, perWorker, got, max)
+		}
+	}
+}
