@@ -31,6 +31,9 @@ type Options struct {
 // DefaultMaxBytes is the memory bound when Options.MaxBytes is 0.
 const DefaultMaxBytes = 256 << 20
 
+// MinMaxBytes is the smallest useful memory bound.
+const MinMaxBytes = 1 << 20
+
 const numShards = 64
 
 // entryOverhead approximates the bytes a counter costs besides its key and

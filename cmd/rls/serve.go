@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/envoyrls"
+	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/service"
+)
+
+// maxGRPCMessage bounds a request: far above what the request bounds of
+// the service allow, far below grpc-go's 4 MiB default.
+const maxGRPCMessage = 1 << 20
+
+func newLogger(o *options, w io.Writer) *slog.Logger {
+	hopts := &slog.HandlerOptions{Level: o.logLevel}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, hopts))
+	}
+	return slog.New(slog.NewTextHandler(w, hopts))
+}
+
+// serve runs the server until ctx is done (SIGTERM/SIGINT), then drains.
+func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
+	o, err := parseServeFlags(args, env, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := newLogger(o, stderr)
+
+	load := func() (*descriptors.Config, error) { return descriptors.Load(o.config) }
+	cfg, err := load()
+	if err != nil {
+		return fmt.Errorf("loading config %s:\n%w", o.config, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store, closeStore, err := newStore(ctx, o, reg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	svc := service.New(service.Options{
+		Store:        store,
+		StoreTimeout: o.storeTimeout,
+		OnStoreError: o.onStoreError,
+		Headers:      o.responseHeaders,
+		Registry:     reg,
+		Logger:       log,
+	})
+	svc.Reload(func() (*descriptors.Config, error) { return cfg, nil })
+
+	grpcLis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	defer grpcLis.Close()
+	httpLis, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	defer httpLis.Close()
+
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxGRPCMessage),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	rls := envoyrls.New(svc)
+	rls.Register(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	httpSrv := &http.Server{
+		Handler: httpapi.New(httpapi.Options{
+			Service:     svc,
+			RateLimiter: rls,
+			Gatherer:    reg,
+			Debug:       o.debug,
+			Auth:        httpapi.AuthOptions{TrustedProxies: o.trustedProxies},
+			Logger:      log,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(grpcLis) }()
+	go func() { errc <- httpSrv.Serve(httpLis) }()
+	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
+		"store", o.store, "config", o.config, "domains", len(cfg.Domains()))
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var serveErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-hup:
+			log.Info("SIGHUP: reloading config")
+			svc.Reload(load)
+		case err := <-errc:
+			serveErr = fmt.Errorf("serving: %w", err)
+			break loop
+		}
+	}
+
+	// Drain: stop taking new work, finish what is in flight, then stop.
+	log.Info("shutting down", "timeout", o.shutdownTimeout)
+	hs.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		log.Warn("HTTP shutdown", "error", err)
+	}
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		log.Warn("gRPC drain timed out; closing the remaining connections")
+		gs.Stop()
+		<-stopped
+	}
+	log.Info("stopped")
+	return serveErr
+}
+
+// newStore builds the store of o and a function that closes it.
+func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *slog.Logger) (engine.Store, func(), error) {
+	switch o.store {
+	case "memory":
+		s := memstore.New(memstore.Options{MaxBytes: o.memoryLimit})
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rls_memstore_counters",
+			Help: "Counters held by the memory store.",
+		}, func() float64 { n, _ := s.Stats(); return float64(n) }))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rls_memstore_bytes",
+			Help: "Bytes the memory store's counters are counted as taking (bounded by --memory-limit).",
+		}, func() float64 { _, b := s.Stats(); return float64(b) }))
+		return s, func() { s.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("--store=%s: not available in this build", o.store)
+}

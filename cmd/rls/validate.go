@@ -1,0 +1,70 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+)
+
+// buildVersion is set at link time: -ldflags "-X main.buildVersion=v1.2.3".
+var buildVersion = "dev"
+
+// validate checks config files or directories and prints one line per
+// domain, or one line per problem (path:line:col: message) and exits 1.
+func validate(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: rls validate PATH...")
+		return usageError{errors.New("validate needs at least one path")}
+	}
+	cfg, err := descriptors.Load(args...)
+	if err != nil {
+		var list descriptors.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				fmt.Fprintln(stdout, e.Error())
+			}
+		} else {
+			fmt.Fprintln(stdout, err.Error())
+		}
+		return errSilent
+	}
+	for _, d := range cfg.Domains() {
+		nodes, limits := count(d.Descriptors)
+		fmt.Fprintf(stdout, "%s: ok: %d descriptors, %d limits, %d http_descriptors (%s)\n", d.Name, nodes, limits, len(d.HTTPDescriptors), d.File)
+	}
+	if len(cfg.Domains()) == 0 {
+		fmt.Fprintln(stdout, "ok: no domains")
+	}
+	return nil
+}
+
+func count(nodes []*descriptors.Descriptor) (descs, limits int) {
+	for _, n := range nodes {
+		d, l := count(n.Children)
+		descs += 1 + d
+		limits += len(n.Limits) + l
+	}
+	return descs, limits
+}
+
+func version(stdout io.Writer) error {
+	rev, modified := "unknown", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					modified = " (modified)"
+				}
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "rls %s\ncommit %s%s\n%s %s/%s\n", buildVersion, rev, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}

@@ -1,0 +1,194 @@
+// Package httpapi is the HTTP adapter: health and readiness, Prometheus
+// metrics, the /json form of ShouldRateLimit, the /auth forward-auth
+// endpoint for nginx auth_request, and the debug endpoints. It converts HTTP
+// to the service's terms and back, and holds no rate-limit logic.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/service"
+)
+
+// Service is what the HTTP endpoints ask; *service.Service implements it.
+type Service interface {
+	Ready(ctx context.Context) error
+	Config() *descriptors.Config
+	CheckHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*service.Response, error)
+}
+
+// RateLimiter answers RateLimitService requests; the envoyrls server
+// implements it. /json goes through it so that it answers exactly as gRPC.
+type RateLimiter interface {
+	ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
+}
+
+// DebugAccess says who may use /debug/*.
+type DebugAccess uint8
+
+// The debug access modes (--debug-endpoints).
+const (
+	// DebugLoopback answers only clients on a loopback address (the default).
+	DebugLoopback DebugAccess = iota
+	DebugOn
+	DebugOff
+)
+
+// ParseDebugAccess parses loopback|on|off.
+func ParseDebugAccess(s string) (DebugAccess, error) {
+	switch s {
+	case "loopback":
+		return DebugLoopback, nil
+	case "on":
+		return DebugOn, nil
+	case "off":
+		return DebugOff, nil
+	}
+	return 0, errors.New(`"` + s + `" is not one of loopback|on|off`)
+}
+
+// Options configure the handler.
+type Options struct {
+	Service     Service
+	RateLimiter RateLimiter
+	Gatherer    prometheus.Gatherer
+	Debug       DebugAccess
+	// Auth configures /auth/{domain}.
+	Auth   AuthOptions
+	Logger *slog.Logger
+}
+
+// maxJSONBody bounds the body of POST /json.
+const maxJSONBody = 1 << 20
+
+// New returns the HTTP handler of DESIGN §3.
+func New(opts Options) http.Handler {
+	h := &handler{Options: opts}
+	if h.Logger == nil {
+		h.Logger = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", h.ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(h.Logger.Handler(), slog.LevelError)}))
+	mux.HandleFunc("POST /json", h.json)
+	mux.HandleFunc("/auth/{domain}", h.auth)
+	mux.Handle("GET /debug/config", h.debug(http.HandlerFunc(h.config)))
+	mux.Handle("/debug/pprof/", h.debug(http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/cmdline", h.debug(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("/debug/pprof/profile", h.debug(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/symbol", h.debug(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/trace", h.debug(http.HandlerFunc(pprof.Trace)))
+	return mux
+}
+
+type handler struct {
+	Options
+}
+
+func (h *handler) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := h.Service.Ready(ctx); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+func (h *handler) json(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	if err != nil {
+		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		http.Error(w, "bad RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp, err := h.RateLimiter.ShouldRateLimit(r.Context(), &req)
+	if err != nil {
+		st := status.Convert(err)
+		http.Error(w, st.Message(), httpStatus(st.Code()))
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+// httpStatus maps a gRPC code of ShouldRateLimit to an HTTP status. Unlike
+// envoyproxy/ratelimit (400 for everything), a store failure is a 5xx.
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499 // client closed request
+	}
+	return http.StatusInternalServerError
+}
+
+func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
+	cfg := h.Service.Config()
+	if cfg == nil {
+		http.Error(w, "no config loaded", http.StatusServiceUnavailable)
+		return
+	}
+	out, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(out, '\n'))
+}
+
+// debug guards a debug endpoint per the DebugAccess.
+func (h *handler) debug(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch h.Debug {
+		case DebugOff:
+			http.NotFound(w, r)
+			return
+		case DebugLoopback:
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			ip := net.ParseIP(host)
+			if err != nil || ip == nil || !ip.IsLoopback() {
+				http.Error(w, "debug endpoints answer loopback clients only (--debug-endpoints)", http.StatusForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,184 @@
+package service
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+)
+
+// HeaderMode selects the rate-limit headers of a response.
+type HeaderMode uint8
+
+// The header modes (--response-headers).
+const (
+	HeadersOff HeaderMode = iota
+	// HeadersDraft03: X-RateLimit-Limit, -Remaining, -Reset, as Envoy's
+	// enable_x_ratelimit_headers: DRAFT_VERSION_03 writes them.
+	HeadersDraft03
+	// HeadersDraft11: RateLimit-Policy and RateLimit of
+	// draft-ietf-httpapi-ratelimit-headers-11.
+	HeadersDraft11
+	HeadersBoth
+)
+
+// ParseHeaderMode parses off|draft03|draft11|both.
+func ParseHeaderMode(s string) (HeaderMode, error) {
+	switch s {
+	case "off":
+		return HeadersOff, nil
+	case "draft03":
+		return HeadersDraft03, nil
+	case "draft11":
+		return HeadersDraft11, nil
+	case "both":
+		return HeadersBoth, nil
+	}
+	return 0, fmt.Errorf("%q is not one of off|draft03|draft11|both", s)
+}
+
+// Header names.
+const (
+	HeaderXLimit     = "X-RateLimit-Limit"
+	HeaderXRemaining = "X-RateLimit-Remaining"
+	HeaderXReset     = "X-RateLimit-Reset"
+	HeaderPolicy     = "RateLimit-Policy"
+	HeaderRateLimit  = "RateLimit"
+	HeaderRetryAfter = "Retry-After"
+)
+
+// ceilSeconds rounds d up to whole seconds, as clients read the headers.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// RetryAfter returns the Retry-After of an OVER_LIMIT response: the longest
+// wait among the denying descriptors, in whole seconds, at least 1.
+func (r *Response) RetryAfter() int64 {
+	var longest time.Duration
+	for i := range r.Statuses {
+		if st := &r.Statuses[i]; st.Code == OverLimit && st.ResetAfter > longest {
+			longest = st.ResetAfter
+		}
+	}
+	return max(1, ceilSeconds(longest))
+}
+
+// binding returns the status that the single-valued headers describe: when
+// over limit, the denying status that waits longest; otherwise the status
+// with the least remaining (ties: the longest window). Shadow limits are
+// never shown to clients. nil when no status has a limit.
+func (r *Response) binding() *Status {
+	var b *Status
+	for i := range r.Statuses {
+		st := &r.Statuses[i]
+		if st.Limit == nil || st.Limit.Shadow {
+			continue
+		}
+		switch {
+		case b == nil:
+			b = st
+		case (st.Code == OverLimit) != (b.Code == OverLimit):
+			if st.Code == OverLimit {
+				b = st
+			}
+		case st.Code == OverLimit:
+			if st.ResetAfter > b.ResetAfter {
+				b = st
+			}
+		case st.Remaining != b.Remaining:
+			if st.Remaining < b.Remaining {
+				b = st
+			}
+		case st.Limit.Window > b.Limit.Window:
+			b = st
+		}
+	}
+	return b
+}
+
+// policies calls f once for every distinct non-shadow limit of the response.
+func (r *Response) policies(f func(*descriptors.Limit)) {
+	seen := make(map[*descriptors.Limit]bool)
+	for i := range r.Statuses {
+		st := &r.Statuses[i]
+		ls := st.Limits
+		if len(ls) == 0 && st.Limit != nil {
+			ls = []*descriptors.Limit{st.Limit}
+		}
+		for _, l := range ls {
+			if !l.Shadow && !seen[l] {
+				seen[l] = true
+				f(l)
+			}
+		}
+	}
+}
+
+// appendHeaders appends the headers of mode for resp.
+func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
+	if mode == HeadersOff {
+		return dst
+	}
+	b := resp.binding()
+	if b == nil {
+		return dst
+	}
+	reset := strconv.FormatInt(ceilSeconds(b.ResetAfter), 10)
+	if mode == HeadersDraft03 || mode == HeadersBoth {
+		var lim strings.Builder
+		lim.WriteString(strconv.FormatUint(uint64(b.Limit.RequestsPerUnit), 10))
+		resp.policies(func(l *descriptors.Limit) {
+			fmt.Fprintf(&lim, ", %d;w=%d", l.RequestsPerUnit, int64(l.Window/time.Second))
+			if l.Name != "" {
+				fmt.Fprintf(&lim, ";name=%s", sfString(l.Name))
+			}
+		})
+		dst = append(dst,
+			Header{HeaderXLimit, lim.String()},
+			Header{HeaderXRemaining, strconv.FormatUint(uint64(b.Remaining), 10)},
+			Header{HeaderXReset, reset},
+		)
+	}
+	if mode == HeadersDraft11 || mode == HeadersBoth {
+		var pol strings.Builder
+		resp.policies(func(l *descriptors.Limit) {
+			if pol.Len() > 0 {
+				pol.WriteString(", ")
+			}
+			fmt.Fprintf(&pol, "%s;q=%d;w=%d", sfString(l.Label), l.RequestsPerUnit, int64(l.Window/time.Second))
+		})
+		dst = append(dst,
+			Header{HeaderPolicy, pol.String()},
+			Header{HeaderRateLimit, fmt.Sprintf("%s;r=%d;t=%s", sfString(b.Limit.Label), b.Remaining, reset)},
+		)
+	}
+	if resp.Code == OverLimit {
+		dst = append(dst, Header{HeaderRetryAfter, strconv.FormatInt(resp.RetryAfter(), 10)})
+	}
+	return dst
+}
+
+// sfString renders s as a Structured Field string (RFC 8941): quoted, with
+// '"' and '\' escaped and bytes outside printable ASCII replaced by '?'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

@@ -1,0 +1,38 @@
+package service
+
+import (
+	"context"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+)
+
+// CheckHTTP decides a plain HTTP request (nginx auth_request, ext_authz)
+// against domain: its descriptors come from the domain's http_descriptors
+// applied to r, one hit each. The response always carries both header
+// drafts. It returns ErrUnknownDomain when the config has no such domain;
+// a domain whose http_descriptors produce nothing for r answers OK.
+func (s *Service) CheckHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*Response, error) {
+	cur := s.current.Load()
+	if cur == nil {
+		return nil, ErrUnknownDomain
+	}
+	dom := cur.cfg.Domain(domain)
+	if dom == nil {
+		return nil, ErrUnknownDomain
+	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	sc.built = dom.BuildHTTPDescriptors(r, sc.built[:0])
+	if len(sc.built) == 0 {
+		s.m.requestsOK.Inc()
+		return &Response{Code: OK}, nil
+	}
+	req := &Request{Domain: domain, Descriptors: make([]Descriptor, len(sc.built))}
+	for i, entries := range sc.built {
+		req.Descriptors[i].Entries = entries
+	}
+	// The entries come from the config's actions and from header values
+	// that the HTTP server already bounds, so Validate's limits on client
+	// supplied descriptors do not apply.
+	return s.decide(ctx, req, HeadersBoth)
+}

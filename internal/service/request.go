@@ -1,0 +1,191 @@
+package service
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+// Bounds on one request. A request beyond them is answered InvalidArgument
+// (HTTP 400) before any counting, so nothing a client sends can make the
+// server do unbounded work or hold unbounded memory.
+const (
+	MaxDescriptors  = 64
+	MaxEntries      = 16 // also the deepest descriptor tree a config may hold
+	MaxDomainLen    = 256
+	MaxKeyLen       = 256
+	MaxValueLen     = 4096
+	MaxRequestBytes = 64 << 10 // sum of the lengths of all strings
+	MaxHits         = engine.MaxHits
+	maxOverride     = 100 * 365 * 24 * time.Hour
+)
+
+// Request is a rate-limit request, as the transports hand it over.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	// HitsAddend applies to descriptors without their own Hits; 0 means 1.
+	HitsAddend uint32
+}
+
+// Descriptor is one request descriptor.
+type Descriptor struct {
+	Entries []descriptors.Entry
+	// Override, when not nil, replaces the configured limit (the request's
+	// `limit` field).
+	Override *Override
+	// HasHits says Hits was set by the request (0 then means: look only).
+	HasHits bool
+	Hits    uint64
+	// Refund gives the hits back (is_negative_hits).
+	Refund bool
+}
+
+// Override is a limit given by the request instead of the configured one.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            descriptors.Unit
+	UnitMultiplier  uint32 // 0 means 1
+}
+
+// InvalidError says why a request is malformed; Field names the offending
+// field in proto terms ("descriptors[1].entries[0].key").
+type InvalidError struct {
+	Field string
+	Msg   string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Msg }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks req against the bounds and the RateLimitService rules.
+func (req *Request) Validate() error {
+	if req.Domain == "" {
+		return invalid("domain", "must not be empty")
+	}
+	if len(req.Domain) > MaxDomainLen {
+		return invalid("domain", "longer than %d bytes", MaxDomainLen)
+	}
+	if len(req.Descriptors) == 0 {
+		return invalid("descriptors", "must not be empty")
+	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return invalid("descriptors", "%d descriptors, at most %d allowed", len(req.Descriptors), MaxDescriptors)
+	}
+	total := len(req.Domain)
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if len(d.Entries) == 0 {
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
+		}
+		if len(d.Entries) > MaxEntries {
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, at most %d allowed", len(d.Entries), MaxEntries)
+		}
+		for j, e := range d.Entries {
+			switch {
+			case e.Key == "":
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
+			case len(e.Key) > MaxKeyLen:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "longer than %d bytes", MaxKeyLen)
+			case len(e.Value) > MaxValueLen:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "longer than %d bytes", MaxValueLen)
+			}
+			total += len(e.Key) + len(e.Value)
+		}
+		if d.HasHits && d.Hits > MaxHits {
+			return invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the maximum %d", d.Hits, uint64(MaxHits))
+		}
+		if o := d.Override; o != nil {
+			if o.Unit == descriptors.UnitUnknown || o.Unit.Duration() == 0 {
+				return invalid(fmt.Sprintf("descriptors[%d].limit.unit", i), "must be set (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)")
+			}
+			if mult := max(o.UnitMultiplier, 1); time.Duration(mult) > maxOverride/o.Unit.Duration() {
+				return invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "%d %ss is longer than 100 years", mult, o.Unit)
+			}
+		}
+	}
+	if total > MaxRequestBytes {
+		return invalid("descriptors", "%d bytes of keys and values, at most %d allowed", total, MaxRequestBytes)
+	}
+	return nil
+}
+
+// hits returns the hits of descriptor d of req.
+func (req *Request) hits(d *Descriptor) uint64 {
+	if d.HasHits {
+		return d.Hits
+	}
+	return uint64(max(req.HitsAddend, 1))
+}
+
+// overrideLimit builds the limit of a request override. Its counter is the
+// one of a configured, unnamed fixed window of the same length on the same
+// entries, as in envoyproxy/ratelimit.
+func overrideLimit(o *Override) *descriptors.Limit {
+	mult := max(o.UnitMultiplier, 1)
+	w := time.Duration(mult) * o.Unit.Duration()
+	return &descriptors.Limit{
+		Unit:            o.Unit,
+		UnitMultiplier:  mult,
+		Window:          w,
+		RequestsPerUnit: o.RequestsPerUnit,
+		Algorithm:       descriptors.FixedWindow,
+		ID:              fmt.Sprintf("fw%ds", int64(w/time.Second)),
+		Label:           "override",
+		Index:           -1,
+	}
+}
+
+// Code is the verdict on a request or a descriptor. The values are those of
+// the RateLimitService protocol; a response never carries 0 (UNKNOWN).
+type Code uint8
+
+// The codes.
+const (
+	OK        Code = 1
+	OverLimit Code = 2
+)
+
+func (c Code) String() string {
+	if c == OverLimit {
+		return "OVER_LIMIT"
+	}
+	return "OK"
+}
+
+// Response is the answer to a Request.
+type Response struct {
+	Code Code
+	// Statuses are 1:1 with the request's descriptors, in order.
+	Statuses []Status
+	// Headers are the rate-limit headers for the client's response, per the
+	// service's header mode (always both drafts for CheckHTTP).
+	Headers []Header
+}
+
+// Status is the verdict on one descriptor.
+type Status struct {
+	Code Code
+	// Limit is the binding limit: a denying one, else the one with the least
+	// remaining (ties: the longest window). nil when no limit applies.
+	Limit *descriptors.Limit
+	// Remaining is what Limit still admits; MaxUint32 for an unlimited
+	// descriptor, 0 when no limit applies.
+	Remaining uint32
+	// ResetAfter is, for a denying limit, the time until the request could be
+	// admitted; otherwise Limit's reset (engine.Result.Reset).
+	ResetAfter time.Duration
+	// Limits are all the limits judged for this descriptor (Limit among
+	// them), for headers that list every policy.
+	Limits []*descriptors.Limit
+}
+
+// Header is one response header.
+type Header struct {
+	Key, Value string
+}

@@ -1,0 +1,432 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+// StoreErrorPolicy says what a request gets when the store fails or times
+// out (--on-store-error).
+type StoreErrorPolicy uint8
+
+// The policies.
+const (
+	// FailError returns ErrStoreUnavailable, which the transports turn into
+	// gRPC UNAVAILABLE or HTTP 503, so the proxy's own failure mode decides.
+	FailError StoreErrorPolicy = iota
+	// FailAllow answers OK.
+	FailAllow
+	// FailDeny answers OVER_LIMIT for every descriptor that has a limit.
+	FailDeny
+)
+
+// ParseStoreErrorPolicy parses "error", "allow" or "deny".
+func ParseStoreErrorPolicy(s string) (StoreErrorPolicy, error) {
+	switch s {
+	case "error":
+		return FailError, nil
+	case "allow":
+		return FailAllow, nil
+	case "deny":
+		return FailDeny, nil
+	}
+	return 0, fmt.Errorf("%q is not one of error|allow|deny", s)
+}
+
+// ErrStoreUnavailable is returned (wrapped, with the store's error) when the
+// store fails under FailError.
+var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
+
+// ErrUnknownDomain is returned by CheckHTTP for a domain that the config
+// does not have.
+var ErrUnknownDomain = errors.New("unknown domain")
+
+// ErrNoConfig is returned by Ready before a config is loaded.
+var ErrNoConfig = errors.New("no config loaded")
+
+// Options configure a Service.
+type Options struct {
+	Store engine.Store
+	// StoreTimeout bounds one store call; 0 means no bound beyond the
+	// caller's context.
+	StoreTimeout time.Duration
+	OnStoreError StoreErrorPolicy
+	// Headers selects the rate-limit headers put in RateLimitService
+	// responses.
+	Headers HeaderMode
+	// Registry receives the metrics; nil means no metrics are exported.
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+}
+
+// Service answers rate-limit requests against the current config and a
+// store. It is safe for concurrent use; the config is swapped atomically.
+type Service struct {
+	store        engine.Store
+	storeTimeout time.Duration
+	onStoreError StoreErrorPolicy
+	headers      HeaderMode
+	log          *slog.Logger
+	errLog       rate.Sometimes
+	m            *metrics
+	current      atomic.Pointer[loaded]
+	scratch      sync.Pool // *scratch
+}
+
+// loaded is a config with what the service derives from it once.
+type loaded struct {
+	cfg      *descriptors.Config
+	counters []limitCounters           // by Limit.Index
+	override map[string]*limitCounters // by domain name
+}
+
+// New returns a service with no config: requests are answered as for
+// unknown domains until SetConfig or Reload succeeds.
+func New(opts Options) *Service {
+	s := &Service{
+		store:        opts.Store,
+		storeTimeout: opts.StoreTimeout,
+		onStoreError: opts.OnStoreError,
+		headers:      opts.Headers,
+		log:          opts.Logger,
+		errLog:       rate.Sometimes{Interval: 10 * time.Second},
+		m:            newMetrics(opts.Registry),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.scratch.New = func() any { return new(scratch) }
+	return s
+}
+
+// SetConfig makes cfg the current config.
+func (s *Service) SetConfig(cfg *descriptors.Config) {
+	l := &loaded{cfg: cfg, counters: s.m.countersFor(cfg), override: make(map[string]*limitCounters)}
+	for _, d := range cfg.Domains() {
+		l.override[d.Name] = &limitCounters{
+			ok:            s.m.decisions.WithLabelValues(d.Name, "override", "ok"),
+			over:          s.m.decisions.WithLabelValues(d.Name, "override", "over_limit"),
+			shadowOver:    s.m.decisions.WithLabelValues(d.Name, "override", "shadow_over_limit"),
+			shadowDenials: s.m.shadowDenials.WithLabelValues(d.Name, "override"),
+		}
+	}
+	s.current.Store(l)
+	s.m.domains.Set(float64(len(cfg.Domains())))
+	s.m.limits.Set(float64(len(cfg.Limits())))
+}
+
+// Reload loads a config with load and makes it current. On error the
+// current config stays, the error is logged and returned, and
+// rls_config_last_reload_successful is 0 until the next success.
+func (s *Service) Reload(load func() (*descriptors.Config, error)) error {
+	cfg, err := load()
+	if err != nil {
+		s.m.reloadOK.Set(0)
+		s.m.reloads.WithLabelValues("failure").Inc()
+		s.log.Error("config not loaded; the previous config stays in use", "error", err)
+		return err
+	}
+	s.SetConfig(cfg)
+	s.m.reloadOK.Set(1)
+	s.m.reloadTime.SetToCurrentTime()
+	s.m.reloads.WithLabelValues("success").Inc()
+	s.log.Info("config loaded", "domains", len(cfg.Domains()), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
+	return nil
+}
+
+// Config returns the current config, nil before the first load.
+func (s *Service) Config() *descriptors.Config {
+	if l := s.current.Load(); l != nil {
+		return l.cfg
+	}
+	return nil
+}
+
+// pinger is what a store implements to take part in readiness.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ready reports whether the service can answer: a config is loaded and the
+// store answers.
+func (s *Service) Ready(ctx context.Context) error {
+	if s.current.Load() == nil {
+		return ErrNoConfig
+	}
+	if p, ok := s.store.(pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+	return nil
+}
+
+// scratch holds the per-request buffers, reused through a pool.
+type scratch struct {
+	items   []engine.Item
+	results []engine.Result
+	owner   []int // descriptor index of each item
+	key     []byte
+	nodes   []*descriptors.Descriptor
+	built   [][]descriptors.Entry
+}
+
+// ShouldRateLimit decides req. It returns an *InvalidError for a malformed
+// request and an error wrapping ErrStoreUnavailable (or the context's error)
+// when the store fails under FailError.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
+	return s.check(ctx, req, s.headers)
+}
+
+func (s *Service) check(ctx context.Context, req *Request, headers HeaderMode) (*Response, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return s.decide(ctx, req, headers)
+}
+
+// decide answers a valid request.
+func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) (*Response, error) {
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+
+	cur := s.current.Load()
+	var dom *descriptors.Domain
+	if cur != nil {
+		dom = cur.cfg.Domain(req.Domain)
+	}
+	resp := &Response{Code: OK, Statuses: make([]Status, len(req.Descriptors))}
+	if dom == nil {
+		// Unknown domain: OK with no limit, as envoyproxy/ratelimit does,
+		// even with an override.
+		for i := range resp.Statuses {
+			resp.Statuses[i].Code = OK
+		}
+		s.m.requestsOK.Inc()
+		return resp, nil
+	}
+
+	// Resolve each descriptor's limits: the override, or the matched node's.
+	sc.nodes = sc.nodes[:0]
+	var replaced map[string]bool
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		var node *descriptors.Descriptor
+		if d.Override == nil {
+			node = dom.Match(d.Entries)
+			if node != nil {
+				for _, l := range node.Limits {
+					for _, name := range l.Replaces {
+						if replaced == nil {
+							replaced = make(map[string]bool)
+						}
+						replaced[name] = true
+					}
+				}
+			}
+		}
+		sc.nodes = append(sc.nodes, node)
+	}
+
+	items := sc.items[:0]
+	owner := sc.owner[:0]
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		st := &resp.Statuses[i]
+		st.Code = OK
+		var limits []*descriptors.Limit
+		node := sc.nodes[i]
+		switch {
+		case d.Override != nil:
+			limits = []*descriptors.Limit{overrideLimit(d.Override)}
+		case node != nil:
+			limits = node.Limits
+		}
+		first := len(items)
+		unlimited := false
+		for _, l := range limits {
+			if l.Name != "" && replaced[l.Name] {
+				continue
+			}
+			if l.Unlimited {
+				unlimited = true
+				continue
+			}
+			if len(items) == first {
+				sc.key = engine.AppendDescriptorKey(sc.key[:0], req.Domain, d.Entries, node)
+			}
+			var group int32
+			if node != nil && node.QuotaMode {
+				group = int32(i + 1)
+			}
+			desc := ""
+			if len(items) > first {
+				desc = items[first].Desc
+			} else {
+				desc = string(sc.key)
+			}
+			items = append(items, engine.Item{
+				Desc:   desc,
+				Limit:  l,
+				Hits:   req.hits(d),
+				Refund: d.Refund,
+				Shadow: l.Shadow,
+				Group:  group,
+			})
+			owner = append(owner, i)
+		}
+		if unlimited && len(items) == first {
+			st.Remaining = math.MaxUint32
+		}
+	}
+	sc.items, sc.owner = items, owner
+	if len(items) == 0 {
+		s.m.requestsOK.Inc()
+		resp.Headers = appendHeaders(nil, headers, resp)
+		return resp, nil
+	}
+
+	if cap(sc.results) < len(items) {
+		sc.results = make([]engine.Result, len(items))
+	}
+	results := sc.results[:len(items)]
+	admitted, err := s.apply(ctx, items, results)
+	if err != nil {
+		return s.storeFailed(req, resp, items, owner, err)
+	}
+
+	if !admitted {
+		resp.Code = OverLimit
+		s.m.requestsOver.Inc()
+	} else {
+		s.m.requestsOK.Inc()
+	}
+	s.fillStatuses(cur, dom, resp, items, results, owner, headers != HeadersOff)
+	resp.Headers = appendHeaders(nil, headers, resp)
+	for i := range items {
+		items[i] = engine.Item{} // drop references to config and strings
+	}
+	return resp, nil
+}
+
+func (s *Service) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if s.storeTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.storeTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	admitted, err := s.store.Apply(ctx, items, results)
+	if err != nil {
+		s.m.storeFailed.Observe(time.Since(start).Seconds())
+		return false, err
+	}
+	s.m.storeOK.Observe(time.Since(start).Seconds())
+	return admitted, nil
+}
+
+// storeFailed answers per the store-error policy.
+func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item, owner []int, err error) (*Response, error) {
+	s.m.storeErrors.Inc()
+	s.errLog.Do(func() {
+		s.log.Warn("store call failed", "domain", req.Domain, "policy", s.onStoreError, "error", err)
+	})
+	switch s.onStoreError {
+	case FailAllow:
+		s.m.requestsOK.Inc()
+		return resp, nil
+	case FailDeny:
+		s.m.requestsOver.Inc()
+		resp.Code = OverLimit
+		for i, it := range items {
+			st := &resp.Statuses[owner[i]]
+			if !it.Shadow && st.Limit == nil {
+				st.Code = OverLimit
+				st.Limit = it.Limit
+				st.ResetAfter = it.Limit.Window
+			}
+		}
+		resp.Headers = appendHeaders(nil, s.headers, resp)
+		return resp, nil
+	}
+	s.m.requestsError.Inc()
+	return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+}
+
+func (p StoreErrorPolicy) String() string {
+	return [...]string{"error", "allow", "deny"}[p]
+}
+
+// fillStatuses turns the store's results into one status per descriptor and
+// counts the verdicts.
+func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, resp *Response, items []engine.Item, results []engine.Result, owner []int, withLimits bool) {
+	for i := range items {
+		it, r := &items[i], &results[i]
+		st := &resp.Statuses[owner[i]]
+		if r.Skipped {
+			continue
+		}
+		c := cur.override[dom.Name]
+		if it.Limit.Index >= 0 && it.Limit.Index < len(cur.counters) {
+			c = &cur.counters[it.Limit.Index]
+		}
+		switch {
+		case r.Admitted:
+			c.ok.Inc()
+		case it.Shadow:
+			c.shadowOver.Inc()
+			c.shadowDenials.Inc()
+		default:
+			c.over.Inc()
+		}
+		if withLimits {
+			st.Limits = append(st.Limits, it.Limit)
+		}
+		if binds(st, it, r) {
+			st.Limit = it.Limit
+			st.Remaining = uint32(min(r.Remaining, math.MaxUint32))
+			st.ResetAfter = r.Reset
+			if !r.Admitted && !it.Shadow {
+				st.Code = OverLimit
+				st.ResetAfter = r.RetryAfter
+			}
+		}
+	}
+}
+
+// binds reports whether item it (with result r) is more binding than the
+// limit that st holds so far: a denying non-shadow limit beats the others
+// (the one denying longest wins), then the least remaining, then the longest
+// window. Shadow limits bind only a descriptor that has nothing else.
+func binds(st *Status, it *engine.Item, r *engine.Result) bool {
+	if st.Limit == nil {
+		return true
+	}
+	curShadow, newShadow := st.Limit.Shadow, it.Shadow
+	if curShadow != newShadow {
+		return curShadow
+	}
+	curDeny, newDeny := st.Code == OverLimit, !r.Admitted && !it.Shadow
+	if curDeny != newDeny {
+		return newDeny
+	}
+	if newDeny {
+		return r.RetryAfter > st.ResetAfter
+	}
+	if r.Remaining != uint64(st.Remaining) {
+		return r.Remaining < uint64(st.Remaining)
+	}
+	return it.Limit.Window > st.Limit.Window
+}
