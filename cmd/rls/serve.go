@@ -69,7 +69,6 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 
 	svc := service.New(service.Options{
 		Store:        store,
-		StoreTimeout: o.storeTimeout,
 		OnStoreError: o.onStoreError,
 		Headers:      o.responseHeaders,
 		Registry:     reg,

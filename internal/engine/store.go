@@ -74,10 +74,11 @@ type Result struct {
 // (len(results) ≥ len(items)) and reports whether the request is admitted.
 // The rule is the one of Evaluate, which a Go store may call directly.
 //
-// A store answers at most once per call: on error nothing was consumed, or
-// the store cannot tell (a timeout after the request was sent); results are
-// then undefined. A cancelled or expired ctx makes Apply return ctx.Err() (or
-// an error wrapping it) as soon as it can. Implementations are safe for
+// On error nothing was consumed, or the store cannot tell (a timeout after
+// the request was sent); results are then undefined. A store that does I/O
+// bounds each call by its own timeout and by ctx, and returns an error
+// wrapping ctx.Err() when ctx ends first; a store that never waits on I/O
+// only refuses a ctx that is already done. Implementations are safe for
 // concurrent use.
 type Store interface {
 	Apply(ctx context.Context, items []Item, results []Result) (admitted bool, err error)

@@ -58,10 +58,9 @@ var ErrNoConfig = errors.New("no config loaded")
 
 // Options configure a Service.
 type Options struct {
-	Store engine.Store
-	// StoreTimeout bounds one store call; 0 means no bound beyond the
-	// caller's context.
-	StoreTimeout time.Duration
+	// Store decides. A store that does I/O bounds its own calls
+	// (--store-timeout); the service adds no timer of its own.
+	Store        engine.Store
 	OnStoreError StoreErrorPolicy
 	// Headers selects the rate-limit headers put in RateLimitService
 	// responses.
@@ -75,7 +74,6 @@ type Options struct {
 // store. It is safe for concurrent use; the config is swapped atomically.
 type Service struct {
 	store        engine.Store
-	storeTimeout time.Duration
 	onStoreError StoreErrorPolicy
 	headers      HeaderMode
 	log          *slog.Logger
@@ -97,7 +95,6 @@ type loaded struct {
 func New(opts Options) *Service {
 	s := &Service{
 		store:        opts.Store,
-		storeTimeout: opts.StoreTimeout,
 		onStoreError: opts.OnStoreError,
 		headers:      opts.Headers,
 		log:          opts.Logger,
@@ -322,11 +319,6 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 }
 
 func (s *Service) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
-	if s.storeTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.storeTimeout)
-		defer cancel()
-	}
 	start := time.Now()
 	admitted, err := s.store.Apply(ctx, items, results)
 	if err != nil {

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+)
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's and the test's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// server is rls started in process by run().
+type server struct {
+	grpcAddr, httpAddr string
+	logs               *syncBuffer
+	cancel             context.CancelFunc
+	done               chan error
+}
+
+// startServer runs `rls serve` with args plus loopback listeners, waits until
+// it answers /healthz, and stops it when the test ends.
+func startServer(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	args = append([]string{"serve", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}, args...)
+	go func() { s.done <- run(ctx, args, env, io.Discard, s.logs) }()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + s.httpAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s
+			}
+		}
+		select {
+		case err := <-s.done:
+			t.Fatalf("rls exited at start: %v\n%s", err, s.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rls did not answer /healthz within 10s:\n%s", s.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends the equivalent of SIGTERM and requires a clean exit.
+func (s *server) stop(t *testing.T) {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("rls exited with %v after shutdown, want nil\n%s", err, s.logs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("rls did not stop within 20s of shutdown\n%s", s.logs)
+	}
+}
+
+func (s *server) dial(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func rlRequest(domain string, kv ...string) *rlsv3.RateLimitRequest {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*commonv3.RateLimitDescriptor{d}}
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestEndToEnd drives the example config over gRPC and HTTP: the multi-window
+// limit of config/limits.yaml (10/s + 120/min + 240/h per client address).
+func TestEndToEnd(t *testing.T) {
+	s := startServer(t, nil, "--config", "../../config/limits.yaml", "--response-headers", "draft03")
+	ctx := context.Background()
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+
+	// Start right after a second boundary so that the 11 requests share one
+	// second window.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+	var last *rlsv3.RateLimitResponse
+	for i := range 11 {
+		resp, err := rl.ShouldRateLimit(ctx, rlRequest("api", "remote_address", "203.0.113.7"))
+		if err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i == 10 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.OverallCode != want {
+			t.Fatalf("request %d: %s, want %s (10 per second)", i+1, resp.OverallCode, want)
+		}
+		last = resp
+	}
+	st := last.Statuses[0]
+	if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetRequestsPerUnit() != 10 ||
+		st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || st.DurationUntilReset.GetSeconds() != 1 {
+		t.Errorf("11th status = %v, want OVER_LIMIT by 10/SECOND, reset in 1s", st)
+	}
+	hdr := map[string]string{}
+	for _, h := range last.ResponseHeadersToAdd {
+		hdr[h.Key] = h.Value
+	}
+	if hdr["X-RateLimit-Limit"] != "10, 10;w=1, 120;w=60, 240;w=3600" || hdr["X-RateLimit-Remaining"] != "0" || hdr["Retry-After"] != "1" {
+		t.Errorf("response headers = %v", hdr)
+	}
+
+	// Malformed requests are InvalidArgument, never a crash.
+	for _, bad := range []*rlsv3.RateLimitRequest{
+		{Domain: "api"},
+		rlRequest("", "k", "v"),
+		{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{{}}},
+		{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k"}}, Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}}}},
+	} {
+		_, err := rl.ShouldRateLimit(ctx, bad)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("ShouldRateLimit(%v) = %v, want InvalidArgument", bad, err)
+		}
+	}
+
+	// Health and reflection.
+	hc, err := healthpb.NewHealthClient(s.dial(t)).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health check = %v, %v; want SERVING", hc, err)
+	}
+	stream, err := reflectionpb.NewServerReflectionClient(s.dial(t)).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+	rr, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []string
+	for _, svc := range rr.GetListServicesResponse().GetService() {
+		services = append(services, svc.Name)
+	}
+	if !strings.Contains(strings.Join(services, " "), "envoy.service.ratelimit.v3.RateLimitService") {
+		t.Errorf("reflection lists %v, want the RateLimitService", services)
+	}
+
+	// HTTP.
+	base := "http://" + s.httpAddr
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("/readyz = %d, want 200", code)
+	}
+	code, body := get("/metrics")
+	for _, want := range []string{
+		`rls_decisions_total{domain="api",limit="remote_address/1s",result="over_limit"} 1`,
+		`rls_decisions_total{domain="api",limit="remote_address/1s",result="ok"} 10`,
+		`rls_config_last_reload_successful 1`,
+		`rls_store_duration_seconds_bucket`,
+	} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics (%d) lacks %q", code, want)
+		}
+	}
+	code, body = get("/debug/config")
+	if code != 200 || !strings.Contains(body, `"remote_address"`) {
+		t.Errorf("/debug/config = %d %.200s", code, body)
+	}
+
+	post := func(body string) (int, map[string]any) {
+		resp, err := http.Post(base+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	code, out := post(`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}],"hits_addend":100}]}`)
+	if code != 200 || out["overallCode"] != "OK" {
+		t.Errorf("/json burst of 100 = %d %v, want 200 OK", code, out)
+	}
+	code, out = post(`{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}]}]}`)
+	if code != 429 || out["overallCode"] != "OVER_LIMIT" {
+		t.Errorf("/json after the burst = %d %v, want 429 OVER_LIMIT", code, out)
+	}
+	if code, _ := post(`{"domain":`); code != 400 {
+		t.Errorf("/json with a bad body = %d, want 400", code)
+	}
+	if code, _ := post(`{"domain":"api","descriptors":[]}`); code != 400 {
+		t.Errorf("/json without descriptors = %d, want 400", code)
+	}
+}
+
+func TestSighupReload(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	s := startServer(t, nil, "--config", path)
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	ctx := context.Background()
+	limit := func() uint32 {
+		resp, err := rl.ShouldRateLimit(ctx, rlRequest("d", "k", "v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	if got := limit(); got != 1 {
+		t.Fatalf("limit before reload = %d, want 1", got)
+	}
+	writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 7}\n")
+	if err := syscallKill(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for limit() != 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGHUP the limit is still not 7\n%s", s.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := writeFile(t, dir, "bad.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+		code int
+	}{
+		{[]string{"serve", "--config", bad}, nil, "bad.yaml:4:24", 1},
+		{[]string{"serve", "--config", filepath.Join(dir, "missing.yaml")}, nil, "missing.yaml", 1},
+		{[]string{"serve", "--store", "etcd"}, nil, `--store: "etcd" is not one of memory|redis`, 2},
+		{[]string{"serve", "--on-store-error", "maybe"}, nil, "--on-store-error", 2},
+		{[]string{"serve", "--bogus"}, nil, "flag provided but not defined: -bogus", 2},
+		{[]string{"serve"}, []string{"RLS_STORE_TIMEOUT=soon"}, "RLS_STORE_TIMEOUT", 2},
+		{[]string{"serve"}, []string{"RLS_RESPONSE_HEADERS=all"}, "--response-headers", 2},
+		{[]string{"frobnicate"}, nil, `unknown command "frobnicate"`, 2},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), tc.args, tc.env, io.Discard, &stderr)
+		if err == nil {
+			t.Errorf("run(%v, %v) = nil, want an error", tc.args, tc.env)
+			continue
+		}
+		msg := err.Error() + stderr.String()
+		if !strings.Contains(msg, tc.want) || exitCode(err) != tc.code {
+			t.Errorf("run(%v, %v) = %q (exit %d), want it to mention %q (exit %d)", tc.args, tc.env, msg, exitCode(err), tc.want, tc.code)
+		}
+	}
+}
+
+func TestEnvFallback(t *testing.T) {
+	o, err := parseServeFlags([]string{"--store-timeout", "3ms"}, []string{
+		"RLS_STORE_TIMEOUT=50ms", "RLS_ON_STORE_ERROR=allow", "RLS_RESPONSE_HEADERS=draft11", "RLS_REDIS_CLUSTER=a:1, b:2", "RLS_MEMORY_LIMIT=64MiB",
+	}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.storeTimeout != 3*time.Millisecond {
+		t.Errorf("store timeout = %s, want 3ms: the command line wins over RLS_STORE_TIMEOUT", o.storeTimeout)
+	}
+	if o.onStoreError.String() != "allow" || o.responseHeaders != 2 || fmt.Sprint(o.redisCluster) != "[a:1 b:2]" || o.memoryLimit != 64<<20 {
+		t.Errorf("from env: on-store-error %s, headers %d, cluster %v, memory %d", o.onStoreError, o.responseHeaders, o.redisCluster, o.memoryLimit)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: second, requests_per_unit: 1}\n      - {unit: hour, requests_per_unit: 9}\n")
+	bad := writeFile(t, dir, "bad.yaml", "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n")
+
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"validate", good}, nil, &out, io.Discard); err != nil {
+		t.Fatalf("validate good.yaml = %v", err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "d: ok: 1 descriptors, 2 limits") {
+		t.Errorf("validate good.yaml printed %q", got)
+	}
+
+	out.Reset()
+	err := run(context.Background(), []string{"validate", good, bad}, nil, &out, io.Discard)
+	if err == nil || exitCode(err) != 1 {
+		t.Fatalf("validate bad.yaml = %v (exit %d), want exit 1", err, exitCode(err))
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("validate bad.yaml printed %q, want one line per problem", out.String())
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, bad+":") {
+			t.Errorf("problem line %q does not start with path:line:col", l)
+		}
+	}
+	if err := run(context.Background(), []string{"validate"}, nil, io.Discard, io.Discard); exitCode(err) != 2 {
+		t.Errorf("validate without paths: exit %d, want 2", exitCode(err))
+	}
+	if err := run(context.Background(), []string{"validate", "../../config/limits.yaml"}, nil, io.Discard, io.Discard); err != nil {
+		t.Errorf("validate config/limits.yaml = %v", err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, nil, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "rls ") {
+		t.Errorf("version = %v, %q", err, out.String())
+	}
+}
+
+func TestDrainOnShutdown(t *testing.T) {
+	s := startServer(t, nil, "--config", "../../config/limits.yaml")
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	// Requests racing the shutdown either complete or are refused cleanly;
+	// run() returns nil.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				_, err := rl.ShouldRateLimit(context.Background(), rlRequest("api", "remote_address", "10.0.0.1"))
+				if err != nil && status.Code(err) != codes.Unavailable {
+					t.Errorf("request during shutdown: %v", err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(10 * time.Millisecond)
+	s.stop(t)
+	wg.Wait()
+	if !strings.Contains(s.logs.String(), "stopped") {
+		t.Errorf("logs lack the stop line:\n%s", s.logs)
+	}
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Makes sure the programs the tests start are installed: redis-server and
+# redis-cli (Redis store and Redis Cluster tests) and nginx (auth_request
+# end-to-end test). On Debian/Ubuntu as root it installs what is missing;
+# otherwise it says exactly what to install and fails.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+# redis-server pulls redis-tools; ask for the server package names only.
+pkgs=()
+for p in "${missing[@]}"; do
+  case "$p" in redis-tools) pkgs+=(redis-server) ;; *) pkgs+=("$p") ;; esac
+done
+mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "prereqs: installing ${pkgs[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  # The packages may start system services; the tests start their own.
+  for svc in redis-server nginx; do
+    if command -v service >/dev/null 2>&1; then service "$svc" stop >/dev/null 2>&1 || true; fi
+  done
+  exit 0
+fi
+
+cat >&2 <<MSG
+prereqs: missing ${pkgs[*]}.
+The tests start real Redis and nginx processes on 127.0.0.1. Install them:
+  Debian/Ubuntu:  sudo apt-get install -y redis-server nginx
+  macOS:          brew install redis nginx
+then run make test again.
+MSG
+exit 1
