@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/rlsproject/rls/internal/authz"
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/envoyrls"
@@ -93,6 +94,7 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 	)
 	rls := envoyrls.New(svc)
 	rls.Register(gs)
+	authz.New(svc, o.trustedProxies).Register(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)

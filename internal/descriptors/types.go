@@ -90,15 +90,20 @@ type Limit struct {
 	// Name is the optional name from the config; it is what replaces refers to
 	// and what the response's current_limit.name carries.
 	Name string
-	// Unit and UnitMultiplier give the window: Window = UnitMultiplier × Unit.
+	// Unit and UnitMultiplier give the window: Window = UnitMultiplier × Unit,
+	// at most 100 years. UnitMultiplier is ≥ 1 (0 when Unlimited).
 	Unit           Unit
-	UnitMultiplier uint32 // ≥ 1
+	UnitMultiplier uint32
 	Window         time.Duration
-	// RequestsPerUnit is the number of hits admitted per window (0 denies all).
+	// RequestsPerUnit is the number of hits admitted per window (0 denies
+	// all). At most 100000 for a sliding_log; for a token_bucket at most one
+	// per microsecond of the window.
 	RequestsPerUnit uint32
 	Algorithm       Algorithm
 	// Burst is the bucket capacity of a token_bucket (default
-	// RequestsPerUnit); 0 for the other algorithms.
+	// RequestsPerUnit); 0 for the other algorithms. Burst × the emission
+	// interval (Window / RequestsPerUnit, rounded up to a whole
+	// microsecond) is at most 2^53 µs.
 	Burst uint32
 	// Unlimited means always OK with no counting. An unlimited Limit has no
 	// unit, window or algorithm.
@@ -114,21 +119,26 @@ type Limit struct {
 	// node: algorithm code and window in seconds, then the length-prefixed
 	// name when there is one ("fw60s", "tb1s:5:burst"). Stable across reloads
 	// as long as algorithm, window and name are unchanged. Contains no '{' or '}'
-	// outside the name part.
+	// outside the name part. An unlimited limit's ID is "unlimited" (plus
+	// the name part). No two limits of one node have the same ID.
 	ID string
 	// Label names this limit in metrics and headers: Name when set, else the
 	// descriptor path and window, e.g. "remote_address/1s" or
-	// "api_key/tier=gold/1d". Built from config only.
+	// "api_key/tier=gold/1d" ("remote_address=10.0.0.1/unlimited" for an
+	// unlimited one). Built from config only; not unique: two unnamed limits
+	// of one node with the same window but different algorithms share it.
 	Label string
 	// Index is this limit's position in Config.Limits().
 	Index int
 	// Descriptor is the node this limit sits on.
 	Descriptor *Descriptor
 
+	// Line and Column locate the limit's first key in Descriptor's file.
 	Line, Column int
 }
 
-// Descriptor is one node of a domain's descriptor tree.
+// Descriptor is one node of a domain's descriptor tree. It belongs to an
+// immutable Config: never modified, safe for concurrent use.
 type Descriptor struct {
 	Key string
 	// Value is the configured value; "" means the node matches any value of
@@ -163,6 +173,7 @@ type Descriptor struct {
 	// "key=value" per level joined by '/', e.g. "api_key/tier=gold".
 	Path string
 
+	// Line and Column locate the node's first key.
 	Line, Column int
 
 	index levelIndex // children's match index
@@ -182,7 +193,8 @@ type Entry struct {
 	Value string
 }
 
-// Domain is the config of one domain.
+// Domain is the config of one domain. It belongs to an immutable Config:
+// never modified, safe for concurrent use; a nil *Domain matches nothing.
 type Domain struct {
 	Name        string
 	Descriptors []*Descriptor
@@ -190,10 +202,13 @@ type Domain struct {
 	// descriptors from an HTTP request; nil when the domain has none.
 	HTTPDescriptors []*HTTPDescriptor
 
+	// File is the file the domain was loaded from, as given to Parse or
+	// Load; Line and Column locate the document's first key.
 	File         string
 	Line, Column int
 
-	index levelIndex // top level's match index
+	index             levelIndex // top level's match index
+	nameLine, nameCol int        // position of the domain's name
 }
 
 // Config is a parsed and validated set of domains. It is immutable and safe

@@ -2,20 +2,21 @@ package httpapi
 
 import (
 	"errors"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 
+	"github.com/rlsproject/rls/internal/clientip"
 	"github.com/rlsproject/rls/internal/service"
 )
 
 // AuthOptions configure /auth/{domain}.
 type AuthOptions struct {
-	// TrustedProxies, when not empty, are the only peers whose X-Real-IP and
-	// X-Forwarded-For are believed; the client is then the right-most
-	// X-Forwarded-For hop that is not itself a trusted proxy. When empty,
+	// TrustedProxies, when not empty, are the only peers whose
+	// X-Forwarded-For (else X-Real-IP) is believed; the client is then the
+	// right-most X-Forwarded-For hop that is not itself a trusted proxy. When
+	// empty,
 	// every peer is trusted (the endpoint is meant for the proxy only) and
 	// the client is X-Real-IP, else the first X-Forwarded-For hop, else the
 	// peer.
@@ -66,78 +67,28 @@ func (h *handler) auth(w http.ResponseWriter, r *http.Request) {
 
 // clientAddr returns the original client's address per AuthOptions.
 func (h *handler) clientAddr(r *http.Request) netip.Addr {
-	peer := peerAddr(r)
-	trusted := h.Auth.TrustedProxies
-	if len(trusted) == 0 {
-		if a, ok := parseAddr(r.Header.Get("X-Real-IP")); ok {
+	peer, _ := clientip.Parse(r.RemoteAddr)
+	if len(h.Auth.TrustedProxies) == 0 {
+		// The endpoint serves the proxy in front: believe what it says.
+		if a, ok := clientip.Parse(r.Header.Get("X-Real-IP")); ok {
 			return a
 		}
 		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
 			first, _, _ := strings.Cut(xff, ",")
-			if a, ok := parseAddr(first); ok {
+			if a, ok := clientip.Parse(first); ok {
 				return a
 			}
 		}
 		return peer
 	}
-	if !inPrefixes(trusted, peer) {
-		return peer
+	trusted := clientip.Trusted(h.Auth.TrustedProxies)
+	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		return trusted.FromForwarded(peer, xff)
 	}
-	// Walk X-Forwarded-For from the right: every hop a trusted proxy added
-	// is skipped; the first untrusted one is the client.
-	hops := strings.Join(r.Header.Values("X-Forwarded-For"), ",")
-	for hops != "" {
-		i := strings.LastIndexByte(hops, ',')
-		hop := hops[i+1:]
-		hops = hops[:max(i, 0)]
-		a, ok := parseAddr(hop)
-		if !ok {
-			break
-		}
-		if !inPrefixes(trusted, a) {
-			return a
-		}
-		if i < 0 {
-			return a
-		}
-	}
-	if a, ok := parseAddr(r.Header.Get("X-Real-IP")); ok {
+	if a, ok := clientip.Parse(r.Header.Get("X-Real-IP")); ok && trusted.Contains(peer) {
 		return a
 	}
 	return peer
-}
-
-func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-func peerAddr(r *http.Request) netip.Addr {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, _ := parseAddr(host)
-	return a
-}
-
-// parseAddr parses an IP address, with or without a port or brackets.
-func parseAddr(s string) (netip.Addr, bool) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return netip.Addr{}, false
-	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), true
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	return netip.Addr{}, false
 }
 
 // authRequest is the original request as nginx describes it.

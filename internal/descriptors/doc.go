@@ -1,0 +1,6 @@
+// Package descriptors parses and validates rate-limit config files (the
+// envoyproxy/ratelimit YAML format plus rls's extensions) into an immutable
+// *Config, matches request descriptors against its trees without allocating,
+// and builds descriptors from HTTP requests with a domain's http_descriptors.
+// It knows nothing about counting, stores or transports.
+package descriptors

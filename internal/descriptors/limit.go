@@ -1,0 +1,317 @@
+package descriptors
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Bounds that keep the engines' arithmetic safe; validation says so.
+const (
+	// maxWindow is the longest window, unit_multiplier × unit.
+	maxWindow = 100 * 365 * 24 * time.Hour
+	// maxTokenSpan bounds burst × emission interval of a token_bucket, in
+	// microseconds: the bucket's span stays exact in a float64 (Lua numbers).
+	maxTokenSpan = 1 << 53
+	// maxSlidingLog bounds requests_per_unit of a sliding_log, which keeps
+	// one entry per admitted hit.
+	maxSlidingLog = 100000
+)
+
+var (
+	unitList      = strings.Join(unitNames[1:], "|")
+	algorithmList = strings.Join(algorithmNames[:], "|")
+	// unitCodes are the short forms of units in labels ("5m", "1d").
+	unitCodes = [...]string{"", "s", "m", "h", "d", "w", "mo", "y"}
+)
+
+// parseUnit reads a unit name in any case.
+func parseUnit(s string) (Unit, bool) {
+	for u := Second; u <= Year; u++ {
+		if strings.EqualFold(s, unitNames[u]) {
+			return u, true
+		}
+	}
+	return UnitUnknown, false
+}
+
+// parseAlgorithm reads an algorithm name in any case.
+func parseAlgorithm(s string) (Algorithm, bool) {
+	for a, name := range algorithmNames {
+		if strings.EqualFold(s, name) {
+			return Algorithm(a), true
+		}
+	}
+	return FixedWindow, false
+}
+
+// limits parses a descriptor's rate_limit or rate_limits and checks that no
+// two of them share a counter identity.
+func (p *parser) limits(d *Descriptor, rateLimit, rateLimits *field) []*Limit {
+	var nodes []*yaml.Node
+	what := "rate_limit"
+	if rateLimits != nil {
+		what = "rate_limits item"
+		v := p.resolve(rateLimits.v)
+		nodes = p.list(*rateLimits)
+		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
+			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
+		}
+	}
+	if rateLimit != nil {
+		v := p.resolve(rateLimit.v)
+		if rateLimits != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
+			second := rateLimit.k
+			if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
+				second = rateLimits.k
+			}
+			p.errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
+			return nil
+		}
+		switch {
+		case isNull(v):
+		case v.Kind == yaml.SequenceNode:
+			p.errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
+		default:
+			nodes = []*yaml.Node{v}
+		}
+	}
+	var out []*Limit
+	ids := make(map[string]*Limit, len(nodes))
+	for _, n := range nodes {
+		l := p.limit(n, d, what)
+		if l == nil {
+			continue
+		}
+		if l.Unlimited && len(nodes) > 1 {
+			p.errorf(n, "an unlimited limit must be the only limit of its descriptor")
+		}
+		if l.ID != "" {
+			if first, dup := ids[l.ID]; dup {
+				p.errorf(n, "duplicate limit %s (same algorithm, window and name as the limit at %d:%d)", l.ID, first.Line, first.Column)
+			} else {
+				ids[l.ID] = l
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// limit parses and validates one limit of d. what names it in messages.
+func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping, got %s", what, describe(n))
+		return nil
+	}
+	l := &Limit{Descriptor: d, UnitMultiplier: 1}
+	l.Line, l.Column = at(n)
+	// The fields given (non-null), for the checks that relate them.
+	var unitF, rpuF, algF, burstF, multF *field
+	var replaceNodes []*yaml.Node
+	var ownShadow, ok, unitBad bool
+	bad := false // a field did not parse: skip the checks that relate fields
+	for _, f := range p.fields(n) {
+		given := !isNull(p.resolve(f.v))
+		switch f.key {
+		case "unit":
+			var s string
+			s, ok = p.str(f)
+			unitBad = !ok
+			if ok && s != "" {
+				unitF = &f
+				if l.Unit, ok = parseUnit(s); !ok {
+					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
+				}
+			}
+			bad = bad || !ok
+		case "requests_per_unit":
+			if given {
+				rpuF = &f
+			}
+			l.RequestsPerUnit, ok = p.uint32Field(f)
+			bad = bad || !ok
+		case "unlimited":
+			l.Unlimited = p.boolean(f)
+		case "name":
+			l.Name, _ = p.str(f)
+		case "replaces":
+			l.Replaces, replaceNodes = p.replaces(f)
+		case "algorithm":
+			var s string
+			if s, ok = p.str(f); ok && s != "" {
+				algF = &f
+				if l.Algorithm, ok = parseAlgorithm(s); !ok {
+					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
+				}
+			}
+			bad = bad || !ok
+		case "burst":
+			if given {
+				burstF = &f
+			}
+			l.Burst, ok = p.uint32Field(f)
+			bad = bad || !ok
+		case "unit_multiplier":
+			if given {
+				multF = &f
+				if l.UnitMultiplier, ok = p.uint32Field(f); ok && l.UnitMultiplier == 0 {
+					p.errorf(f.v, "unit_multiplier must be at least 1")
+					ok = false
+				}
+				bad = bad || !ok
+			}
+		case "shadow_mode":
+			ownShadow = p.boolean(f)
+		default:
+			p.misplaced(f, levelLimit)
+		}
+	}
+	l.Shadow = ownShadow || d.ShadowMode
+	for i, r := range l.Replaces {
+		if r != "" && r == l.Name {
+			p.errorf(replaceNodes[i], "replaces names this limit itself (%q)", r)
+		}
+	}
+
+	if l.Unlimited {
+		// requests_per_unit is ignored, as envoyproxy/ratelimit ignores it:
+		// files it accepts must load here.
+		for _, f := range []*field{unitF, algF, burstF, multF} {
+			if f == nil {
+				continue
+			}
+			if f.key == "unit" {
+				p.errorf(f.k, "should not specify rate limit unit when unlimited")
+			} else {
+				p.errorf(f.k, "should not specify %s when unlimited", f.key)
+			}
+		}
+		l.Unit, l.UnitMultiplier, l.RequestsPerUnit, l.Algorithm, l.Burst = UnitUnknown, 0, 0, FixedWindow, 0
+		l.ID = "unlimited" + nameSuffix(l.Name)
+		l.Label = l.Name
+		if l.Label == "" {
+			l.Label = d.Path + "/unlimited"
+		}
+		return l
+	}
+
+	if unitF == nil {
+		if !unitBad {
+			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
+		}
+		return l
+	}
+	if bad {
+		return l // reported above
+	}
+	if time.Duration(l.UnitMultiplier) > maxWindow/l.Unit.Duration() {
+		at := unitF.v
+		if multF != nil {
+			at = multF.v
+		}
+		p.errorf(at, "window %d × %s is longer than 100 years", l.UnitMultiplier, l.Unit)
+		return l
+	}
+	l.Window = time.Duration(l.UnitMultiplier) * l.Unit.Duration()
+
+	if burstF != nil && l.Algorithm != TokenBucket {
+		p.errorf(burstF.k, "burst is only for algorithm token_bucket, not %s", l.Algorithm)
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		p.tokenBucket(l, rpuF, burstF)
+	case SlidingLog:
+		if l.RequestsPerUnit > maxSlidingLog {
+			p.errorf(rpuF.v, "requests_per_unit %d is too large for sliding_log (at most %d: it keeps one entry per hit; use sliding_window)",
+				l.RequestsPerUnit, maxSlidingLog)
+		}
+	default:
+		l.Burst = 0
+	}
+
+	l.ID = algorithmCodes[l.Algorithm] + strconv.FormatInt(int64(l.Window/time.Second), 10) + "s" + nameSuffix(l.Name)
+	l.Label = l.Name
+	if l.Label == "" {
+		l.Label = d.Path + "/" + compactWindow(l)
+	}
+	return l
+}
+
+// tokenBucket defaults and bounds burst: one token per microsecond at most,
+// and the bucket's span (burst × emission interval) within 2^53 µs.
+func (p *parser) tokenBucket(l *Limit, rpuF, burstF *field) {
+	if burstF == nil {
+		l.Burst = l.RequestsPerUnit
+	}
+	windowMicros := uint64(l.Window / time.Microsecond)
+	switch {
+	case l.RequestsPerUnit == 0:
+		if l.Burst > 0 {
+			p.errorf(burstF.v, "burst %d needs requests_per_unit above 0 (a token_bucket with requests_per_unit 0 denies every request)", l.Burst)
+		}
+		return
+	case burstF != nil && l.Burst == 0:
+		p.errorf(burstF.v, "burst must be at least 1 when requests_per_unit is above 0 (a bucket of 0 admits nothing)")
+		return
+	case uint64(l.RequestsPerUnit) > windowMicros:
+		p.errorf(rpuF.v, "requests_per_unit %d per %d %s is more than one token per microsecond (token_bucket allows at most 1000000 per second)",
+			l.RequestsPerUnit, l.UnitMultiplier, l.Unit)
+		return
+	}
+	interval := (windowMicros + uint64(l.RequestsPerUnit) - 1) / uint64(l.RequestsPerUnit)
+	if uint64(l.Burst) > maxTokenSpan/interval {
+		at := rpuF.v
+		msg := "requests_per_unit %d (the default burst) × emission interval %dµs is more than 2^53µs (about 285 years)"
+		if burstF != nil {
+			at, msg = burstF.v, "burst %d × emission interval %dµs is more than 2^53µs (about 285 years)"
+		}
+		p.errorf(at, msg, l.Burst, interval)
+	}
+}
+
+// nameSuffix is the length-prefixed name part of a Limit.ID.
+func nameSuffix(name string) string {
+	if name == "" {
+		return ""
+	}
+	return ":" + strconv.Itoa(len(name)) + ":" + name
+}
+
+// replaces parses [{name: X}, ...], returning the names and their nodes.
+func (p *parser) replaces(f field) ([]string, []*yaml.Node) {
+	items := p.list(f)
+	var names []string
+	var nodes []*yaml.Node
+	for _, item := range items {
+		if item.Kind != yaml.MappingNode {
+			p.errorf(item, "each replaces item must be a mapping like {name: other_limit}, got %s", describe(item))
+			continue
+		}
+		var name string
+		for _, nf := range p.fields(item) {
+			if nf.key == "name" {
+				name, _ = p.str(nf)
+			} else {
+				p.unknown(nf, "replaces item", []string{"name"})
+			}
+		}
+		if name == "" {
+			p.errorf(item, "replaces item has an empty name")
+			continue
+		}
+		names = append(names, name)
+		nodes = append(nodes, item)
+	}
+	return names, nodes
+}
+
+// compactWindow is a limit's window for labels and the dump: "1s", "5m".
+func compactWindow(l *Limit) string {
+	if l.Unlimited || l.Unit == UnitUnknown {
+		return ""
+	}
+	return strconv.FormatUint(uint64(l.UnitMultiplier), 10) + unitCodes[l.Unit]
+}

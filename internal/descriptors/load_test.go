@@ -1,0 +1,156 @@
+package descriptors
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// writeFiles creates files (name → contents) under dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, text := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func domainDoc(name string) string {
+	return "domain: " + name + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+}
+
+func TestLoadDirectory(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"b.yaml":          domainDoc("b"),
+		"a.yml":           domainDoc("a"),
+		"c.yaml":          domainDoc("c1") + "---\n" + domainDoc("c2"),
+		".hidden.yaml":    "not: [valid",
+		"notes.txt":       "not yaml",
+		"limits.yaml.bak": "not: [valid",
+		"sub/d.yaml":      domainDoc("sub"),
+		"dir.yaml/e.yaml": domainDoc("e"),
+	})
+	writeFiles(t, other, map[string]string{"target.yaml": domainDoc("linked")})
+	if err := os.Symlink(filepath.Join(other, "target.yaml"), filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", dir, err)
+	}
+	wantFiles := []string{
+		filepath.Join(dir, "a.yml"), filepath.Join(dir, "b.yaml"),
+		filepath.Join(dir, "c.yaml"), filepath.Join(dir, "link.yaml"),
+	}
+	if got := c.Files(); !slices.Equal(got, wantFiles) {
+		t.Errorf("Files() = %q, want %q", got, wantFiles)
+	}
+	var names []string
+	for _, d := range c.Domains() {
+		names = append(names, d.Name)
+	}
+	if want := []string{"a", "b", "c1", "c2", "linked"}; !slices.Equal(names, want) {
+		t.Errorf("domains = %q, want %q", names, want)
+	}
+	// Limits are numbered in load order: files by name, then documents.
+	var domainsInLimitOrder []string
+	for _, l := range c.Limits() {
+		for _, d := range c.Domains() {
+			if slices.Contains(d.Descriptors, l.Descriptor) {
+				domainsInLimitOrder = append(domainsInLimitOrder, d.Name)
+			}
+		}
+	}
+	if want := []string{"a", "b", "c1", "c2", "linked"}; !slices.Equal(domainsInLimitOrder, want) {
+		t.Errorf("Limits() by domain = %q, want %q", domainsInLimitOrder, want)
+	}
+	if d := c.Domain("c2"); d.File != filepath.Join(dir, "c.yaml") || d.Line != 6 {
+		t.Errorf("Domain(c2) at %s:%d, want c.yaml:6", d.File, d.Line)
+	}
+}
+
+func TestLoadFilesAndDirectories(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"one.conf": domainDoc("one"), "d/two.yaml": domainDoc("two")})
+	c, err := Load(filepath.Join(dir, "one.conf"), filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Domain("one") == nil || c.Domain("two") == nil {
+		t.Errorf("Load(file, dir): domains %v, want one and two (a named file loads whatever its extension)", c.Domains())
+	}
+}
+
+func TestLoadDuplicateDomainAcrossFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"a.yaml": domainDoc("api"),
+		"b.yaml": "# the same domain again\n" + domainDoc("api"),
+	})
+	_, err := Load(dir)
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	want := b + `:2:9: duplicate domain "api" (first defined at ` + a + `:1:9)`
+	if err == nil || err.Error() != want {
+		t.Errorf("Load(a.yaml, b.yaml with the same domain) error = %v, want %s", err, want)
+	}
+}
+
+// TestLoadReportsAllFiles: problems of every file, in file order.
+func TestLoadReportsAllFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"a.yaml": "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n",
+		"b.yaml": "domain: b\nextra: 1\n",
+		"c.yaml": domainDoc("c"),
+	})
+	_, err := Load(dir)
+	want := filepath.Join(dir, "a.yaml") + `:4:24: descriptor "k": unit "eon" is not one of second|minute|hour|day|week|month|year` + "\n" +
+		filepath.Join(dir, "b.yaml") + `:2:1: unknown key "extra" in domain (allowed: domain, descriptors, http_descriptors)`
+	if err == nil || err.Error() != want {
+		t.Errorf("Load error:\n%v\nwant:\n%s", err, want)
+	}
+}
+
+func TestLoadEmpty(t *testing.T) {
+	for _, paths := range [][]string{nil, {t.TempDir()}} {
+		c, err := Load(paths...)
+		if err != nil {
+			t.Fatalf("Load(%q): %v", paths, err)
+		}
+		if len(c.Domains()) != 0 || len(c.Limits()) != 0 || len(c.Files()) != 0 || c.Domain("x") != nil {
+			t.Errorf("Load(%q) = %+v, want an empty config", paths, c)
+		}
+		b, err := c.MarshalJSON()
+		if want := "{\n  \"files\": [],\n  \"domains\": []\n}"; err != nil || string(b) != want {
+			t.Errorf("Load(%q).MarshalJSON() = %s, %v; want %s", paths, b, err, want)
+		}
+	}
+}
+
+func TestLoadIOError(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load(missing) error = %v, want fs.ErrNotExist", err)
+	}
+	var list ErrorList
+	if errors.As(err, &list) {
+		t.Errorf("Load(missing) error is an ErrorList; want the I/O error")
+	}
+}
+
+func TestNilConfig(t *testing.T) {
+	var c *Config
+	if c.Domain("a") != nil || c.Domains() != nil || c.Limits() != nil || c.Files() != nil {
+		t.Errorf("a nil *Config must answer like an empty one")
+	}
+}
