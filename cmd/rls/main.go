@@ -40,6 +40,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return validate(args, stdout, stderr)
 	case "version":
 		return version(stdout)
+	case "healthcheck":
+		return healthcheck(ctx, args, stdout)
 	case "help":
 		usage(stdout)
 		return nil
@@ -53,5 +55,7 @@ func usage(w io.Writer) {
   rls [serve] [flags]    serve the rate-limit APIs (rls serve -h lists the flags)
   rls validate PATH...   check config files or directories, change nothing
   rls version            print build information
+  rls healthcheck [URL]  exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200;
+                         for container health checks in images without curl
 `)
 }

@@ -408,3 +408,14 @@ func TestDrainOnShutdown(t *testing.T) {
 		t.Errorf("logs lack the stop line:\n%s", s.logs)
 	}
 }
+
+func TestHealthcheck(t *testing.T) {
+	s := startServer(t, nil, "--config", "../../config/limits.yaml")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"healthcheck", "http://" + s.httpAddr + "/readyz"}, nil, &out, io.Discard); err != nil {
+		t.Errorf("healthcheck of a ready server = %v", err)
+	}
+	if err := run(context.Background(), []string{"healthcheck", "http://" + freeAddr(t) + "/readyz"}, nil, io.Discard, io.Discard); err == nil {
+		t.Error("healthcheck of nothing = nil, want an error")
+	}
+}
