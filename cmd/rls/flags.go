@@ -34,6 +34,7 @@ type options struct {
 	debug           httpapi.DebugAccess
 	trustedProxies  []netip.Prefix
 	shutdownTimeout time.Duration
+	watch           bool
 	logLevel        slog.Level
 	logFormat       string
 }
@@ -80,6 +81,7 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&debug, "debug-endpoints", "loopback", "who may use /debug/config and /debug/pprof: loopback, on or off")
 	fs.StringVar(&proxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For /auth believes (empty: trust X-Real-IP / X-Forwarded-For from any peer)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.BoolVar(&o.watch, "watch", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {

@@ -419,3 +419,66 @@ func TestHealthcheck(t *testing.T) {
 		t.Error("healthcheck of nothing = nil, want an error")
 	}
 }
+
+func metricValue(t *testing.T, httpAddr, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestReloadOnFileChange(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	s := startServer(t, nil, "--config", dir)
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	limit := func() uint32 {
+		resp, err := rl.ShouldRateLimit(context.Background(), rlRequest("d", "k", "v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s\n%s", what, s.logs)
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+	// An atomic rename, as editors and deploy tools do.
+	tmp := writeFile(t, dir, ".limits.yaml.tmp", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("limit 5 after an atomic rename", func() bool { return limit() == 5 })
+
+	// A broken file keeps the old config and says so.
+	writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
+	waitFor("rls_config_last_reload_successful 0", func() bool { return metricValue(t, s.httpAddr, "rls_config_last_reload_successful") == "0" })
+	if got := limit(); got != 5 {
+		t.Errorf("limit after a bad file = %d, want the old 5", got)
+	}
+	if !strings.Contains(s.logs.String(), "limits.yaml:4:") || !strings.Contains(s.logs.String(), "fortnight") {
+		t.Errorf("the log does not name the bad file's position:\n%s", s.logs)
+	}
+
+	// Fixed: loads again.
+	writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 9}\n")
+	waitFor("limit 9 after the fix", func() bool { return limit() == 9 })
+	if got := metricValue(t, s.httpAddr, "rls_config_last_reload_successful"); got != "1" {
+		t.Errorf("rls_config_last_reload_successful = %q after the fix, want 1", got)
+	}
+}

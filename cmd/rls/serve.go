@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rlsproject/rls/internal/authz"
+	"github.com/rlsproject/rls/internal/configwatch"
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/envoyrls"
@@ -120,6 +121,28 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"store", o.store, "config", o.config, "domains", len(cfg.Domains()))
 
+	changed := make(chan struct{}, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchDone := make(chan struct{})
+	if o.watch {
+		go func() {
+			defer close(watchDone)
+			err := configwatch.Watch(watchCtx, o.config, 250*time.Millisecond, log, func() {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			})
+			if err != nil {
+				log.Warn("not watching the config; SIGHUP still reloads it", "error", err)
+			}
+		}()
+	} else {
+		close(watchDone)
+	}
+	defer func() { stopWatch(); <-watchDone }()
+
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -132,6 +155,9 @@ loop:
 			break loop
 		case <-hup:
 			log.Info("SIGHUP: reloading config")
+			svc.Reload(load)
+		case <-changed:
+			log.Info("config files changed: reloading")
 			svc.Reload(load)
 		case err := <-errc:
 			serveErr = fmt.Errorf("serving: %w", err)
