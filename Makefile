@@ -37,8 +37,9 @@ fuzz-smoke: ## run every fuzz target briefly (FUZZTIME each)
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-bench: ## Go microbenchmarks
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: ## microbenchmarks, then the load harness (ceiling vs rls memory vs rls Redis, side by side)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+	$(GO) run ./bench/loadtest $(LOADFLAGS)
 
 lint: ## vet and gofmt check
 	$(GO) vet ./...

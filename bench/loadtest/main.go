@@ -1,0 +1,535 @@
+// Command loadtest measures rls against the ceiling of the machine it runs
+// on, in one run: a bare gRPC server that answers every ShouldRateLimit with
+// OK at once (A), rls on the memory store (B) and rls on Redis (C), driven in
+// turn A B C A B C … with the same closed-loop load (same workers, same
+// connections, same requests). It reports decisions per second, latency
+// percentiles, the ratio of each to the ceiling, and for Redis the commands
+// per decision and decisions per round trip. Then it offers each target an
+// open-loop load at half the ceiling's throughput and compares p99s.
+//
+//	go run ./bench/loadtest            (make bench)
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	duration  time.Duration
+	rounds    int
+	workers   int
+	conns     int
+	keys      int
+	redis     bool
+	rlsBin    string
+	serveOnly string
+	out       string
+}
+
+func run() error {
+	var c config
+	flag.DurationVar(&c.duration, "duration", 3*time.Second, "length of one measurement")
+	flag.IntVar(&c.rounds, "rounds", 3, "rounds of A B C")
+	flag.IntVar(&c.workers, "workers", 32, "closed-loop workers (requests in flight)")
+	flag.IntVar(&c.conns, "conns", 4, "gRPC connections the workers share")
+	flag.IntVar(&c.keys, "keys", 10000, "distinct client addresses the requests cycle through")
+	flag.BoolVar(&c.redis, "redis", true, "also measure rls on Redis (needs redis-server in PATH)")
+	flag.StringVar(&c.rlsBin, "rls", "", "rls binary (default: go build ./cmd/rls)")
+	flag.StringVar(&c.serveOnly, "serve-ceiling", "", "internal: serve the bare gRPC ceiling on this address")
+	flag.StringVar(&c.out, "out", "", "also write the result table (markdown) to this file")
+	flag.Parse()
+	if c.serveOnly != "" {
+		return serveCeiling(c.serveOnly)
+	}
+
+	dir, err := os.MkdirTemp("", "rls-loadtest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if c.rlsBin == "" {
+		c.rlsBin = filepath.Join(dir, "rls")
+		build := exec.Command("go", "build", "-trimpath", "-o", c.rlsBin, "./cmd/rls")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("building rls: %w", err)
+		}
+	}
+	cfgPath := filepath.Join(dir, "bench.yaml")
+	if err := os.WriteFile(cfgPath, []byte(benchConfig), 0o644); err != nil {
+		return err
+	}
+
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ceilingAddr := freeAddr()
+	p, err := start("ceiling", self, "-serve-ceiling", ceilingAddr)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, p)
+	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr}}
+
+	memGRPC, memHTTP := freeAddr(), freeAddr()
+	p, err = start("rls-memory", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false")
+	if err != nil {
+		return err
+	}
+	procs = append(procs, p)
+	targets = append(targets, &target{name: "rls, memory store", addr: memGRPC, http: memHTTP})
+
+	if c.redis {
+		redisAddr := freeAddr()
+		_, port, _ := net.SplitHostPort(redisAddr)
+		p, err = start("redis", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		if err != nil {
+			return fmt.Errorf("redis-server: %w (install it, or pass -redis=false)", err)
+		}
+		procs = append(procs, p)
+		if err := waitTCP(redisAddr); err != nil {
+			return err
+		}
+		redisGRPC, redisHTTP := freeAddr(), freeAddr()
+		p, err = start("rls-redis", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", redisGRPC, "--http-addr", redisHTTP,
+			"--store", "redis", "--redis-url", "redis://"+redisAddr+"/0", "--log-level", "warn", "--watch=false", "--store-timeout", "100ms")
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		targets = append(targets, &target{name: "rls, Redis store", addr: redisGRPC, http: redisHTTP, redis: redisAddr})
+	}
+	for _, t := range targets {
+		if err := waitTCP(t.addr); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		if err := t.dial(c.conns); err != nil {
+			return err
+		}
+	}
+	shapes := []shape{
+		{"1 descriptor × 3 windows", requests(c.keys, 1)},
+		{"3 descriptors × 2 windows", requests(c.keys, 3)},
+	}
+	fmt.Fprintf(os.Stderr, "machine: %d CPUs; %d workers over %d connections; %s per measurement, %d rounds\n",
+		numCPU(), c.workers, c.conns, c.duration, c.rounds)
+
+	var table strings.Builder
+	fmt.Fprintf(&table, "| shape | target | decisions/s | × ceiling | p50 | p99 | p99.9 | p99 at ½ ceiling load | × ceiling p99 | Redis cmds/decision | decisions/round trip |\n")
+	fmt.Fprintf(&table, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, sh := range shapes {
+		// Warm up every target (connections, caches, JIT-free but GC sizing).
+		for _, t := range targets {
+			closedLoop(t, sh.reqs, c.workers, time.Second/2)
+		}
+		results := make([][]result, len(targets))
+		var before, after []redisCounters
+		for _, t := range targets {
+			before = append(before, t.redisCounters())
+		}
+		for r := range c.rounds {
+			for i, t := range targets {
+				res := closedLoop(t, sh.reqs, c.workers, c.duration)
+				results[i] = append(results[i], res)
+				fmt.Fprintf(os.Stderr, "%-28s round %d %-26s %9.0f/s p99 %v errors %d\n", sh.name, r+1, t.name, res.rate, res.p99.Round(time.Microsecond), res.errors)
+			}
+		}
+		for _, t := range targets {
+			after = append(after, t.redisCounters())
+		}
+		merged := make([]result, len(targets))
+		for i := range targets {
+			merged[i] = merge(results[i])
+		}
+		// Open loop at half the ceiling's throughput.
+		half := merged[0].rate / 2
+		halfP99 := make([]time.Duration, len(targets))
+		for i, t := range targets {
+			halfP99[i] = openLoop(t, sh.reqs, half, c.duration)
+			fmt.Fprintf(os.Stderr, "%-28s open loop %.0f/s %-26s p99 %v\n", sh.name, half, t.name, halfP99[i].Round(time.Microsecond))
+		}
+		for i, t := range targets {
+			m := merged[i]
+			cmds, perTrip := "", ""
+			if t.redis != "" {
+				d := after[i].decisions - before[i].decisions
+				if d > 0 {
+					cmds = fmt.Sprintf("%.2f", float64(after[i].commands-before[i].commands)/d)
+					if trips := after[i].roundTrips - before[i].roundTrips; trips > 0 {
+						perTrip = fmt.Sprintf("%.1f", d/trips)
+					}
+				}
+			}
+			fmt.Fprintf(&table, "| %s | %s | %.0f | %.2f | %s | %s | %s | %s | %.2f | %s | %s |\n",
+				sh.name, t.name, m.rate, m.rate/merged[0].rate, us(m.p50), us(m.p99), us(m.p999),
+				us(halfP99[i]), float64(halfP99[i])/float64(halfP99[0]), cmds, perTrip)
+		}
+	}
+	fmt.Println()
+	fmt.Print(table.String())
+	if c.out != "" {
+		return os.WriteFile(c.out, []byte(table.String()), 0o644)
+	}
+	return nil
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/1e3) }
+
+// benchConfig has limits high enough that every request is admitted: the
+// work of counting is done in full, nothing short-circuits on a denial.
+const benchConfig = `
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000000}
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
+  - key: api_key
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000, algorithm: token_bucket, burst: 1000000}
+      - {unit: day, requests_per_unit: 1000000000}
+  - key: path
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000}
+  - key: tenant
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
+`
+
+type shape struct {
+	name string
+	reqs []*rlsv3.RateLimitRequest
+}
+
+// requests returns one request per key: one descriptor (3 windows) or three
+// descriptors of 2 windows each.
+func requests(keys, descs int) []*rlsv3.RateLimitRequest {
+	out := make([]*rlsv3.RateLimitRequest, keys)
+	entry := func(k, v string) *commonv3.RateLimitDescriptor {
+		return &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	for i := range out {
+		ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+		r := &rlsv3.RateLimitRequest{Domain: "bench"}
+		if descs == 1 {
+			r.Descriptors = []*commonv3.RateLimitDescriptor{entry("remote_address", ip)}
+		} else {
+			r.Descriptors = []*commonv3.RateLimitDescriptor{
+				entry("api_key", "key-"+strconv.Itoa(i%997)),
+				entry("path", "/api/v1/items/"+strconv.Itoa(i%101)),
+				entry("tenant", "tenant-"+strconv.Itoa(i%13)),
+			}
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// target is one server under load.
+type target struct {
+	name  string
+	addr  string
+	http  string
+	redis string
+	conns []*grpc.ClientConn
+	cls   []rlsv3.RateLimitServiceClient
+}
+
+func (t *target) dial(n int) error {
+	for range n {
+		cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		t.conns = append(t.conns, cc)
+		t.cls = append(t.cls, rlsv3.NewRateLimitServiceClient(cc))
+	}
+	return nil
+}
+
+type result struct {
+	rate             float64
+	p50, p99, p999   time.Duration
+	errors           int64
+	latencies        []time.Duration
+	elapsed          time.Duration
+	requestsAnswered int64
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
+}
+
+func merge(rs []result) result {
+	var all []time.Duration
+	var n int64
+	var el time.Duration
+	var errs int64
+	for _, r := range rs {
+		all = append(all, r.latencies...)
+		n += r.requestsAnswered
+		el += r.elapsed
+		errs += r.errors
+	}
+	slices.Sort(all)
+	return result{rate: float64(n) / el.Seconds(), p50: percentile(all, .5), p99: percentile(all, .99), p999: percentile(all, .999), errors: errs}
+}
+
+// closedLoop runs workers that each send the next request as soon as the
+// previous one is answered, for d.
+func closedLoop(t *target, reqs []*rlsv3.RateLimitRequest, workers int, d time.Duration) result {
+	var next atomic.Int64
+	var errs atomic.Int64
+	lat := make([][]time.Duration, workers)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		cl := t.cls[w%len(t.cls)]
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, 1<<16)
+			for ctx.Err() == nil {
+				req := reqs[int(next.Add(1))%len(reqs)]
+				t0 := time.Now()
+				_, err := cl.ShouldRateLimit(context.Background(), req)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			lat[w] = mine
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	return result{
+		rate: float64(len(all)) / elapsed.Seconds(), p50: percentile(all, .5), p99: percentile(all, .99), p999: percentile(all, .999),
+		errors: errs.Load(), latencies: all, elapsed: elapsed, requestsAnswered: int64(len(all)),
+	}
+}
+
+// openLoop offers rate requests per second for d, whatever the answers
+// take, and returns the p99 measured from each request's scheduled start
+// (so that a stall counts for every request it delays).
+func openLoop(t *target, reqs []*rlsv3.RateLimitRequest, rate float64, d time.Duration) time.Duration {
+	interval := time.Duration(float64(time.Second) / rate)
+	n := int(d / interval)
+	lat := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4096)
+	start := time.Now()
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if w := time.Until(due); w > 0 {
+			time.Sleep(w)
+		}
+		sem <- struct{}{}
+		cl := t.cls[i%len(t.cls)]
+		req := reqs[rand.IntN(len(reqs))]
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := cl.ShouldRateLimit(context.Background(), req); err != nil {
+				lat[i] = time.Hour
+				return
+			}
+			lat[i] = time.Since(due)
+		})
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	return percentile(lat, .99)
+}
+
+// redisCounters are the counts that turn into commands per decision and
+// decisions per round trip.
+type redisCounters struct {
+	decisions, roundTrips, commands float64
+}
+
+func (t *target) redisCounters() redisCounters {
+	if t.redis == "" {
+		return redisCounters{}
+	}
+	var c redisCounters
+	m := scrape("http://" + t.http + "/metrics")
+	c.decisions = m["rls_redis_decisions_total"]
+	c.roundTrips = m["rls_redis_round_trips_total"]
+	c.commands = redisCommands(t.redis)
+	return c
+}
+
+// scrape reads the unlabelled samples of a Prometheus text page.
+func scrape(url string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(url)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(val, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// redisCommands returns the number of commands Redis has processed, from
+// INFO stats, spoken in RESP by hand to need no client.
+func redisCommands(addr string) float64 {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	io.WriteString(conn, "*2\r\n$4\r\nINFO\r\n$5\r\nstats\r\n")
+	r := bufio.NewReader(conn)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return 0
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f - 1 // this INFO
+		}
+	}
+}
+
+// proc is a child process, stopped with its process group.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+}
+
+func start(name, bin string, args ...string) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	return &proc{name: name, cmd: cmd}, nil
+}
+
+func (p *proc) stop() {
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitTCP(addr string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New(addr + " did not accept connections within 15s")
+}
+
+// ceiling answers every ShouldRateLimit with OK at once.
+type ceiling struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+var okResponse = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+
+func (ceiling) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return okResponse, nil
+}
+
+// serveCeiling serves the bare gRPC server until SIGTERM. It uses the same
+// grpc-go server settings as rls, so the difference is rls's own work.
+func serveCeiling(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gs, ceiling{})
+	sig := make(chan os.Signal, 1)
+	signalNotify(sig)
+	go func() { <-sig; gs.Stop() }()
+	return gs.Serve(l)
+}
+
+func signalNotify(c chan os.Signal) { signal.Notify(c, syscall.SIGTERM, os.Interrupt) }
+
+func numCPU() int { return runtime.GOMAXPROCS(0) }
