@@ -37,6 +37,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rlsproject/rls/internal/grpcserver"
 )
 
 func main() {
@@ -522,7 +524,7 @@ func serveCeiling(addr string) error {
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpcserver.Options()...)
 	rlsv3.RegisterRateLimitServiceServer(gs, ceiling{})
 	sig := make(chan os.Signal, 1)
 	signalNotify(sig)

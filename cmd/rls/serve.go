@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rlsproject/rls/internal/authz"
@@ -27,14 +26,11 @@ import (
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/envoyrls"
+	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
 )
-
-// maxGRPCMessage bounds a request: far above what the request bounds of
-// the service allow, far below grpc-go's 4 MiB default.
-const maxGRPCMessage = 1 << 20
 
 func newLogger(o *options, w io.Writer) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: o.logLevel}
@@ -89,10 +85,7 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 	}
 	defer httpLis.Close()
 
-	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(maxGRPCMessage),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	gs := grpc.NewServer(grpcserver.Options()...)
 	rls := envoyrls.New(svc)
 	rls.Register(gs)
 	authz.New(svc, o.trustedProxies).Register(gs)
