@@ -14,6 +14,7 @@ import (
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/tlsfiles"
 )
 
 // options are the serve flags, after parsing and checking.
@@ -35,6 +36,9 @@ type options struct {
 	trustedProxies  []netip.Prefix
 	shutdownTimeout time.Duration
 	watch           bool
+	tls             tlsfiles.Files
+	tlsGRPC         bool
+	tlsHTTP         bool
 	logLevel        slog.Level
 	logFormat       string
 }
@@ -63,7 +67,7 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	var (
 		o                                                   options
-		cluster, onErr, headers, debug, proxies, level, mem string
+		cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
 	)
 	fs.StringVar(&o.config, "config", "config/limits.yaml", "a YAML `file`, or a directory whose *.yaml/*.yml files are all loaded")
 	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen `address` (RateLimitService, Authorization, health, reflection)")
@@ -82,6 +86,10 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&proxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For /auth believes (empty: trust X-Real-IP / X-Forwarded-For from any peer)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its files change (SIGHUP always reloads)")
+	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate `file`: serve TLS (re-read when it changes)")
+	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
+	fs.StringVar(&o.tls.ClientCA, "tls-client-ca", "", "PEM CA `file`: require client certificates signed by it (mutual TLS)")
+	fs.StringVar(&tlsOn, "tls-listeners", "grpc,http", "which listeners --tls-cert applies to: grpc, http or grpc,http")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -134,6 +142,24 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 				return nil, bad("trusted-proxies", err)
 			}
 			o.trustedProxies = append(o.trustedProxies, p)
+		}
+	}
+	if (o.tls.Cert == "") != (o.tls.Key == "") {
+		return nil, bad("tls-cert", errors.New("--tls-cert and --tls-key go together"))
+	}
+	if o.tls.ClientCA != "" && o.tls.Cert == "" {
+		return nil, bad("tls-client-ca", errors.New("needs --tls-cert and --tls-key"))
+	}
+	if o.tls.Cert != "" {
+		for _, l := range strings.Split(tlsOn, ",") {
+			switch strings.TrimSpace(l) {
+			case "grpc":
+				o.tlsGRPC = true
+			case "http":
+				o.tlsHTTP = true
+			default:
+				return nil, bad("tls-listeners", fmt.Errorf("%q is not grpc or http", l))
+			}
 		}
 	}
 	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {

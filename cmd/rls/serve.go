@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -30,6 +31,7 @@ import (
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/tlsfiles"
 )
 
 func newLogger(o *options, w io.Writer) *slog.Logger {
@@ -85,7 +87,17 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 	}
 	defer httpLis.Close()
 
-	gs := grpc.NewServer(grpcserver.Options()...)
+	var tlsSource *tlsfiles.Source
+	if o.tls.Cert != "" {
+		if tlsSource, err = tlsfiles.New(o.tls, log); err != nil {
+			return err
+		}
+	}
+	gopts := grpcserver.Options()
+	if o.tlsGRPC {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsSource.Config())))
+	}
+	gs := grpc.NewServer(gopts...)
 	rls := envoyrls.New(svc)
 	rls.Register(gs)
 	authz.New(svc, o.trustedProxies).Register(gs)
@@ -110,8 +122,15 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 
 	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(grpcLis) }()
-	go func() { errc <- httpSrv.Serve(httpLis) }()
-	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
+	go func() {
+		if o.tlsHTTP {
+			httpSrv.TLSConfig = tlsSource.Config()
+			errc <- httpSrv.ServeTLS(httpLis, "", "")
+			return
+		}
+		errc <- httpSrv.Serve(httpLis)
+	}()
+	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls_grpc", o.tlsGRPC, "tls_http", o.tlsHTTP,
 		"store", o.store, "config", o.config, "domains", len(cfg.Domains()))
 
 	changed := make(chan struct{}, 1)
