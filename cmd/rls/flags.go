@@ -66,7 +66,7 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("rls serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		o                                                   options
+		o                                                          options
 		cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
 	)
 	fs.StringVar(&o.config, "config", "config/limits.yaml", "a YAML `file`, or a directory whose *.yaml/*.yml files are all loaded")
