@@ -56,20 +56,56 @@ type Store struct {
 var _ engine.Store = (*Store)(nil)
 
 type shard struct {
-	mu      sync.Mutex
-	entries map[counterKey]*entry // guarded by mu
-	bytes   int64                 // guarded by mu
-}
-
-type counterKey struct {
-	desc, limit string
+	mu sync.Mutex
+	// entries maps the hash of (descriptor, limit ID) to the counters with
+	// that hash, chained through entry.next (collisions are rare).
+	entries map[uint64]*entry // guarded by mu
+	bytes   int64             // guarded by mu
 }
 
 type entry struct {
-	st      engine.State
-	limit   *descriptors.Limit
-	expires int64 // µs since the epoch; the state is zero from then on
-	size    int64
+	desc, id string
+	next     *entry
+	st       engine.State
+	limit    *descriptors.Limit
+	expires  int64 // µs since the epoch; the state is zero from then on
+	size     int64
+	removed  bool
+}
+
+// find returns the counter (desc, id) with hash h, nil if absent. Requires
+// sh.mu held.
+func (sh *shard) find(h uint64, desc, id string) *entry {
+	for e := sh.entries[h]; e != nil; e = e.next {
+		if e.id == id && e.desc == desc {
+			return e
+		}
+	}
+	return nil
+}
+
+// remove unlinks e, filed under hash h. Requires sh.mu held.
+func (sh *shard) remove(h uint64, e *entry) {
+	if e.removed {
+		return
+	}
+	e.removed = true
+	sh.bytes -= e.size
+	head := sh.entries[h]
+	if head == e {
+		if e.next == nil {
+			delete(sh.entries, h)
+		} else {
+			sh.entries[h] = e.next
+		}
+		return
+	}
+	for p := head; p != nil; p = p.next {
+		if p.next == e {
+			p.next = e.next
+			return
+		}
+	}
 }
 
 // New returns an empty store and starts its sweeper.
@@ -88,7 +124,7 @@ func New(opts Options) *Store {
 		s.shardBytes = DefaultMaxBytes / numShards
 	}
 	for i := range s.shards {
-		s.shards[i].entries = make(map[counterKey]*entry)
+		s.shards[i].entries = make(map[uint64]*entry)
 	}
 	every := opts.SweepEvery
 	if every <= 0 {
@@ -116,14 +152,18 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	var shardBuf [8]uint8
 	var stateBuf [16]*engine.State
 	var entryBuf [16]*entry
+	var hashBuf [16]uint64
 	order := shardBuf[:0]
-	states, entries := stateBuf[:0], entryBuf[:0]
+	states, entries, hashes := stateBuf[:0], entryBuf[:0], hashBuf[:0]
 	if len(items) > len(stateBuf) {
 		states = make([]*engine.State, 0, len(items))
 		entries = make([]*entry, 0, len(items))
+		hashes = make([]uint64, 0, len(items))
 	}
 	for i := range items {
-		order = insertSorted(order, s.shardOf(items[i].Desc))
+		d := maphash.String(s.seed, items[i].Desc)
+		hashes = append(hashes, d^maphash.String(s.seed, items[i].Limit.ID)*0x9E3779B97F4A7C15)
+		order = insertSorted(order, uint8(d%numShards))
 	}
 	for _, i := range order {
 		s.shards[i].mu.Lock()
@@ -139,16 +179,15 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	for i := range items {
 		it := &items[i]
 		sh := &s.shards[s.shardOf(it.Desc)]
-		k := counterKey{it.Desc, it.Limit.ID}
-		e := sh.entries[k]
+		e := sh.find(hashes[i], it.Desc, it.Limit.ID)
 		if e != nil && e.expires <= t {
 			// Expired: equivalent to a fresh counter. Reuse the entry.
 			e.st = engine.State{Log: e.st.Log[:0]}
 		}
 		if e == nil {
-			e = &entry{limit: it.Limit}
+			e = &entry{desc: it.Desc, id: it.Limit.ID, next: sh.entries[hashes[i]]}
 			e.size = entryOverhead + int64(len(it.Desc)+len(it.Limit.ID))
-			sh.entries[k] = e
+			sh.entries[hashes[i]] = e
 			sh.bytes += e.size
 		}
 		e.limit = it.Limit
@@ -159,17 +198,17 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	admitted := engine.Evaluate(now, items, states, results)
 
 	for i, e := range entries {
-		sh := &s.shards[s.shardOf(items[i].Desc)]
+		if e.removed {
+			continue // the same counter twice in this request
+		}
+		sh := &s.shards[s.shardOf(e.desc)]
 		e.expires = engine.Expiry(e.limit, &e.st)
-		size := entryOverhead + int64(len(items[i].Desc)+len(items[i].Limit.ID)) + 8*int64(cap(e.st.Log))
+		size := entryOverhead + int64(len(e.desc)+len(e.id)) + 8*int64(cap(e.st.Log))
 		sh.bytes += size - e.size
 		e.size = size
 		if e.expires <= t {
 			// Nothing worth keeping (for example a denied first request).
-			if sh.entries[counterKey{items[i].Desc, items[i].Limit.ID}] == e {
-				delete(sh.entries, counterKey{items[i].Desc, items[i].Limit.ID})
-				sh.bytes -= e.size
-			}
+			sh.remove(hashes[i], e)
 		}
 	}
 	for _, i := range order {
@@ -201,19 +240,18 @@ func insertSorted(xs []uint8, v uint8) []uint8 {
 // counters, the one that expires first goes. Requires sh.mu held.
 func (sh *shard) evict(budget int64) {
 	for sh.bytes > budget && len(sh.entries) > 0 {
-		var victim counterKey
+		var vh uint64
 		var ve *entry
 		n := 0
-		for k, e := range sh.entries { // map iteration starts at a random place
+		for h, e := range sh.entries { // map iteration starts at a random place
 			if ve == nil || e.expires < ve.expires {
-				victim, ve = k, e
+				vh, ve = h, e
 			}
 			if n++; n == 8 {
 				break
 			}
 		}
-		delete(sh.entries, victim)
-		sh.bytes -= ve.size
+		sh.remove(vh, ve)
 	}
 }
 
@@ -233,10 +271,13 @@ func (s *Store) sweep(every time.Duration) {
 		next = (next + 1) % numShards
 		t := s.now().UnixMicro()
 		sh.mu.Lock()
-		for k, e := range sh.entries {
-			if e.expires <= t {
-				delete(sh.entries, k)
-				sh.bytes -= e.size
+		for h, head := range sh.entries {
+			for e := head; e != nil; {
+				nx := e.next
+				if e.expires <= t {
+					sh.remove(h, e)
+				}
+				e = nx
 			}
 		}
 		sh.mu.Unlock()
