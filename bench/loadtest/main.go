@@ -17,7 +17,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -364,29 +363,29 @@ func closedLoop(t *target, reqs []*rlsv3.RateLimitRequest, workers int, d time.D
 
 // openLoop offers rate requests per second for d, whatever the answers
 // take, and returns the p99 measured from each request's scheduled start
-// (so that a stall counts for every request it delays).
+// (so that a stall counts for every request it delays). Senders each own an
+// evenly spaced share of the schedule.
 func openLoop(t *target, reqs []*rlsv3.RateLimitRequest, rate float64, d time.Duration) time.Duration {
+	const senders = 64
 	interval := time.Duration(float64(time.Second) / rate)
 	n := int(d / interval)
 	lat := make([]time.Duration, n)
+	start := time.Now().Add(10 * time.Millisecond)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4096)
-	start := time.Now()
-	for i := range n {
-		due := start.Add(time.Duration(i) * interval)
-		if w := time.Until(due); w > 0 {
-			time.Sleep(w)
-		}
-		sem <- struct{}{}
-		cl := t.cls[i%len(t.cls)]
-		req := reqs[rand.IntN(len(reqs))]
+	for k := range senders {
+		cl := t.cls[k%len(t.cls)]
 		wg.Go(func() {
-			defer func() { <-sem }()
-			if _, err := cl.ShouldRateLimit(context.Background(), req); err != nil {
-				lat[i] = time.Hour
-				return
+			for i := k; i < n; i += senders {
+				due := start.Add(time.Duration(i) * interval)
+				if w := time.Until(due); w > 0 {
+					time.Sleep(w)
+				}
+				if _, err := cl.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+					lat[i] = time.Hour
+					continue
+				}
+				lat[i] = time.Since(due)
 			}
-			lat[i] = time.Since(due)
 		})
 	}
 	wg.Wait()
