@@ -72,6 +72,9 @@ func run() error {
 	flag.StringVar(&c.out, "out", "", "also write the result table (markdown) to this file")
 	flag.Parse()
 	if c.serveOnly != "" {
+		// The same collector settings as rls: the comparison is about the
+		// work of deciding, not about GC tuning.
+		grpcserver.TuneGC(0)
 		return serveCeiling(c.serveOnly)
 	}
 

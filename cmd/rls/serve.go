@@ -52,6 +52,13 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 		return err
 	}
 	log := newLogger(o, stderr)
+	heapBound := int64(0)
+	if o.store == "memory" {
+		heapBound = o.memoryLimit
+	}
+	if gogc, limit := grpcserver.TuneGC(heapBound); gogc != 0 || limit != 0 {
+		log.Debug("garbage collector tuned", "gogc", gogc, "memory_limit", limit)
+	}
 
 	load := func() (*descriptors.Config, error) { return descriptors.Load(o.config) }
 	cfg, err := load()

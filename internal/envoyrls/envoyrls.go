@@ -6,6 +6,8 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -30,23 +32,32 @@ type Checker interface {
 // use.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	svc Checker
+	svc      Checker
+	requests sync.Pool // *request
+	conv     converter
 }
 
 // New returns a server that asks svc.
-func New(svc Checker) *Server { return &Server{svc: svc} }
+func New(svc Checker) *Server {
+	s := &Server{svc: svc}
+	s.requests.New = func() any { return new(request) }
+	return s
+}
 
 // Register registers s on g.
 func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
 
 // ShouldRateLimit implements the RateLimitService.
 func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	req := FromProto(in)
-	resp, err := s.svc.ShouldRateLimit(ctx, req)
+	r := s.requests.Get().(*request)
+	r.fromProto(in)
+	resp, err := s.svc.ShouldRateLimit(ctx, &r.req)
+	r.reset()
+	s.requests.Put(r)
 	if err != nil {
 		return nil, Status(err)
 	}
-	return ToProto(resp), nil
+	return s.conv.toProto(resp), nil
 }
 
 // Status converts a service error to a gRPC status error.
@@ -67,18 +78,38 @@ func Status(err error) error {
 
 // FromProto converts a RateLimitRequest; the service validates it.
 func FromProto(in *rlsv3.RateLimitRequest) *service.Request {
-	req := &service.Request{
-		Domain:      in.GetDomain(),
-		HitsAddend:  in.GetHitsAddend(),
-		Descriptors: make([]service.Descriptor, len(in.GetDescriptors())),
+	var r request
+	r.fromProto(in)
+	return &r.req
+}
+
+// request is a converted request with the backing array of its entries,
+// reused through a pool.
+type request struct {
+	req     service.Request
+	entries []descriptors.Entry
+}
+
+// fromProto converts in, reusing r's slices.
+func (r *request) fromProto(in *rlsv3.RateLimitRequest) {
+	req := &r.req
+	req.Domain, req.HitsAddend = in.GetDomain(), in.GetHitsAddend()
+	nd := len(in.GetDescriptors())
+	if cap(req.Descriptors) < nd {
+		req.Descriptors = make([]service.Descriptor, nd)
 	}
+	req.Descriptors = req.Descriptors[:nd]
 	n := 0
 	for _, d := range in.GetDescriptors() {
 		n += len(d.GetEntries())
 	}
-	entries := make([]descriptors.Entry, n)
+	if cap(r.entries) < n {
+		r.entries = make([]descriptors.Entry, n)
+	}
+	entries := r.entries[:n]
 	for i, d := range in.GetDescriptors() {
 		out := &req.Descriptors[i]
+		*out = service.Descriptor{}
 		es := entries[:len(d.GetEntries()):len(d.GetEntries())]
 		entries = entries[len(d.GetEntries()):]
 		for j, e := range d.GetEntries() {
@@ -97,7 +128,13 @@ func FromProto(in *rlsv3.RateLimitRequest) *service.Request {
 			}
 		}
 	}
-	return req
+}
+
+// reset drops the references to the request's strings before pooling.
+func (r *request) reset() {
+	clear(r.req.Descriptors[:cap(r.req.Descriptors)])
+	clear(r.entries)
+	r.req.Domain = ""
 }
 
 func unitFromProto(u typev3.RateLimitUnit) descriptors.Unit {
@@ -138,6 +175,63 @@ var codeToProto = [...]rlsv3.RateLimitResponse_Code{
 // to whole seconds: Envoy truncates it to seconds for X-RateLimit-Reset and
 // Retry-After, so a sub-second wait would otherwise read as 0.
 func ToProto(resp *service.Response) *rlsv3.RateLimitResponse {
+	var c converter
+	return c.toProto(resp)
+}
+
+// converter builds responses, sharing the immutable parts between them:
+// the current_limit of each configured limit and the common durations.
+// (protobuf-go marshals a message concurrently safely: its size cache is
+// atomic.) The zero value is ready; safe for concurrent use.
+type converter struct {
+	limits    sync.Map // *descriptors.Limit → *rlsv3.RateLimitResponse_RateLimit
+	nlimits   atomic.Int64
+	durations [maxSharedDuration + 1]atomic.Pointer[durationpb.Duration]
+}
+
+const (
+	maxSharedDuration = 3600  // seconds
+	maxSharedLimits   = 10000 // then the cache starts over (config reloads)
+)
+
+func (c *converter) currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	if l.Index >= 0 {
+		if v, ok := c.limits.Load(l); ok {
+			return v.(*rlsv3.RateLimitResponse_RateLimit)
+		}
+	}
+	rl := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name,
+		RequestsPerUnit: l.RequestsPerUnit,
+		Unit:            unitToProto[l.Unit],
+	}
+	if l.UnitMultiplier > 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+	}
+	if l.Index >= 0 {
+		if c.nlimits.Add(1) > maxSharedLimits {
+			c.limits.Clear()
+			c.nlimits.Store(0)
+		}
+		c.limits.Store(l, rl)
+	}
+	return rl
+}
+
+func (c *converter) duration(d time.Duration) *durationpb.Duration {
+	secs := int64((d + time.Second - 1) / time.Second)
+	if secs < 0 || secs > maxSharedDuration {
+		return &durationpb.Duration{Seconds: secs}
+	}
+	if p := c.durations[secs].Load(); p != nil {
+		return p
+	}
+	p := &durationpb.Duration{Seconds: secs}
+	c.durations[secs].Store(p)
+	return p
+}
+
+func (c *converter) toProto(resp *service.Response) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: codeToProto[resp.Code],
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses)),
@@ -149,15 +243,8 @@ func ToProto(resp *service.Response) *rlsv3.RateLimitResponse {
 		ps.Code = codeToProto[st.Code]
 		ps.LimitRemaining = st.Remaining
 		if l := st.Limit; l != nil {
-			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name:            l.Name,
-				RequestsPerUnit: l.RequestsPerUnit,
-				Unit:            unitToProto[l.Unit],
-			}
-			if l.UnitMultiplier > 1 {
-				ps.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
-			}
-			ps.DurationUntilReset = &durationpb.Duration{Seconds: int64((st.ResetAfter + time.Second - 1) / time.Second)}
+			ps.CurrentLimit = c.currentLimit(l)
+			ps.DurationUntilReset = c.duration(st.ResetAfter)
 		}
 		out.Statuses[i] = ps
 	}

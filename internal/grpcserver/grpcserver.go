@@ -20,8 +20,10 @@ func Options() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		// Serve streams on long-lived worker goroutines: a fresh goroutine per
-		// request would grow its stack anew every time.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// Serve streams on long-lived worker goroutines, enough for the
+		// concurrency of a busy Envoy fleet: a fresh goroutine per request
+		// grows its stack anew every time (copystack was 14% of the CPU).
+		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
+		grpc.ForceServerCodecV2(codec{}),
 	}
 }
