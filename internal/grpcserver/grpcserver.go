@@ -24,6 +24,5 @@ func Options() []grpc.ServerOption {
 		// concurrency of a busy Envoy fleet: a fresh goroutine per request
 		// grows its stack anew every time (copystack was 14% of the CPU).
 		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
-		grpc.ForceServerCodecV2(codec{}),
 	}
 }
