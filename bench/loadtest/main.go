@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -70,11 +71,15 @@ func run() error {
 	flag.StringVar(&c.rlsBin, "rls", "", "rls binary (default: go build ./cmd/rls)")
 	flag.StringVar(&c.serveOnly, "serve-ceiling", "", "internal: serve the bare gRPC ceiling on this address")
 	flag.StringVar(&c.out, "out", "", "also write the result table (markdown) to this file")
+	pprofAddr := flag.String("ceiling-pprof", "", "internal: with -serve-ceiling, serve /debug/pprof on this address")
 	flag.Parse()
 	if c.serveOnly != "" {
 		// The same collector settings as rls: the comparison is about the
 		// work of deciding, not about GC tuning.
 		grpcserver.TuneGC(0)
+		if *pprofAddr != "" {
+			go http.ListenAndServe(*pprofAddr, nil) // net/http/pprof registers on the default mux
+		}
 		return serveCeiling(c.serveOnly)
 	}
 

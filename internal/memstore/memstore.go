@@ -7,6 +7,7 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 type Options struct {
 	// MaxBytes bounds the memory the counters take, approximately (keys,
 	// state, log entries and map overhead are counted). When a shard is over
-	// its share, the counters closest to expiry are evicted first: an
+	// its share, the descriptors whose counters expire first are evicted: an
 	// evicted counter starts again from zero. 0 means DefaultMaxBytes.
 	MaxBytes int64
 	// Now is the store's clock; nil means time.Now. Tests pass fixed instants.
@@ -36,9 +37,12 @@ const MinMaxBytes = 1 << 20
 
 const numShards = 64
 
-// entryOverhead approximates the bytes a counter costs besides its key and
-// log: the entry, the map slot and the key's string headers.
-const entryOverhead = 160
+// Approximate costs, for the memory bound: an entry with its map slot and
+// string header, and one counter with its state.
+const (
+	entryOverhead   = 112
+	counterOverhead = 112
+)
 
 // Store is the in-memory engine.Store. It is safe for concurrent use. Close
 // stops its sweeper; the zero value is not usable, call New.
@@ -57,27 +61,54 @@ var _ engine.Store = (*Store)(nil)
 
 type shard struct {
 	mu sync.Mutex
-	// entries maps the hash of (descriptor, limit ID) to the counters with
-	// that hash, chained through entry.next (collisions are rare).
-	entries map[uint64]*entry // guarded by mu
-	bytes   int64             // guarded by mu
+	// entries maps the hash of a descriptor identity (engine.Item.Desc) to
+	// the entries with that hash, chained through entry.next (collisions are
+	// rare).
+	entries  map[uint64]*entry // guarded by mu
+	bytes    int64             // guarded by mu
+	counters int               // guarded by mu
 }
 
+// entry holds the counters of one descriptor: all its windows, found with
+// one map lookup.
 type entry struct {
-	desc, id string
+	desc     string
 	next     *entry
-	st       engine.State
-	limit    *descriptors.Limit
-	expires  int64 // µs since the epoch; the state is zero from then on
+	counters []counter
 	size     int64
 	removed  bool
 }
 
-// find returns the counter (desc, id) with hash h, nil if absent. Requires
-// sh.mu held.
-func (sh *shard) find(h uint64, desc, id string) *entry {
+type counter struct {
+	id      string // Limit.ID
+	limit   *descriptors.Limit
+	st      engine.State
+	expires int64 // µs since the epoch; the state is zero from then on
+}
+
+func (e *entry) computeSize() int64 {
+	n := int64(entryOverhead + len(e.desc))
+	for i := range e.counters {
+		c := &e.counters[i]
+		n += counterOverhead + int64(len(c.id)) + 8*int64(cap(c.st.Log))
+	}
+	return n
+}
+
+// expires returns when the last of the entry's counters expires.
+func (e *entry) expires() int64 {
+	var last int64
+	for i := range e.counters {
+		last = max(last, e.counters[i].expires)
+	}
+	return last
+}
+
+// find returns the entry of desc with hash h, nil if absent. Requires sh.mu
+// held.
+func (sh *shard) find(h uint64, desc string) *entry {
 	for e := sh.entries[h]; e != nil; e = e.next {
-		if e.id == id && e.desc == desc {
+		if e.desc == desc {
 			return e
 		}
 	}
@@ -91,6 +122,7 @@ func (sh *shard) remove(h uint64, e *entry) {
 	}
 	e.removed = true
 	sh.bytes -= e.size
+	sh.counters -= len(e.counters)
 	head := sh.entries[h]
 	if head == e {
 		if e.next == nil {
@@ -161,9 +193,14 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		hashes = make([]uint64, 0, len(items))
 	}
 	for i := range items {
-		d := maphash.String(s.seed, items[i].Desc)
-		hashes = append(hashes, d^maphash.String(s.seed, items[i].Limit.ID)*0x9E3779B97F4A7C15)
-		order = insertSorted(order, uint8(d%numShards))
+		// Windows of one descriptor come one after the other: hash once.
+		if i > 0 && items[i].Desc == items[i-1].Desc {
+			hashes = append(hashes, hashes[i-1])
+			continue
+		}
+		h := maphash.String(s.seed, items[i].Desc)
+		hashes = append(hashes, h)
+		order = insertSorted(order, uint8(h%numShards))
 	}
 	for _, i := range order {
 		s.shards[i].mu.Lock()
@@ -176,40 +213,69 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 
 	now := s.now()
 	t := now.UnixMicro()
+	// First make sure every counter exists (appending may move a counter
+	// slice), then take the states' addresses.
 	for i := range items {
 		it := &items[i]
-		sh := &s.shards[s.shardOf(it.Desc)]
-		e := sh.find(hashes[i], it.Desc, it.Limit.ID)
-		if e != nil && e.expires <= t {
-			// Expired: equivalent to a fresh counter. Reuse the entry.
-			e.st = engine.State{Log: e.st.Log[:0]}
+		sh := &s.shards[hashes[i]%numShards]
+		var ent *entry
+		if i > 0 && it.Desc == items[i-1].Desc {
+			ent = entries[i-1]
+		} else if ent = sh.find(hashes[i], it.Desc); ent == nil {
+			// Keys may alias the caller's buffers; keep copies.
+			ent = &entry{desc: strings.Clone(it.Desc), next: sh.entries[hashes[i]]}
+			sh.entries[hashes[i]] = ent
 		}
-		if e == nil {
-			e = &entry{desc: it.Desc, id: it.Limit.ID, next: sh.entries[hashes[i]]}
-			e.size = entryOverhead + int64(len(it.Desc)+len(it.Limit.ID))
-			sh.entries[hashes[i]] = e
-			sh.bytes += e.size
+		entries = append(entries, ent)
+		if counterIndex(ent, it.Limit.ID) < 0 {
+			ent.counters = append(ent.counters, counter{id: it.Limit.ID, limit: it.Limit})
+			sh.counters++
 		}
-		e.limit = it.Limit
-		states = append(states, &e.st)
-		entries = append(entries, e)
+	}
+	for i := range items {
+		ent := entries[i]
+		c := &ent.counters[counterIndex(ent, items[i].Limit.ID)]
+		if c.expires <= t {
+			// Expired: equivalent to a fresh counter.
+			c.st = engine.State{Log: c.st.Log[:0]}
+		}
+		c.limit = items[i].Limit
+		states = append(states, &c.st)
 	}
 
 	admitted := engine.Evaluate(now, items, states, results)
 
-	for i, e := range entries {
-		if e.removed {
-			continue // the same counter twice in this request
+	for i, ent := range entries {
+		if ent.removed || (i > 0 && entries[i-1] == ent) {
+			continue // done with the previous item
 		}
-		sh := &s.shards[s.shardOf(e.desc)]
-		e.expires = engine.Expiry(e.limit, &e.st)
-		size := entryOverhead + int64(len(e.desc)+len(e.id)) + 8*int64(cap(e.st.Log))
-		sh.bytes += size - e.size
-		e.size = size
-		if e.expires <= t {
+		sh := &s.shards[hashes[i]%numShards]
+		expired := 0
+		for j := range ent.counters {
+			c := &ent.counters[j]
+			if c.expires = engine.Expiry(c.limit, &c.st); c.expires <= t {
+				expired++
+			}
+		}
+		if expired > 0 {
+			live := ent.counters[:0]
+			for _, c := range ent.counters {
+				if c.expires > t {
+					live = append(live, c)
+				}
+			}
+			sh.counters -= expired
+			clear(ent.counters[len(live):])
+			ent.counters = live
+		}
+		if len(ent.counters) == 0 {
 			// Nothing worth keeping (for example a denied first request).
-			sh.remove(hashes[i], e)
+			sh.remove(hashes[i], ent)
+			continue
 		}
+		size := ent.computeSize()
+		sh.bytes += size - ent.size
+		ent.size = size
 	}
 	for _, i := range order {
 		s.shards[i].evict(s.shardBytes)
@@ -217,8 +283,16 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	return admitted, nil
 }
 
-func (s *Store) shardOf(desc string) uint8 {
-	return uint8(maphash.String(s.seed, desc) % numShards)
+// counterIndex returns the index of the counter with limit ID id, -1 if
+// absent. IDs come from the config, so equal IDs are usually the same
+// string and compare by pointer.
+func counterIndex(e *entry, id string) int {
+	for j := range e.counters {
+		if e.counters[j].id == id {
+			return j
+		}
+	}
+	return -1
 }
 
 // insertSorted adds v to the sorted set xs.
@@ -236,16 +310,18 @@ func insertSorted(xs []uint8, v uint8) []uint8 {
 	return xs
 }
 
-// evict removes counters while the shard is over budget: among a few sampled
-// counters, the one that expires first goes. Requires sh.mu held.
+// evict removes descriptors while the shard is over budget: among a few
+// sampled entries, the one whose counters all expire first goes. Requires
+// sh.mu held.
 func (sh *shard) evict(budget int64) {
 	for sh.bytes > budget && len(sh.entries) > 0 {
 		var vh uint64
 		var ve *entry
+		var vexp int64
 		n := 0
 		for h, e := range sh.entries { // map iteration starts at a random place
-			if ve == nil || e.expires < ve.expires {
-				vh, ve = h, e
+			if exp := e.expires(); ve == nil || exp < vexp {
+				vh, ve, vexp = h, e, exp
 			}
 			if n++; n == 8 {
 				break
@@ -255,7 +331,7 @@ func (sh *shard) evict(budget int64) {
 	}
 }
 
-// sweep removes expired counters, one shard per tick, until Close.
+// sweep drops expired counters, one shard per tick, until Close.
 func (s *Store) sweep(every time.Duration) {
 	defer close(s.done)
 	tick := time.NewTicker(every)
@@ -274,7 +350,7 @@ func (s *Store) sweep(every time.Duration) {
 		for h, head := range sh.entries {
 			for e := head; e != nil; {
 				nx := e.next
-				if e.expires <= t {
+				if e.expires() <= t {
 					sh.remove(h, e)
 				}
 				e = nx
@@ -290,7 +366,7 @@ func (s *Store) Stats() (counters int, bytes int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		counters += len(sh.entries)
+		counters += sh.counters
 		bytes += sh.bytes
 		sh.mu.Unlock()
 	}

@@ -58,7 +58,7 @@ func TestMemoryBounded(t *testing.T) {
 
 func TestEvictsClosestToExpiryFirst(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0)
-	s := New(Options{Now: clock.Now, MaxBytes: numShards * 4 * entryOverhead})
+	s := New(Options{Now: clock.Now, MaxBytes: numShards * 4 * (entryOverhead + counterOverhead)})
 	defer s.Close()
 	day := storetest.Limit(descriptors.FixedWindow, 1, 24*time.Hour, 0)
 	second := storetest.Limit(descriptors.FixedWindow, 1, time.Second, 0)
