@@ -231,12 +231,27 @@ func (c *converter) duration(d time.Duration) *durationpb.Duration {
 	return p
 }
 
+// protoResponse holds a response and the statuses of a small request in one
+// allocation.
+type protoResponse struct {
+	resp     rlsv3.RateLimitResponse
+	ptrs     [4]*rlsv3.RateLimitResponse_DescriptorStatus
+	statuses [4]rlsv3.RateLimitResponse_DescriptorStatus
+}
+
 func (c *converter) toProto(resp *service.Response) *rlsv3.RateLimitResponse {
-	out := &rlsv3.RateLimitResponse{
-		OverallCode: codeToProto[resp.Code],
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses)),
+	n := len(resp.Statuses)
+	var out *rlsv3.RateLimitResponse
+	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
+	if n <= len(protoResponse{}.ptrs) {
+		pr := new(protoResponse)
+		out, statuses = &pr.resp, pr.statuses[:n]
+		out.Statuses = pr.ptrs[:n]
+	} else {
+		out = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
 	}
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses))
+	out.OverallCode = codeToProto[resp.Code]
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		ps := &statuses[i]

@@ -41,10 +41,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Rate-limit requests answered, by overall code (OK, OVER_LIMIT, error).",
 		}, []string{"code"}),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:                        "rls_store_duration_seconds",
-			Help:                        "Time of one store call (one decision), by outcome.",
-			Buckets:                     []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
-			NativeHistogramBucketFactor: 1.1,
+			Name:    "rls_store_duration_seconds",
+			Help:    "Time of one store call (one decision), by outcome.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
 		}, []string{"outcome"}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rls_store_errors_total",

@@ -166,6 +166,19 @@ type Response struct {
 	// Headers are the rate-limit headers for the client's response, per the
 	// service's header mode (always both drafts for CheckHTTP).
 	Headers []Header
+
+	statusBuf [4]Status // Statuses of small requests, in the same allocation
+}
+
+// newResponse returns an OK response with n statuses.
+func newResponse(n int) *Response {
+	r := &Response{Code: OK}
+	if n <= len(r.statusBuf) {
+		r.Statuses = r.statusBuf[:n:n]
+	} else {
+		r.Statuses = make([]Status, n)
+	}
+	return r
 }
 
 // Status is the verdict on one descriptor.

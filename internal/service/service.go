@@ -174,8 +174,9 @@ func (s *Service) Ready(ctx context.Context) error {
 type scratch struct {
 	items   []engine.Item
 	results []engine.Result
-	owner   []int // descriptor index of each item
-	key     []byte
+	owner   []int    // descriptor index of each item
+	key     []byte   // identities of the request's descriptors, back to back
+	spans   [][2]int // each limited descriptor's identity in key
 	nodes   []*descriptors.Descriptor
 	built   [][]descriptors.Entry
 }
@@ -204,7 +205,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	if cur != nil {
 		dom = cur.cfg.Domain(req.Domain)
 	}
-	resp := &Response{Code: OK, Statuses: make([]Status, len(req.Descriptors))}
+	resp := newResponse(len(req.Descriptors))
 	if dom == nil {
 		// Unknown domain: OK with no limit, as envoyproxy/ratelimit does,
 		// even with an override.
@@ -239,6 +240,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 
 	items := sc.items[:0]
 	owner := sc.owner[:0]
+	sc.key, sc.spans = sc.key[:0], sc.spans[:0]
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
@@ -262,20 +264,18 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 				continue
 			}
 			if len(items) == first {
-				sc.key = engine.AppendDescriptorKey(sc.key[:0], req.Domain, d.Entries, node)
+				// The descriptor's identity goes into the request's key buffer;
+				// its offsets are parked in Desc's place until the buffer
+				// becomes one string below.
+				start := len(sc.key)
+				sc.key = engine.AppendDescriptorKey(sc.key, req.Domain, d.Entries, node)
+				sc.spans = append(sc.spans, [2]int{start, len(sc.key)})
 			}
 			var group int32
 			if node != nil && node.QuotaMode {
 				group = int32(i + 1)
 			}
-			desc := ""
-			if len(items) > first {
-				desc = items[first].Desc
-			} else {
-				desc = string(sc.key)
-			}
 			items = append(items, engine.Item{
-				Desc:   desc,
 				Limit:  l,
 				Hits:   req.hits(d),
 				Refund: d.Refund,
@@ -289,6 +289,17 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		}
 	}
 	sc.items, sc.owner = items, owner
+	if len(items) > 0 {
+		// One allocation for the identities of all descriptors.
+		keys := string(sc.key)
+		span := -1
+		for i := range items {
+			if i == 0 || owner[i] != owner[i-1] {
+				span++
+			}
+			items[i].Desc = keys[sc.spans[span][0]:sc.spans[span][1]]
+		}
+	}
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
 		resp.Headers = appendHeaders(nil, headers, resp)
