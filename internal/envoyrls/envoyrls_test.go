@@ -1,8 +1,11 @@
 package envoyrls
 
 import (
+	"sync/atomic"
+
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"math"
 	"testing"
 	"time"
@@ -169,6 +172,94 @@ func BenchmarkHandler(b *testing.B) {
 			var req rlsv3.RateLimitRequest
 			proto.Unmarshal(wire, &req)
 			proto.Marshal(static)
+		}
+	})
+}
+
+// BenchmarkHandler3x2 is the load harness's second shape in process: three
+// descriptors of two windows each.
+func BenchmarkHandler3x2(b *testing.B) {
+	cfg, err := descriptors.Parse("bench.yaml", []byte(`
+domain: bench
+descriptors:
+  - key: api_key
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000, algorithm: token_bucket, burst: 1000000}
+      - {unit: day, requests_per_unit: 1000000000}
+  - key: path
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000}
+  - key: tenant
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := memstore.New(memstore.Options{})
+	defer ms.Close()
+	svc := service.New(service.Options{Store: ms})
+	svc.SetConfig(cfg)
+	s := New(svc)
+	var wires [][]byte
+	for i := range 1000 {
+		in := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+			desc("api_key", fmt.Sprintf("key-%d", i%997)), desc("path", fmt.Sprintf("/api/v1/items/%d", i%101)), desc("tenant", fmt.Sprintf("tenant-%d", i%13)),
+		}}
+		w, _ := proto.Marshal(in)
+		wires = append(wires, w)
+	}
+	ctx := context.Background()
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		var req rlsv3.RateLimitRequest
+		proto.Unmarshal(wires[i%len(wires)], &req)
+		i++
+		resp, _ := s.ShouldRateLimit(ctx, &req)
+		proto.Marshal(resp)
+	}
+}
+
+func BenchmarkHandler3x2Parallel(b *testing.B) {
+	cfg, err := descriptors.Parse("bench.yaml", []byte(`
+domain: bench
+descriptors:
+  - key: api_key
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000, algorithm: token_bucket, burst: 1000000}
+      - {unit: day, requests_per_unit: 1000000000}
+  - key: path
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000}
+  - key: tenant
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := memstore.New(memstore.Options{})
+	defer ms.Close()
+	svc := service.New(service.Options{Store: ms, Registry: prometheus.NewRegistry()})
+	svc.SetConfig(cfg)
+	s := New(svc)
+	var reqs []*rlsv3.RateLimitRequest
+	for i := range 1000 {
+		reqs = append(reqs, &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+			desc("api_key", fmt.Sprintf("key-%d", i%997)), desc("path", fmt.Sprintf("/api/v1/items/%d", i%101)), desc("tenant", fmt.Sprintf("tenant-%d", i%13)),
+		}})
+	}
+	ctx := context.Background()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s.ShouldRateLimit(ctx, reqs[int(next.Add(1))%len(reqs)])
 		}
 	})
 }

@@ -77,6 +77,7 @@ type entry struct {
 	counters []counter
 	size     int64
 	removed  bool
+	resize   bool // size must be computed again
 }
 
 type counter struct {
@@ -185,12 +186,14 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	var stateBuf [16]*engine.State
 	var entryBuf [16]*entry
 	var hashBuf [16]uint64
+	var indexBuf [16]int
 	order := shardBuf[:0]
-	states, entries, hashes := stateBuf[:0], entryBuf[:0], hashBuf[:0]
+	states, entries, hashes, indexes := stateBuf[:0], entryBuf[:0], hashBuf[:0], indexBuf[:0]
 	if len(items) > len(stateBuf) {
 		states = make([]*engine.State, 0, len(items))
 		entries = make([]*entry, 0, len(items))
 		hashes = make([]uint64, 0, len(items))
+		indexes = make([]int, 0, len(items))
 	}
 	for i := range items {
 		// Windows of one descriptor come one after the other: hash once.
@@ -202,6 +205,8 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		hashes = append(hashes, h)
 		order = insertSorted(order, uint8(h%numShards))
 	}
+	now := s.now()
+	t := now.UnixMicro()
 	for _, i := range order {
 		s.shards[i].mu.Lock()
 	}
@@ -211,8 +216,6 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		}
 	}()
 
-	now := s.now()
-	t := now.UnixMicro()
 	// First make sure every counter exists (appending may move a counter
 	// slice), then take the states' addresses.
 	for i := range items {
@@ -227,14 +230,20 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 			sh.entries[hashes[i]] = ent
 		}
 		entries = append(entries, ent)
-		if counterIndex(ent, it.Limit.ID) < 0 {
+		j := counterIndex(ent, it.Limit.ID)
+		if j < 0 {
+			j = len(ent.counters)
 			ent.counters = append(ent.counters, counter{id: it.Limit.ID, limit: it.Limit})
 			sh.counters++
+			ent.resize = true
 		}
+		if it.Limit.Algorithm == descriptors.SlidingLog {
+			ent.resize = true // the log's capacity may change
+		}
+		indexes = append(indexes, j)
 	}
 	for i := range items {
-		ent := entries[i]
-		c := &ent.counters[counterIndex(ent, items[i].Limit.ID)]
+		c := &entries[i].counters[indexes[i]]
 		if c.expires <= t {
 			// Expired: equivalent to a fresh counter.
 			c.st = engine.State{Log: c.st.Log[:0]}
@@ -258,6 +267,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 			}
 		}
 		if expired > 0 {
+			ent.resize = true
 			live := ent.counters[:0]
 			for _, c := range ent.counters {
 				if c.expires > t {
@@ -273,9 +283,12 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 			sh.remove(hashes[i], ent)
 			continue
 		}
-		size := ent.computeSize()
-		sh.bytes += size - ent.size
-		ent.size = size
+		if ent.resize {
+			ent.resize = false
+			size := ent.computeSize()
+			sh.bytes += size - ent.size
+			ent.size = size
+		}
 	}
 	for _, i := range order {
 		s.shards[i].evict(s.shardBytes)
