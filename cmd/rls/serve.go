@@ -30,6 +30,7 @@ import (
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 )
@@ -76,6 +77,7 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 
 	svc := service.New(service.Options{
 		Store:        store,
+		TimeStore:    o.store == "redis",
 		OnStoreError: o.onStoreError,
 		Headers:      o.responseHeaders,
 		Registry:     reg,
@@ -223,5 +225,34 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 		}, func() float64 { _, b := s.Stats(); return float64(b) }))
 		return s, func() { s.Close() }, nil
 	}
-	return nil, nil, fmt.Errorf("--store=%s: not available in this build", o.store)
+	s, err := redisstore.New(redisstore.Options{
+		URL:          o.redisURL,
+		ClusterSeeds: o.redisCluster,
+		Prefix:       o.redisPrefix,
+		PoolSize:     o.redisPoolSize,
+		Timeout:      o.storeTimeout,
+		DenyCache:    o.denyCache,
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--store=redis: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.Ping(pctx); err != nil {
+		// Serve anyway: /readyz says not ready, --on-store-error decides what
+		// requests get, and the store reconnects by itself.
+		log.Warn("Redis does not answer yet", "error", err)
+	}
+	counter := func(name, help string, f func(redisstore.Stats) uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(s.Stats())) }))
+	}
+	counter("rls_redis_decisions_total", "Requests decided by Redis scripts.", func(st redisstore.Stats) uint64 { return st.Decisions })
+	counter("rls_redis_scripts_total", "Scripts sent to Redis (EVALSHA, or EVAL after NOSCRIPT).", func(st redisstore.Stats) uint64 { return st.Scripts })
+	counter("rls_redis_round_trips_total", "Pipelines sent to Redis; decisions/round trips is the batching.", func(st redisstore.Stats) uint64 { return st.RoundTrips })
+	counter("rls_deny_cache_hits_total", "Requests denied from the denial cache without a round trip.", func(st redisstore.Stats) uint64 { return st.CacheHits })
+	counter("rls_redis_releases_total", "Cluster reservations released because another node denied the request.", func(st redisstore.Stats) uint64 { return st.Releases })
+	counter("rls_redis_errors_total", "Store calls that failed.", func(st redisstore.Stats) uint64 { return st.Errors })
+	return s, func() { s.Close() }, nil
 }

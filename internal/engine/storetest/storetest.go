@@ -180,6 +180,14 @@ func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 		if ok != st.ok || r.Admitted != st.ok {
 			t.Fatalf("%s = %v (item %v), want %v", call, ok, r.Admitted, st.ok)
 		}
+		if r.Cached {
+			// A denial cache may answer with what it knew: never a later
+			// retry or reset, never more remaining than the truth.
+			if r.RetryAfter > st.retry || r.Reset > st.reset || r.Remaining > st.remaining {
+				t.Errorf("%s from the denial cache = %+v, want retry ≤ %s, reset ≤ %s, remaining ≤ %d", call, r, st.retry, st.reset, st.remaining)
+			}
+			continue
+		}
 		if r.Remaining != st.remaining {
 			t.Errorf("%s remaining = %d, want %d", call, r.Remaining, st.remaining)
 		}
@@ -251,11 +259,18 @@ func testAllOrNothingDescriptors(t *testing.T, newStore NewStore) {
 	}
 	for i := range 3 {
 		ok, res := apply(t, s, []engine.Item{{Desc: a, Limit: l, Hits: 1}, {Desc: b, Limit: l, Hits: 1}})
+		if res[1].Cached {
+			// Denied from a denial cache: a was not even looked at.
+			if ok || !res[0].Skipped || res[1].Admitted {
+				t.Fatalf("request %d from the denial cache: %v (a %+v, b %+v), want false, a skipped", i, ok, res[0], res[1])
+			}
+			continue
+		}
 		if ok || !res[0].Admitted || res[1].Admitted || res[0].Remaining != 2 {
 			t.Fatalf("request %d: Apply(a, b) = %v (a %v remaining %d, b %v), want false (true remaining 2, false): a denied request must consume nothing",
 				i, ok, res[0].Admitted, res[0].Remaining, res[1].Admitted)
 		}
-		if res[1].RetryAfter != 60*sec {
+		if res[1].RetryAfter != 60*sec && !res[1].Cached {
 			t.Errorf("request %d: b retry after = %s, want 1m", i, res[1].RetryAfter)
 		}
 	}

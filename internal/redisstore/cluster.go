@@ -1,0 +1,163 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+// nodePart is the share of a request that one cluster master holds.
+type nodePart struct {
+	idx      []int // positions in the request
+	items    []engine.Item
+	bases    []string
+	results  []engine.Result
+	admitted bool
+	undo     []any
+	err      error
+}
+
+// applyCluster decides a request whose counters may sit on several masters.
+// One master: the script decides it whole. Several: each master reserves
+// its part (all-or-nothing locally), and when the request as a whole is
+// denied, every master that reserved gives back exactly what it took. The
+// request is therefore never over-admitted; a concurrent request may see a
+// reservation that is about to be released and be denied by it.
+func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []string, results []engine.Result) (bool, error) {
+	parts, err := s.split(ctx, items, bases)
+	if err != nil {
+		return false, err
+	}
+	if len(parts) == 1 {
+		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, "F", items, bases, results, nil) })
+	}
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		wg.Go(func() {
+			p.admitted, p.err = s.retryMoved(ctx, func() (bool, error) {
+				return s.applyNode(ctx, "R", p.items, p.bases, p.results, &p.undo)
+			})
+		})
+	}
+	wg.Wait()
+
+	admitted := true
+	var firstErr error
+	for _, p := range parts {
+		if p.err != nil && firstErr == nil {
+			firstErr = p.err
+		}
+		admitted = admitted && p.err == nil && p.admitted
+		for j, i := range p.idx {
+			results[i] = p.results[j]
+		}
+	}
+	if admitted {
+		// Quota groups: each is one descriptor, hence on one node, and was
+		// judged there; the request needs at least one that is not over.
+		over := engine.GroupsOver(items, results)
+		quota, pass := false, false
+		for i := range items {
+			if g := items[i].Group; g != 0 {
+				quota = true
+				pass = pass || !over[g]
+			}
+		}
+		admitted = !quota || pass
+	}
+	if !admitted {
+		s.releaseAll(parts)
+	}
+	if firstErr != nil {
+		return false, firstErr
+	}
+	return admitted, nil
+}
+
+// split groups the items by the master that owns their slot.
+func (s *Store) split(ctx context.Context, items []engine.Item, bases []string) (map[string]*nodePart, error) {
+	parts := make(map[string]*nodePart)
+	for i := range items {
+		node, err := s.cluster.MasterForKey(ctx, bases[i])
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster: slot of %q: %w", bases[i], err)
+		}
+		addr := node.Options().Addr
+		p := parts[addr]
+		if p == nil {
+			p = &nodePart{}
+			parts[addr] = p
+		}
+		p.idx = append(p.idx, i)
+		p.items = append(p.items, items[i])
+		p.bases = append(p.bases, bases[i])
+		p.results = append(p.results, engine.Result{})
+	}
+	return parts, nil
+}
+
+// retryMoved runs f again once, with a fresh slot map, when a script met a
+// key that is no longer local to the node it was sent to (resharding or a
+// failover in progress).
+func (s *Store) retryMoved(ctx context.Context, f func() (bool, error)) (bool, error) {
+	ok, err := f()
+	if err == nil || !clusterMoved(err) {
+		return ok, err
+	}
+	s.cluster.ReloadState(ctx)
+	return f()
+}
+
+func clusterMoved(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"non local key", "CROSSSLOT", "TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseAll undoes the reservations of a denied request. It runs with its
+// own deadline: a reservation left behind would deny others until its
+// counters expire.
+func (s *Store) releaseAll(parts map[string]*nodePart) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		if !p.admitted || len(p.undo) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			args := []any{s.nowArg()}
+			for _, op := range p.undo {
+				f, _ := op.([]any)
+				if len(f) < 2 {
+					continue
+				}
+				switch f[0] {
+				case "I", "T":
+					args = append(args, f...)
+				case "Z":
+					args = append(args, f[0], f[1], len(f)-2)
+					args = append(args, f[2:]...)
+				case "A":
+					args = append(args, f[0], f[1], f[2], len(f)-3)
+					args = append(args, f[3:]...)
+				}
+			}
+			if err := s.release.Run(ctx, s.client, []string{p.bases[0]}, args...).Err(); err != nil && err != redis.Nil {
+				s.log.Warn("redis cluster: releasing a reservation failed; its counters stay consumed until they expire", "error", err)
+				return
+			}
+			s.releases.Add(1)
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,31 @@
+// Package redisstore is the engine.Store on Redis or Redis Cluster: one Lua
+// script (scripts/decide.lua) judges every limit of a request at Redis's
+// clock and consumes all of them or none, in one EVALSHA per node the
+// request touches. Concurrent requests share round trips (pipelining), and
+// denials whose end Redis computed are answered from memory until then. It
+// knows nothing about transports.
+//
+// # Key layout
+//
+// Every key starts with the prefix (--redis-prefix, default "rls:"), then
+// the descriptor's identity in braces, then the limit's ID:
+//
+//	rls:{api/remote_address=203.0.113.7}:fw60s:1795390800   fixed_window, the window starting at that Unix second
+//	rls:{api/remote_address=203.0.113.7}:sw3600s:1795388400  sliding_window, one key per window (current and previous are read)
+//	rls:{api/api_key=k1}:tb1s                                token_bucket: the theoretical arrival time, µs
+//	rls:{api/user=u1}:sl60s:5:burst                          sliding_log: a sorted set of admitted hits (score µs)
+//
+// The identity (engine.AppendDescriptorKey) is the domain, then "/key=value"
+// per entry, with '%', '/', '=', '~', '#', '{', '}', ':' and bytes outside
+// printable ASCII percent-escaped and parts longer than 64 bytes replaced by
+// "#" and a SHA-256 prefix, so keys are unambiguous and bounded, and the
+// braces make the identity Redis Cluster's hash tag: all windows of one
+// descriptor live in one slot. The limit ID is the algorithm, the window in
+// seconds and, for a named limit, ":" + the name's length + ":" + the name.
+//
+// Fixed and sliding window keys get their expiry (PXAT the window's end, or
+// the end of the next window for sliding windows) when they are created,
+// and hits never push it back. A token bucket's TAT is written with the
+// instant at which it becomes meaningless; a sliding log expires a window
+// after its newest hit.
+package redisstore

@@ -1,0 +1,407 @@
+-- decide.lua: judges every limit of one request at one instant and consumes
+-- all of them or none. It is engine.Evaluate (internal/engine/evaluate.go)
+-- over the algorithms of internal/engine/algorithms.go, step for step and
+-- with the same arithmetic: integers stay below 2^53 (exact in Lua numbers),
+-- and the sliding window's float estimate uses the same IEEE-754 operations
+-- in the same order. A differential test holds the two to identical answers.
+--
+-- KEYS[1]: a key of the node (cluster routing only; every key is in ARGV).
+-- ARGV[1]: mode, "F" (final: the whole request) or "R" (reserve: this node's
+--          part of a request spread over cluster nodes; quota groups are
+--          judged locally and the undo log of what was consumed is returned).
+-- ARGV[2]: the instant in microseconds, or "" for Redis TIME (tests only).
+-- ARGV[3]: the number of items, then 8 fields per item:
+--          base key, algorithm (0 fixed_window, 1 sliding_window,
+--          2 sliding_log, 3 token_bucket), window µs, limit, burst, hits,
+--          flags (1 refund, 2 shadow), quota group (0 = none).
+-- Returns {admitted, now, then per item admitted, remaining, reset µs,
+-- retry µs, then (mode R) the undo log: a list of {op, key, args...}}.
+--
+-- The script runs on every request, so it is written for the Lua
+-- interpreter: items and counters live in arrays indexed by position (no
+-- table per item), and small helpers are inlined.
+
+local FW, SW, SL, TB = 0, 1, 2, 3
+local floor, min, max, tonumber, tostring = math.floor, math.min, math.max, tonumber, tostring
+local call = redis.call
+local argv = ARGV
+
+local now
+if argv[2] ~= '' then
+  now = tonumber(argv[2])
+else
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- exact floor(a / b) for non-negative integers below 2^53
+local function idiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+local function ms_ceil(us)
+  return fmt(idiv(us + 999, 1000))
+end
+
+-- Items (index k): ctr = its counter's index; ok, retry = pass-1 verdict.
+local n = tonumber(argv[3])
+local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry = {}, {}, {}, {}, {}, {}, {}
+-- Counters (index c), each loaded once and normalized to now:
+-- base, alg, w, limit, burst; key (window key), ws, exists, count, prev
+-- (windows); tat (bucket); card, add, pop (log); the *0 arrays keep the
+-- loaded values for undoing pass 1 and for the writes.
+local c_base, c_alg, c_w, c_lim, c_burst = {}, {}, {}, {}, {}
+local c_key, c_ws, c_exists, c_count, c_prev, c_count0 = {}, {}, {}, {}, {}, {}
+local c_tat, c_tat0, c_card, c_add, c_pop = {}, {}, {}, {}, {}
+local by_base, nc = {}, 0
+
+local function interval(c)
+  return idiv(c_w[c] + c_lim[c] - 1, c_lim[c])
+end
+
+local function load(c)
+  local alg, base, w = c_alg[c], c_base[c], c_w[c]
+  if alg == FW or alg == SW then
+    local ws = idiv(now, w) * w
+    local key = base .. ':' .. tostring(ws / 1000000)
+    c_ws[c], c_key[c] = ws, key
+    local v = call('GET', key)
+    c_exists[c] = v ~= false
+    local count = tonumber(v or '0')
+    c_count[c], c_count0[c] = count, count
+    if alg == SW then
+      c_prev[c] = tonumber(call('GET', base .. ':' .. tostring((ws - w) / 1000000)) or '0')
+    else
+      c_prev[c] = 0
+    end
+  elseif alg == TB then
+    local tat = tonumber(call('GET', base) or '0')
+    if tat < now then
+      tat = now
+    end
+    c_tat[c], c_tat0[c] = tat, tat
+  else
+    call('ZREMRANGEBYSCORE', base, '-inf', fmt(now - w))
+    c_card[c], c_add[c], c_pop[c] = call('ZCARD', base), 0, 0
+  end
+end
+
+local function restore(c)
+  c_count[c], c_tat[c], c_add[c], c_pop[c] = c_count0[c], c_tat0[c], 0, 0
+end
+
+-- k-th oldest entry of a log: existing entries first (the newest pop of them
+-- removed), then the pending ones at now
+local function kth(c, k)
+  if k < c_card[c] - c_pop[c] then
+    return tonumber(call('ZRANGE', c_base[c], k, k, 'WITHSCORES')[2])
+  end
+  return now
+end
+
+local function sw_estimate(c)
+  local w = c_w[c]
+  local weight = (w - (now - c_ws[c])) / w
+  local est = c_prev[c] * weight
+  return est + c_count[c]
+end
+
+local function admits(c, hits)
+  local alg, limit = c_alg[c], c_lim[c]
+  if alg ~= TB and hits > limit then
+    return false
+  end
+  if alg == FW then
+    return c_count[c] + hits <= limit
+  elseif alg == SW then
+    return sw_estimate(c) + hits <= limit
+  elseif alg == SL then
+    return c_card[c] - c_pop[c] + c_add[c] + hits <= limit
+  end
+  if limit == 0 then
+    return hits == 0
+  end
+  if hits > c_burst[c] then
+    return false
+  end
+  local i = interval(c)
+  return c_tat[c] + hits * i - now <= c_burst[c] * i
+end
+
+local function consume(c, hits)
+  if hits == 0 then
+    return
+  end
+  local alg = c_alg[c]
+  if alg == FW or alg == SW then
+    c_count[c] = c_count[c] + hits
+  elseif alg == SL then
+    c_add[c] = c_add[c] + hits
+  elseif c_lim[c] > 0 then
+    c_tat[c] = c_tat[c] + hits * interval(c)
+  end
+end
+
+local function give_back(c, hits)
+  local alg = c_alg[c]
+  if alg == FW or alg == SW then
+    c_count[c] = c_count[c] - min(c_count[c], hits)
+  elseif alg == SL then
+    local a = min(c_add[c], hits)
+    c_add[c] = c_add[c] - a
+    c_pop[c] = c_pop[c] + min(c_card[c] - c_pop[c], hits - a)
+  elseif c_lim[c] > 0 then
+    local i = interval(c)
+    local d = c_tat[c] - now
+    if hits >= idiv(d + i - 1, i) then
+      c_tat[c] = now
+    else
+      c_tat[c] = c_tat[c] - hits * i
+    end
+  end
+end
+
+local function remaining(c)
+  local alg, limit = c_alg[c], c_lim[c]
+  if alg == FW then
+    return limit - min(limit, c_count[c])
+  elseif alg == SW then
+    local r = limit - sw_estimate(c)
+    if r <= 0 then
+      return 0
+    end
+    return floor(r)
+  elseif alg == SL then
+    return limit - min(limit, c_card[c] - c_pop[c] + c_add[c])
+  end
+  if limit == 0 then
+    return 0
+  end
+  local i = interval(c)
+  local tau = c_burst[c] * i
+  local d = c_tat[c] - now
+  if d >= tau then
+    return 0
+  end
+  return idiv(tau - d, i)
+end
+
+local function reset_at(c)
+  local alg = c_alg[c]
+  if alg == FW or alg == SW then
+    return c_ws[c] + c_w[c]
+  elseif alg == SL then
+    if c_card[c] - c_pop[c] + c_add[c] == 0 then
+      return now
+    end
+    return kth(c, 0) + c_w[c]
+  end
+  return c_tat[c]
+end
+
+local function retry_at(c, hits)
+  local alg, w, limit = c_alg[c], c_w[c], c_lim[c]
+  if alg == FW then
+    return c_ws[c] + w
+  elseif alg == SW then
+    local ws, count = c_ws[c], c_count[c]
+    local ending = ws + w
+    if hits > limit then
+      return ending
+    end
+    if count + hits <= limit then
+      local a = limit - count - hits
+      local e = w - a * w / c_prev[c]
+      return max(now + 1, min(ending, ws + floor(e) - 1))
+    end
+    local a = limit - hits
+    local e = w - a * w / count
+    return max(ending, min(ending + w, ending + floor(e) - 1))
+  elseif alg == SL then
+    local len = c_card[c] - c_pop[c] + c_add[c]
+    if hits > limit or len + hits <= limit then
+      return now + w
+    end
+    return kth(c, len + hits - limit - 1) + w
+  end
+  if limit == 0 or hits > c_burst[c] then
+    return now + w
+  end
+  local i = interval(c)
+  return c_tat[c] + hits * i - c_burst[c] * i
+end
+
+-- pass 1: judge the items in order, consuming tentatively
+
+for k = 1, n do
+  local a = 3 + (k - 1) * 8
+  local base = argv[a + 1]
+  local c = by_base[base]
+  if not c then
+    nc = nc + 1
+    c = nc
+    by_base[base] = c
+    c_base[c], c_alg[c], c_w[c] = base, tonumber(argv[a + 2]), tonumber(argv[a + 3])
+    c_lim[c], c_burst[c] = tonumber(argv[a + 4]), tonumber(argv[a + 5])
+    load(c)
+  end
+  local hits, flags = tonumber(argv[a + 6]), tonumber(argv[a + 7])
+  local refund = flags % 2 == 1
+  i_ctr[k], i_hits[k], i_refund[k], i_shadow[k], i_group[k] = c, hits, refund, flags >= 2, tonumber(argv[a + 8])
+  i_retry[k] = 0
+  if refund then
+    i_ok[k] = true
+    give_back(c, hits)
+  elseif admits(c, hits) then
+    i_ok[k] = true
+    consume(c, hits)
+  else
+    i_ok[k] = false
+    i_retry[k] = retry_at(c, hits) - now
+  end
+end
+
+-- the all-or-nothing rule (engine.decide)
+
+local admitted, quota = true, false
+for k = 1, n do
+  if i_group[k] ~= 0 then
+    quota = true
+  elseif not i_shadow[k] and not i_ok[k] then
+    admitted = false
+  end
+end
+local over, quota_fail = {}, false
+if quota then
+  for k = 1, n do
+    if i_group[k] ~= 0 and not i_shadow[k] and not i_ok[k] then
+      over[i_group[k]] = true
+    end
+  end
+  if argv[1] == 'F' then
+    local any_pass = false
+    for k = 1, n do
+      if i_group[k] ~= 0 and not over[i_group[k]] then
+        any_pass = true
+      end
+    end
+    if not any_pass then
+      admitted = false
+    end
+  end
+  if admitted then
+    for k = 1, n do
+      if i_group[k] ~= 0 and over[i_group[k]] and i_ok[k] then
+        quota_fail = true
+      end
+    end
+  end
+end
+if not admitted or quota_fail then
+  for c = 1, nc do
+    restore(c)
+  end
+end
+if admitted and quota_fail then
+  for k = 1, n do
+    if i_ok[k] and not over[i_group[k]] then
+      if i_refund[k] then
+        give_back(i_ctr[k], i_hits[k])
+      else
+        consume(i_ctr[k], i_hits[k])
+      end
+    end
+  end
+end
+
+-- results, from the final state of each counter
+
+local out = { admitted and 1 or 0, now }
+for k = 1, n do
+  local c = i_ctr[k]
+  local m = #out
+  out[m + 1] = i_ok[k] and 1 or 0
+  out[m + 2] = remaining(c)
+  out[m + 3] = max(0, reset_at(c) - now)
+  out[m + 4] = max(0, i_retry[k])
+end
+
+-- writes: each counter that changed, as a delta where others may write too
+
+local reserve = argv[1] == 'R'
+local undo = {}
+for c = 1, nc do
+  local alg, base = c_alg[c], c_base[c]
+  if alg == FW or alg == SW then
+    local delta = c_count[c] - c_count0[c]
+    if delta ~= 0 then
+      if c_exists[c] then
+        call('INCRBY', c_key[c], delta)
+      else
+        local ttl = c_ws[c] + c_w[c]
+        if alg == SW then
+          ttl = ttl + c_w[c]
+        end
+        call('SET', c_key[c], c_count[c], 'PXAT', ms_ceil(ttl))
+      end
+      if reserve then
+        undo[#undo + 1] = { 'I', c_key[c], -delta }
+      end
+    end
+  elseif alg == TB then
+    local tat = c_tat[c]
+    if tat ~= c_tat0[c] then
+      if tat > now then
+        call('SET', base, fmt(tat), 'PXAT', ms_ceil(tat))
+      else
+        call('DEL', base)
+      end
+      if reserve then
+        undo[#undo + 1] = { 'T', base, fmt(c_tat0[c] - tat) }
+      end
+    end
+  elseif c_pop[c] > 0 or c_add[c] > 0 then
+    local w = c_w[c]
+    if c_pop[c] > 0 then
+      local popped = call('ZPOPMAX', base, c_pop[c])
+      local op = { 'A', base, fmt(w) }
+      for j = 1, #popped, 2 do
+        op[#op + 1] = popped[j + 1]
+        op[#op + 1] = popped[j]
+      end
+      undo[#undo + 1] = op
+    end
+    if c_add[c] > 0 then
+      local op = { 'Z', base }
+      local seq = c_card[c] - c_pop[c]
+      local stamp = fmt(now)
+      for _ = 1, c_add[c] do
+        local member
+        repeat
+          seq = seq + 1
+          member = stamp .. '-' .. seq
+        until call('ZADD', base, 'NX', stamp, member) == 1
+        op[#op + 1] = member
+      end
+      undo[#undo + 1] = op
+    end
+    local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')
+    if #newest > 0 then
+      call('PEXPIREAT', base, ms_ceil(tonumber(newest[2]) + w))
+    end
+  end
+end
+if reserve and admitted then
+  out[#out + 1] = undo
+end
+return out

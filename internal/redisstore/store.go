@@ -1,0 +1,291 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+//go:embed scripts/decide.lua
+var decideSource string
+
+//go:embed scripts/release.lua
+var releaseSource string
+
+// Options configure a Store.
+type Options struct {
+	// URL is a redis:// or rediss:// (TLS) URL, with user and password in
+	// it. In cluster mode its credentials and TLS settings apply to every
+	// node and its host is ignored.
+	URL string
+	// ClusterSeeds, when not empty, are host:port seeds of a Redis Cluster.
+	ClusterSeeds []string
+	// Prefix starts every key; default "rls:".
+	Prefix string
+	// PoolSize is the number of connections per node; 0 means go-redis's
+	// default (10 per CPU).
+	PoolSize int
+	// Timeout bounds one Apply (default 10ms): the call returns an error
+	// wrapping context.DeadlineExceeded after it.
+	Timeout time.Duration
+	// DenyCache answers requests that Redis said are denied until an exact
+	// instant from memory until then.
+	DenyCache bool
+	// DenyCacheSize bounds the denial cache's entries (default 100000).
+	DenyCacheSize int
+	// Now, for tests only: the scripts use this clock instead of Redis TIME.
+	Now func() time.Time
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// MaxBatch bounds the scripts sent in one pipeline (default 128).
+	MaxBatch int
+	// Workers is the number of pipelines in flight at once (default 4).
+	// Fewer workers put more decisions in each round trip.
+	Workers int
+}
+
+// Stats are the store's counters since it started.
+type Stats struct {
+	Decisions  uint64 // Apply calls answered by Redis
+	Scripts    uint64 // EVALSHA (or EVAL) calls sent
+	RoundTrips uint64 // pipelines sent
+	CacheHits  uint64 // Apply calls answered from the denial cache
+	Releases   uint64 // cluster reservations undone
+	Errors     uint64 // Apply calls that failed
+}
+
+// Store is the Redis engine.Store. It is safe for concurrent use; Close
+// releases its connections and workers.
+type Store struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil for a single node
+	opts    Options
+	decide  *redis.Script
+	release *redis.Script
+	b       *batcher
+	cache   *denyCache
+	log     *slog.Logger
+
+	decisions, cacheHits, releases, errs atomic.Uint64
+	closeOnce                            sync.Once
+}
+
+var _ engine.Store = (*Store)(nil)
+
+// New connects lazily: it returns an error only for bad options, not for an
+// unreachable Redis (Ping says that, for readiness).
+func New(opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = "rls:"
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Millisecond
+	}
+	if opts.DenyCacheSize <= 0 {
+		opts.DenyCacheSize = 100_000
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 128
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redis prefix %q: braces would break the cluster hash tag", opts.Prefix)
+	}
+	url := opts.URL
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	ro, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis URL: %w", err)
+	}
+	// A call must fail within its timeout even when Redis hangs; a retry on
+	// a fresh connection is immediate (after a Redis restart every pooled
+	// connection is stale once).
+	io := max(2*opts.Timeout, 20*time.Millisecond)
+	ro.DialTimeout = max(5*opts.Timeout, 200*time.Millisecond)
+	ro.ReadTimeout, ro.WriteTimeout = io, io
+	ro.MaxRetries = 2
+	ro.MinRetryBackoff, ro.MaxRetryBackoff = -1, -1
+	ro.ContextTimeoutEnabled = true
+	if opts.PoolSize > 0 {
+		ro.PoolSize = opts.PoolSize
+	}
+	s := &Store{
+		opts:    opts,
+		decide:  redis.NewScript(decideSource),
+		release: redis.NewScript(releaseSource),
+		log:     opts.Logger,
+	}
+	if len(opts.ClusterSeeds) > 0 {
+		s.cluster = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 opts.ClusterSeeds,
+			Username:              ro.Username,
+			Password:              ro.Password,
+			TLSConfig:             ro.TLSConfig,
+			DialTimeout:           ro.DialTimeout,
+			ReadTimeout:           ro.ReadTimeout,
+			WriteTimeout:          ro.WriteTimeout,
+			MaxRetries:            ro.MaxRetries,
+			MinRetryBackoff:       ro.MinRetryBackoff,
+			MaxRetryBackoff:       ro.MaxRetryBackoff,
+			ContextTimeoutEnabled: true,
+			PoolSize:              ro.PoolSize,
+			MaxRedirects:          3,
+		})
+		s.client = s.cluster
+	} else {
+		s.client = redis.NewClient(ro)
+	}
+	if opts.DenyCache {
+		s.cache = newDenyCache(opts.DenyCacheSize)
+	}
+	s.b = newBatcher(s.client, s.decide, opts.MaxBatch, opts.Workers, io)
+	return s, nil
+}
+
+// Close stops the workers and closes the connections. Idempotent.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.b.close()
+		err = s.client.Close()
+	})
+	return err
+}
+
+// Ping checks that Redis answers: in cluster mode, every master.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.cluster != nil {
+		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	}
+	return s.client.Ping(ctx).Err()
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Decisions:  s.decisions.Load(),
+		Scripts:    s.b.scripts.Load(),
+		RoundTrips: s.b.roundTrips.Load(),
+		CacheHits:  s.cacheHits.Load(),
+		Releases:   s.releases.Load(),
+		Errors:     s.errs.Load(),
+	}
+}
+
+func (s *Store) now() time.Time {
+	if s.opts.Now != nil {
+		return s.opts.Now()
+	}
+	return time.Now()
+}
+
+// nowArg is the script's instant argument: "" for Redis TIME.
+func (s *Store) nowArg() string {
+	if s.opts.Now == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.opts.Now().UnixMicro(), 10)
+}
+
+// base returns the key of an item's counter (window keys add a suffix).
+func (s *Store) base(it *engine.Item) string {
+	return s.opts.Prefix + "{" + it.Desc + "}:" + it.Limit.ID
+}
+
+// Apply implements engine.Store.
+func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	sent := s.now()
+	bases := make([]string, len(items))
+	for i := range items {
+		bases[i] = s.base(&items[i])
+	}
+	if s.cache != nil && s.cache.deny(items, bases, results, sent) {
+		s.cacheHits.Add(1)
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	var admitted bool
+	var err error
+	if s.cluster == nil {
+		admitted, err = s.applyNode(ctx, "F", items, bases, results, nil)
+	} else {
+		admitted, err = s.applyCluster(ctx, items, bases, results)
+	}
+	if err != nil {
+		s.errs.Add(1)
+		return false, err
+	}
+	s.decisions.Add(1)
+	if s.cache != nil {
+		s.cache.remember(items, bases, results, sent)
+	}
+	return admitted, nil
+}
+
+// applyNode runs the decide script over items (all on one node) and writes
+// their results. In mode "R" it also returns the undo log through undo.
+func (s *Store) applyNode(ctx context.Context, mode string, items []engine.Item, bases []string, results []engine.Result, undo *[]any) (bool, error) {
+	args := make([]any, 0, 3+8*len(items))
+	args = append(args, mode, s.nowArg(), len(items))
+	for i := range items {
+		it := &items[i]
+		l := it.Limit
+		flags := 0
+		if it.Refund {
+			flags |= 1
+		}
+		if it.Shadow {
+			flags |= 2
+		}
+		args = append(args, bases[i], int(l.Algorithm), l.Window.Microseconds(), l.RequestsPerUnit, l.Burst, it.Hits, flags, it.Group)
+	}
+	reply, err := s.b.do(ctx, []string{bases[0]}, args)
+	if err != nil {
+		return false, err
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) < 2+4*len(items) {
+		return false, fmt.Errorf("redis: unexpected decide reply %v", reply)
+	}
+	num := func(i int) int64 {
+		n, _ := vals[i].(int64)
+		return n
+	}
+	for i := range items {
+		k := 2 + 4*i
+		results[i] = engine.Result{
+			Admitted:   num(k) == 1,
+			Remaining:  uint64(max(num(k+1), 0)),
+			Reset:      time.Duration(num(k+2)) * time.Microsecond,
+			RetryAfter: time.Duration(num(k+3)) * time.Microsecond,
+		}
+	}
+	admitted := num(0) == 1
+	if undo != nil && len(vals) > 2+4*len(items) {
+		*undo, _ = vals[2+4*len(items)].([]any)
+	}
+	return admitted, nil
+}

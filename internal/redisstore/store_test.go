@@ -1,0 +1,375 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+func newStore(t testing.TB, opts Options) *Store {
+	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second // generous: -race and a busy CI machine
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+		return newStore(t, Options{URL: srv.URL(), Now: now})
+	})
+}
+
+func TestConformanceWithDenyCache(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+		return newStore(t, Options{URL: srv.URL(), Now: now, DenyCache: true})
+	})
+}
+
+// TestDifferential runs random request sequences through the Go algorithms
+// (memstore) and the Lua script at the same instants and requires identical
+// answers for every item.
+func TestDifferential(t *testing.T) {
+	srv := redistest.Start(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	clock := storetest.NewClock(storetest.T0)
+	mem := memstore.New(memstore.Options{Now: clock.Now})
+	defer mem.Close()
+	red := newStore(t, Options{URL: srv.URL(), Now: clock.Now, Prefix: fmt.Sprintf("diff%d:", seed)})
+
+	windows := []time.Duration{time.Second, 2 * time.Second, time.Minute, time.Hour}
+	var limits []*descriptors.Limit
+	for alg := range 4 {
+		for _, w := range windows {
+			for _, rpu := range []uint32{0, 1, 3, 10, 1000} {
+				burst := uint32(0)
+				if alg == int(descriptors.TokenBucket) {
+					burst = rpu * uint32(1+rng.IntN(3))
+				}
+				l := storetest.Limit(descriptors.Algorithm(alg), rpu, w, burst)
+				l.ID = fmt.Sprintf("%s:%d:%d", l.ID, rpu, burst) // one counter per limit variant
+				limits = append(limits, l)
+			}
+		}
+	}
+	descs := []string{"d/a=1", "d/a=2", "d/b=1", "d/c=x"}
+	const steps = 3000
+	for step := range steps {
+		clock.Set(clock.Now().Add(time.Duration(rng.ExpFloat64() * float64(200*time.Millisecond))))
+		n := 1 + rng.IntN(4)
+		items := make([]engine.Item, n)
+		for i := range items {
+			it := &items[i]
+			it.Desc = descs[rng.IntN(len(descs))]
+			it.Limit = limits[rng.IntN(len(limits))]
+			it.Hits = uint64(rng.IntN(4))
+			if rng.IntN(8) == 0 {
+				it.Hits = uint64(rng.IntN(20))
+			}
+			it.Refund = rng.IntN(10) == 0
+			it.Shadow = rng.IntN(10) == 0
+			if rng.IntN(6) == 0 {
+				it.Group = int32(1 + rng.IntN(2))
+			}
+		}
+		if rng.IntN(5) == 0 && n > 1 {
+			items[n-1] = items[0] // the same counter twice
+		}
+		mr := make([]engine.Result, n)
+		rr := make([]engine.Result, n)
+		mok, err := mem.Apply(context.Background(), items, mr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rok, err := red.Apply(context.Background(), items, rr)
+		if err != nil {
+			t.Fatalf("step %d: redis: %v", step, err)
+		}
+		if mok != rok {
+			t.Fatalf("step %d (seed %d) at T0+%s: memory admitted=%v, redis admitted=%v\nitems %s\nmemory %+v\nredis  %+v",
+				step, seed, clock.Now().Sub(storetest.T0), mok, rok, describe(items), mr, rr)
+		}
+		for i := range items {
+			if mr[i] != rr[i] {
+				t.Fatalf("step %d (seed %d) at T0+%s item %d: memory %+v, redis %+v\nitems %s",
+					step, seed, clock.Now().Sub(storetest.T0), i, mr[i], rr[i], describe(items))
+			}
+		}
+	}
+}
+
+func describe(items []engine.Item) string {
+	var b strings.Builder
+	for _, it := range items {
+		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d hits %d refund %v shadow %v group %d", it.Desc, it.Limit.Algorithm, it.Limit.RequestsPerUnit, it.Limit.Window, it.Limit.Burst, it.Hits, it.Refund, it.Shadow, it.Group)
+	}
+	return b.String()
+}
+
+func evalshaCalls(t *testing.T, addr string) int {
+	t.Helper()
+	out, err := redistest.Command(addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// TestOneEvalshaPerRequest: whatever the windows and descriptors, a request
+// is one EVALSHA.
+func TestOneEvalshaPerRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL()})
+	var items []engine.Item
+	for d := range 3 {
+		for _, l := range []*descriptors.Limit{
+			storetest.Limit(descriptors.FixedWindow, 1000, time.Second, 0),
+			storetest.Limit(descriptors.SlidingWindow, 1000, time.Minute, 0),
+			storetest.Limit(descriptors.TokenBucket, 1000, time.Hour, 1000),
+			storetest.Limit(descriptors.SlidingLog, 1000, time.Hour, 0),
+		} {
+			items = append(items, engine.Item{Desc: fmt.Sprintf("d/k=%d", d), Limit: l, Hits: 1})
+		}
+	}
+	results := make([]engine.Result, len(items))
+	s.Apply(context.Background(), items, results) // loads the script (EVALSHA, then EVAL)
+	before := evalshaCalls(t, srv.Addr())
+	const requests = 50
+	for i := range requests {
+		ok, err := s.Apply(context.Background(), items, results)
+		if err != nil || !ok {
+			t.Fatalf("request %d with 3 descriptors × 4 windows: %v %v", i, ok, err)
+		}
+	}
+	if got := evalshaCalls(t, srv.Addr()) - before; got != requests {
+		t.Errorf("INFO commandstats: %d evalsha calls for %d requests of 12 limits each, want %d", got, requests, requests)
+	}
+}
+
+func TestNoscriptAfterFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL()})
+	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	results := make([]engine.Result, 1)
+	for i := range 3 {
+		if i == 1 {
+			if _, err := redistest.Command(srv.Addr(), "SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ok, err := s.Apply(context.Background(), items, results)
+		if err != nil || !ok || results[0].Remaining != uint64(9-i) {
+			t.Fatalf("request %d (script cache flushed before request 1): %v %v remaining %d, want true, nil, %d", i, ok, err, results[0].Remaining, 9-i)
+		}
+	}
+}
+
+func TestDenyCache(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0.Add(10 * time.Second))
+	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
+	l := storetest.Limit(descriptors.FixedWindow, 2, time.Minute, 0)
+	other := storetest.Limit(descriptors.FixedWindow, 100, time.Minute, 0)
+	items := []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}, {Desc: "d/other=1", Limit: other, Hits: 1}}
+	results := make([]engine.Result, 2)
+	apply := func() bool {
+		ok, err := s.Apply(context.Background(), items, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	apply()
+	apply()
+	if apply() {
+		t.Fatal("third request on a limit of 2 admitted")
+	}
+	trips := s.Stats().RoundTrips
+	steps := []struct {
+		at       time.Duration // since T0
+		hits     uint64
+		cached   bool
+		admitted bool
+	}{
+		{11 * time.Second, 1, true, false},
+		{59 * time.Second, 1, true, false},
+		{59 * time.Second, 0, false, true}, // a look is never answered from the cache
+		{60*time.Second - time.Millisecond, 5, true, false},
+		{60 * time.Second, 1, false, true}, // exactly T: a real round trip, and the new window admits
+	}
+	for i, st := range steps {
+		clock.Set(storetest.T0.Add(st.at))
+		items[0].Hits = st.hits
+		before := s.Stats().RoundTrips
+		ok := apply()
+		cached := s.Stats().RoundTrips == before
+		if ok != st.admitted || cached != st.cached || results[0].Cached != st.cached {
+			t.Fatalf("step %d at T0+%s hits %d: admitted %v, no round trip %v (Cached %v); want %v, %v", i, st.at, st.hits, ok, cached, results[0].Cached, st.admitted, st.cached)
+		}
+		if st.cached && (!results[1].Skipped || results[0].RetryAfter != storetest.T0.Add(60*time.Second).Sub(clock.Now())) {
+			t.Errorf("step %d: cached results %+v, want the other item Skipped and RetryAfter up to the window's end", i, results)
+		}
+	}
+	if s.Stats().CacheHits != 3 || s.Stats().RoundTrips-trips != 2 {
+		t.Errorf("stats %+v: want 3 cache hits and 2 round trips since", s.Stats())
+	}
+}
+
+func TestDenyCacheDroppedByRefund(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
+	l := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	results := make([]engine.Result, 1)
+	hit := func(refund bool) bool {
+		ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1, Refund: refund}}, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	hit(false)
+	if hit(false) {
+		t.Fatal("second hit on a limit of 1 admitted")
+	}
+	hit(true) // give it back
+	if !hit(false) {
+		t.Error("after a refund the cached denial still answered")
+	}
+}
+
+func TestRestartedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: time.Second, PoolSize: 8})
+	l := storetest.Limit(descriptors.FixedWindow, 1_000_000, time.Hour, 0)
+	apply := func(i int) error {
+		_, err := s.Apply(context.Background(), []engine.Item{{Desc: fmt.Sprintf("d/k=%d", i), Limit: l, Hits: 1}}, make([]engine.Result, 1))
+		return err
+	}
+	// Fill the pool with connections.
+	errs := make(chan error, 64)
+	for i := range 64 {
+		go func() { errs <- apply(i) }()
+	}
+	for range 64 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Restart()
+	failed := 0
+	for i := range 64 {
+		go func() { errs <- apply(i) }()
+	}
+	for range 64 {
+		if err := <-errs; err != nil {
+			failed++
+			t.Logf("after restart: %v", err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of 64 requests failed after a Redis restart; want 0 (stale pooled connections are retried)", failed)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Errorf("Ping after restart: %v", err)
+	}
+}
+
+func TestStoppedRedisTimesOut(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 50 * time.Millisecond})
+	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	results := make([]engine.Result, 1)
+	if _, err := s.Apply(context.Background(), items, results); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	_, err := s.Apply(context.Background(), items, results)
+	if err == nil {
+		t.Fatal("Apply against a paused Redis succeeded")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Apply against a paused Redis took %s, want about the 50ms timeout", d)
+	}
+	if err := s.Ping(context.Background()); err == nil {
+		t.Error("Ping of a paused Redis succeeded")
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []Options{{URL: "http://x"}, {Prefix: "{x}"}} {
+		if _, err := New(o); err == nil {
+			t.Errorf("New(%+v) = nil error", o)
+		}
+	}
+}
+
+func BenchmarkApply(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, shape := range []struct {
+		name  string
+		descs int
+		wins  int
+	}{{"1x3", 1, 3}, {"3x2", 3, 2}} {
+		b.Run(shape.name, func(b *testing.B) {
+			w, _ := strconv.Atoi(os.Getenv("RLS_BENCH_WORKERS"))
+			s := newStore(b, Options{URL: srv.URL(), Workers: w})
+			wins := []*descriptors.Limit{
+				storetest.Limit(descriptors.FixedWindow, 1<<30, time.Second, 0),
+				storetest.Limit(descriptors.FixedWindow, 1<<30, time.Minute, 0),
+				storetest.Limit(descriptors.SlidingWindow, 1<<30, time.Hour, 0),
+			}
+			var items []engine.Item
+			for d := range shape.descs {
+				for w := range shape.wins {
+					items = append(items, engine.Item{Desc: fmt.Sprintf("bench/k=%d", d), Limit: wins[w], Hits: 1})
+				}
+			}
+			b.ReportAllocs()
+			b.SetParallelism(16) // 32 requests in flight on 2 CPUs, as under load
+			before := s.Stats()
+			b.RunParallel(func(pb *testing.PB) {
+				results := make([]engine.Result, len(items))
+				for pb.Next() {
+					if _, err := s.Apply(context.Background(), items, results); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			st := s.Stats()
+			if d := st.Decisions - before.Decisions; d > 0 {
+				b.ReportMetric(float64(d)/float64(st.RoundTrips-before.RoundTrips), "decisions/roundtrip")
+				b.ReportMetric(float64(st.Scripts-before.Scripts)/float64(d), "evalsha/decision")
+			}
+		})
+	}
+}

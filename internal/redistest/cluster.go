@@ -1,0 +1,147 @@
+package redistest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Cluster is a Redis Cluster of redis-server processes on 127.0.0.1.
+type Cluster struct {
+	Nodes []*Server
+	tb    testing.TB
+}
+
+// StartCluster starts masters × (1 + replicas) cluster-enabled servers,
+// joins them with redis-cli --cluster create, waits until every node says
+// cluster_state:ok, and stops them all when the test ends.
+func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redistest: a Redis Cluster needs redis-server in PATH; %s", install)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		tb.Fatalf("redistest: a Redis Cluster needs redis-cli in PATH; %s", install)
+	}
+	c := &Cluster{tb: tb}
+	n := masters * (1 + replicas)
+	for range n {
+		s := &Server{dir: tb.TempDir(), port: freePort(tb), tb: tb}
+		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		s.args = []string{
+			"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+			"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0",
+		}
+		s.start(bin)
+		tb.Cleanup(s.Stop)
+		c.Nodes = append(c.Nodes, s)
+	}
+	args := []string{"--cluster", "create"}
+	args = append(args, c.Seeds()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	out, err := exec.Command(cli, args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c.WaitHealthy()
+	return c
+}
+
+// Seeds returns every node's host:port.
+func (c *Cluster) Seeds() []string {
+	var s []string
+	for _, n := range c.Nodes {
+		s = append(s, n.addr)
+	}
+	return s
+}
+
+// WaitHealthy waits until every running node reports cluster_state:ok and
+// agrees on the slots (bounded: 30s).
+func (c *Cluster) WaitHealthy() {
+	c.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		bad := ""
+		for _, n := range c.Nodes {
+			info, err := Command(n.addr, "CLUSTER", "INFO")
+			if err != nil {
+				continue // stopped node
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
+				bad = n.addr
+			}
+		}
+		if bad == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			info, _ := Command(bad, "CLUSTER", "INFO")
+			c.tb.Fatalf("redistest: cluster not healthy within 30s; %s says:\n%s", bad, info)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Master returns the node that serves slot now.
+func (c *Cluster) Master(slot int) *Server {
+	c.tb.Helper()
+	for _, n := range c.Nodes {
+		out, err := Command(n.addr, "CLUSTER", "SLOTS")
+		if err != nil {
+			continue
+		}
+		// Lines: start, end, ip, port, id, ... per range, flattened.
+		lines := strings.Split(out, "\n")
+		for i := 0; i+3 < len(lines); i++ {
+			start, e1 := strconv.Atoi(lines[i])
+			end, e2 := strconv.Atoi(lines[i+1])
+			port, e3 := strconv.Atoi(lines[i+3])
+			if e1 != nil || e2 != nil || e3 != nil || lines[i+2] != "127.0.0.1" || start > end || end > 16383 {
+				continue
+			}
+			if slot >= start && slot <= end {
+				for _, m := range c.Nodes {
+					if m.port == port {
+						return m
+					}
+				}
+			}
+		}
+		break
+	}
+	c.tb.Fatalf("redistest: no master for slot %d", slot)
+	return nil
+}
+
+// KeySlot asks the cluster for a key's slot.
+func (c *Cluster) KeySlot(key string) int {
+	c.tb.Helper()
+	for _, n := range c.Nodes {
+		out, err := Command(n.addr, "CLUSTER", "KEYSLOT", key)
+		if err == nil {
+			slot, _ := strconv.Atoi(out)
+			return slot
+		}
+	}
+	c.tb.Fatal("redistest: no node answers CLUSTER KEYSLOT")
+	return 0
+}
+
+// LogTail returns the end of a node's log, for failure messages.
+func (s *Server) LogTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return fmt.Sprintf("--- %s ---\n%s", s.addr, b)
+}
