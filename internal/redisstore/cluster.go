@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -72,6 +73,11 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 	}
 	if !admitted {
 		s.releaseAll(parts)
+		for _, p := range parts {
+			if p.err == nil && p.admitted {
+				unreserve(p, results)
+			}
+		}
 	}
 	if firstErr != nil {
 		return false, firstErr
@@ -160,4 +166,32 @@ func (s *Store) releaseAll(parts map[string]*nodePart) {
 		})
 	}
 	wg.Wait()
+}
+
+// unreserve corrects the remaining counts that a part reported after its
+// reservation, which was released: every counter has the hits of this
+// request back (and its refunds undone).
+func unreserve(p *nodePart, results []engine.Result) {
+	delta := make(map[string]int64)
+	over := engine.GroupsOver(p.items, p.results)
+	for j := range p.items {
+		it := &p.items[j]
+		if !p.results[j].Admitted || over[it.Group] {
+			continue // not consumed: denied, or in a quota group that is over
+		}
+		if it.Refund {
+			delta[p.bases[j]] -= int64(it.Hits)
+		} else {
+			delta[p.bases[j]] += int64(it.Hits)
+		}
+	}
+	for j, i := range p.idx {
+		it := &p.items[j]
+		ceiling := int64(it.Limit.RequestsPerUnit)
+		if it.Limit.Algorithm == descriptors.TokenBucket {
+			ceiling = int64(it.Limit.Burst)
+		}
+		r := int64(results[i].Remaining) + delta[p.bases[j]]
+		results[i].Remaining = uint64(min(max(r, 0), ceiling))
+	}
 }

@@ -56,17 +56,18 @@ end
 -- Items (index k): ctr = its counter's index; ok, retry = pass-1 verdict.
 local n = tonumber(argv[3])
 local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry = {}, {}, {}, {}, {}, {}, {}
+local i_lim, i_burst = {}, {} -- an override may share a counter with a configured limit
 -- Counters (index c), each loaded once and normalized to now:
--- base, alg, w, limit, burst; key (window key), ws, exists, count, prev
+-- base, alg, w; key (window key), ws, exists, count, prev
 -- (windows); tat (bucket); card, add, pop (log); the *0 arrays keep the
 -- loaded values for undoing pass 1 and for the writes.
-local c_base, c_alg, c_w, c_lim, c_burst = {}, {}, {}, {}, {}
+local c_base, c_alg, c_w = {}, {}, {}
 local c_key, c_ws, c_exists, c_count, c_prev, c_count0 = {}, {}, {}, {}, {}, {}
 local c_tat, c_tat0, c_card, c_add, c_pop = {}, {}, {}, {}, {}
 local by_base, nc = {}, 0
 
-local function interval(c)
-  return idiv(c_w[c] + c_lim[c] - 1, c_lim[c])
+local function interval(c, limit)
+  return idiv(c_w[c] + limit - 1, limit)
 end
 
 local function load(c)
@@ -116,8 +117,8 @@ local function sw_estimate(c)
   return est + c_count[c]
 end
 
-local function admits(c, hits)
-  local alg, limit = c_alg[c], c_lim[c]
+local function admits(c, hits, limit, burst)
+  local alg = c_alg[c]
   if alg ~= TB and hits > limit then
     return false
   end
@@ -131,14 +132,14 @@ local function admits(c, hits)
   if limit == 0 then
     return hits == 0
   end
-  if hits > c_burst[c] then
+  if hits > burst then
     return false
   end
-  local i = interval(c)
-  return c_tat[c] + hits * i - now <= c_burst[c] * i
+  local i = interval(c, limit)
+  return c_tat[c] + hits * i - now <= burst * i
 end
 
-local function consume(c, hits)
+local function consume(c, hits, limit)
   if hits == 0 then
     return
   end
@@ -147,12 +148,12 @@ local function consume(c, hits)
     c_count[c] = c_count[c] + hits
   elseif alg == SL then
     c_add[c] = c_add[c] + hits
-  elseif c_lim[c] > 0 then
-    c_tat[c] = c_tat[c] + hits * interval(c)
+  elseif limit > 0 then
+    c_tat[c] = c_tat[c] + hits * interval(c, limit)
   end
 end
 
-local function give_back(c, hits)
+local function give_back(c, hits, limit)
   local alg = c_alg[c]
   if alg == FW or alg == SW then
     c_count[c] = c_count[c] - min(c_count[c], hits)
@@ -160,8 +161,8 @@ local function give_back(c, hits)
     local a = min(c_add[c], hits)
     c_add[c] = c_add[c] - a
     c_pop[c] = c_pop[c] + min(c_card[c] - c_pop[c], hits - a)
-  elseif c_lim[c] > 0 then
-    local i = interval(c)
+  elseif limit > 0 then
+    local i = interval(c, limit)
     local d = c_tat[c] - now
     if hits >= idiv(d + i - 1, i) then
       c_tat[c] = now
@@ -171,8 +172,8 @@ local function give_back(c, hits)
   end
 end
 
-local function remaining(c)
-  local alg, limit = c_alg[c], c_lim[c]
+local function remaining(c, limit, burst)
+  local alg = c_alg[c]
   if alg == FW then
     return limit - min(limit, c_count[c])
   elseif alg == SW then
@@ -187,8 +188,8 @@ local function remaining(c)
   if limit == 0 then
     return 0
   end
-  local i = interval(c)
-  local tau = c_burst[c] * i
+  local i = interval(c, limit)
+  local tau = burst * i
   local d = c_tat[c] - now
   if d >= tau then
     return 0
@@ -209,8 +210,8 @@ local function reset_at(c)
   return c_tat[c]
 end
 
-local function retry_at(c, hits)
-  local alg, w, limit = c_alg[c], c_w[c], c_lim[c]
+local function retry_at(c, hits, limit, burst)
+  local alg, w = c_alg[c], c_w[c]
   if alg == FW then
     return c_ws[c] + w
   elseif alg == SW then
@@ -234,11 +235,11 @@ local function retry_at(c, hits)
     end
     return kth(c, len + hits - limit - 1) + w
   end
-  if limit == 0 or hits > c_burst[c] then
+  if limit == 0 or hits > burst then
     return now + w
   end
-  local i = interval(c)
-  return c_tat[c] + hits * i - c_burst[c] * i
+  local i = interval(c, limit)
+  return c_tat[c] + hits * i - burst * i
 end
 
 -- pass 1: judge the items in order, consuming tentatively
@@ -252,22 +253,22 @@ for k = 1, n do
     c = nc
     by_base[base] = c
     c_base[c], c_alg[c], c_w[c] = base, tonumber(argv[a + 2]), tonumber(argv[a + 3])
-    c_lim[c], c_burst[c] = tonumber(argv[a + 4]), tonumber(argv[a + 5])
     load(c)
   end
+  local limit, burst = tonumber(argv[a + 4]), tonumber(argv[a + 5])
   local hits, flags = tonumber(argv[a + 6]), tonumber(argv[a + 7])
   local refund = flags % 2 == 1
   i_ctr[k], i_hits[k], i_refund[k], i_shadow[k], i_group[k] = c, hits, refund, flags >= 2, tonumber(argv[a + 8])
-  i_retry[k] = 0
+  i_lim[k], i_burst[k], i_retry[k] = limit, burst, 0
   if refund then
     i_ok[k] = true
-    give_back(c, hits)
-  elseif admits(c, hits) then
+    give_back(c, hits, limit)
+  elseif admits(c, hits, limit, burst) then
     i_ok[k] = true
-    consume(c, hits)
+    consume(c, hits, limit)
   else
     i_ok[k] = false
-    i_retry[k] = retry_at(c, hits) - now
+    i_retry[k] = retry_at(c, hits, limit, burst) - now
   end
 end
 
@@ -316,9 +317,9 @@ if admitted and quota_fail then
   for k = 1, n do
     if i_ok[k] and not over[i_group[k]] then
       if i_refund[k] then
-        give_back(i_ctr[k], i_hits[k])
+        give_back(i_ctr[k], i_hits[k], i_lim[k])
       else
-        consume(i_ctr[k], i_hits[k])
+        consume(i_ctr[k], i_hits[k], i_lim[k])
       end
     end
   end
@@ -331,7 +332,7 @@ for k = 1, n do
   local c = i_ctr[k]
   local m = #out
   out[m + 1] = i_ok[k] and 1 or 0
-  out[m + 2] = remaining(c)
+  out[m + 2] = remaining(c, i_lim[k], i_burst[k])
   out[m + 3] = max(0, reset_at(c) - now)
   out[m + 4] = max(0, i_retry[k])
 end
