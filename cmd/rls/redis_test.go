@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+const sharedConfig = "domain: shared\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: hour, requests_per_unit: 500}\n      - {unit: minute, requests_per_unit: 100000, algorithm: sliding_window}\n"
+
+// TestTwoProcessesShareOneRedis: two rls servers on one Redis, 64 concurrent
+// clients, admit exactly the limit between them.
+func TestTwoProcessesShareOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := writeFile(t, t.TempDir(), "shared.yaml", sharedConfig)
+	args := []string{"--config", cfg, "--store", "redis", "--redis-url", srv.URL(), "--store-timeout", "2s"}
+	a := startServer(t, nil, args...)
+	b := startServer(t, nil, args...)
+	clients := []rlsv3.RateLimitServiceClient{rlsv3.NewRateLimitServiceClient(a.dial(t)), rlsv3.NewRateLimitServiceClient(b.dial(t))}
+	var admitted, denied atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			cl := clients[w%2]
+			for range 12 {
+				resp, err := cl.ShouldRateLimit(context.Background(), rlRequest("shared", "k", "v"))
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					admitted.Add(1)
+				} else {
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 500 || denied.Load() != 64*12-500 {
+		t.Errorf("two processes, 64 clients, 768 requests: %d admitted, %d denied; want exactly 500 admitted", admitted.Load(), denied.Load())
+	}
+}
+
+// TestRedisOutage: Redis killed mid-traffic, then restarted on the same
+// port. While it is down, requests get UNAVAILABLE within the store timeout
+// (--on-store-error=error) and /readyz says 503; after the restart every
+// request succeeds again, without restarting rls.
+func TestRedisOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := writeFile(t, t.TempDir(), "shared.yaml", sharedConfig)
+	s := startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", srv.URL(), "--store-timeout", "50ms")
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	ask := func() (time.Duration, error) {
+		start := time.Now()
+		_, err := rl.ShouldRateLimit(context.Background(), rlRequest("shared", "k", fmt.Sprint(time.Now().UnixNano())))
+		return time.Since(start), err
+	}
+	ready := func() int {
+		resp, err := http.Get("http://" + s.httpAddr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 20 {
+		if _, err := ask(); err != nil {
+			t.Fatalf("request %d before the outage: %v", i, err)
+		}
+	}
+	if got := ready(); got != 200 {
+		t.Fatalf("/readyz before the outage = %d", got)
+	}
+
+	srv.Kill()
+	for i := range 20 {
+		took, err := ask()
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("request %d with Redis down: %v, want UNAVAILABLE", i, err)
+		}
+		if took > time.Second {
+			t.Errorf("request %d with Redis down took %s, want about the 50ms store timeout", i, took)
+		}
+	}
+	if got := ready(); got != 503 {
+		t.Errorf("/readyz with Redis down = %d, want 503", got)
+	}
+
+	srv.Restart()
+	failed := 0
+	for i := range 50 {
+		if _, err := ask(); err != nil {
+			failed++
+			t.Logf("request %d after the restart: %v", i, err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of 50 requests failed after Redis came back; want 0", failed)
+	}
+	if got := ready(); got != 200 {
+		t.Errorf("/readyz after the restart = %d, want 200", got)
+	}
+}
