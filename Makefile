@@ -7,7 +7,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
 
-.PHONY: help run build test test-short fuzz-smoke bench lint fmt prereqs clean
+.PHONY: help run build test test-short fuzz-smoke bench soak lint fmt prereqs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ fuzz-smoke: ## run every fuzz target briefly (FUZZTIME each)
 bench: ## microbenchmarks, then the load harness (ceiling vs rls memory vs rls Redis, side by side)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(GO) run ./bench/loadtest $(LOADFLAGS)
+
+soak: ## about a minute of distinct client addresses: no growth of goroutines or memory
+	$(GO) run ./bench/soak
 
 lint: ## vet and gofmt check
 	$(GO) vet ./...
