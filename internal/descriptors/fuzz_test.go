@@ -60,3 +60,71 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// globMatch is a plain recursive reference for '*' patterns.
+func globMatch(p, s string) bool {
+	if p == "" {
+		return s == ""
+	}
+	if p[0] == '*' {
+		for i := 0; i <= len(s); i++ {
+			if globMatch(p[1:], s[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return s != "" && s[0] == p[0] && globMatch(p[1:], s[1:])
+}
+
+// FuzzMatch: matching never panics, the node reached belongs to the last
+// entry's key at the right depth, and a wildcard node matched the value
+// alone (never key and value joined, a defect of the reference).
+func FuzzMatch(f *testing.F) {
+	cfg, err := Parse("m.yaml", []byte(`
+domain: d
+descriptors:
+  - key: path
+    value: /api/*/items/*
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: path
+    value: "*.json"
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: path
+    descriptors:
+      - key: method
+        value: GET
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: a_b
+    value: c
+    rate_limit: {unit: second, requests_per_unit: 1}
+`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	d := cfg.Domain("d")
+	f.Add("path", "/api/v1/items/7", "", "")
+	f.Add("path_/api/x", "items/y", "", "")
+	f.Add("path", "x", "method", "GET")
+	f.Add("a", "b_c", "", "")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		entries := []Entry{{Key: k1, Value: v1}}
+		if k2 != "" {
+			entries = append(entries, Entry{Key: k2, Value: v2})
+		}
+		n := d.Match(entries)
+		if n == nil {
+			return
+		}
+		last := entries[len(entries)-1]
+		if n.Key != last.Key || n.Depth != len(entries)-1 {
+			t.Fatalf("Match(%q) reached %q at depth %d", entries, n.Path, n.Depth)
+		}
+		if n.Wildcard && !globMatch(n.Value, last.Value) {
+			t.Fatalf("Match(%q) reached wildcard %q, which does not match the value %q", entries, n.Value, last.Value)
+		}
+		if !n.Wildcard && n.Value != "" && n.Value != last.Value {
+			t.Fatalf("Match(%q) reached %q for the value %q", entries, n.Path, last.Value)
+		}
+	})
+}
