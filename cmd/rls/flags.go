@@ -26,6 +26,7 @@ type options struct {
 	redisURL        string
 	redisCluster    []string
 	redisPrefix     string
+	redisCA         string
 	redisPoolSize   int
 	storeTimeout    time.Duration
 	onStoreError    service.StoreErrorPolicy
@@ -76,6 +77,7 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL")
 	fs.StringVar(&cluster, "redis-cluster", "", "comma-separated `host:port` seeds; when set, Redis Cluster mode")
 	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "prefix of every Redis key")
+	fs.StringVar(&o.redisCA, "redis-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss:// with a private CA)")
 	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "bound on one store call")
 	fs.StringVar(&onErr, "on-store-error", "error", "when the store fails: error (gRPC UNAVAILABLE / HTTP 503), allow (OK) or deny (OVER_LIMIT)")

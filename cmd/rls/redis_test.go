@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,5 +111,25 @@ func TestRedisOutage(t *testing.T) {
 	}
 	if got := ready(); got != 200 {
 		t.Errorf("/readyz after the restart = %d, want 200", got)
+	}
+}
+
+// TestNoSecretsInLogs: the Redis password in --redis-url never reaches the
+// log, even while Redis is unreachable.
+func TestNoSecretsInLogs(t *testing.T) {
+	cfg := writeFile(t, t.TempDir(), "shared.yaml", sharedConfig)
+	s := startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", "redis://admin:hunter2@"+freeAddr(t)+"/0", "--log-level", "debug")
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	for range 5 {
+		if _, err := rl.ShouldRateLimit(context.Background(), rlRequest("shared", "k", "v")); status.Code(err) != codes.Unavailable {
+			t.Errorf("with Redis unreachable: %v, want UNAVAILABLE", err)
+		}
+	}
+	http.Get("http://" + s.httpAddr + "/readyz")
+	s.stop(t)
+	if logs := s.logs.String(); strings.Contains(logs, "hunter2") {
+		t.Errorf("the Redis password appears in the log:\n%s", logs)
+	} else if !strings.Contains(logs, "Redis does not answer") {
+		t.Errorf("the log does not say Redis is unreachable:\n%s", logs)
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -225,9 +227,13 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 		}, func() float64 { _, b := s.Stats(); return float64(b) }))
 		return s, func() { s.Close() }, nil
 	}
+	// go-redis logs through a logger of its own (process-wide): send it to
+	// ours, at a bounded rate, so that a Redis outage does not flood stderr.
+	redis.SetLogger(&redisLogger{log: log, every: rate.Sometimes{Interval: 10 * time.Second}})
 	s, err := redisstore.New(redisstore.Options{
 		URL:          o.redisURL,
 		ClusterSeeds: o.redisCluster,
+		CAFile:       o.redisCA,
 		Prefix:       o.redisPrefix,
 		PoolSize:     o.redisPoolSize,
 		Timeout:      o.storeTimeout,
@@ -255,4 +261,14 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 	counter("rls_redis_releases_total", "Cluster reservations released because another node denied the request.", func(st redisstore.Stats) uint64 { return st.Releases })
 	counter("rls_redis_errors_total", "Store calls that failed.", func(st redisstore.Stats) uint64 { return st.Errors })
 	return s, func() { s.Close() }, nil
+}
+
+// redisLogger adapts go-redis's logging to slog.
+type redisLogger struct {
+	log   *slog.Logger
+	every rate.Sometimes
+}
+
+func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.every.Do(func() { l.log.Warn("redis client: " + fmt.Sprintf(format, v...)) })
 }

@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"crypto/x509"
 	_ "embed"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +32,9 @@ type Options struct {
 	URL string
 	// ClusterSeeds, when not empty, are host:port seeds of a Redis Cluster.
 	ClusterSeeds []string
+	// CAFile is a PEM file of the CAs that sign the servers' certificates,
+	// for rediss:// with a private CA; empty means the system's roots.
+	CAFile string
 	// Prefix starts every key; default "rls:".
 	Prefix string
 	// PoolSize is the number of connections per node; 0 means go-redis's
@@ -125,6 +130,19 @@ func New(opts Options) (*Store, error) {
 	ro.ContextTimeoutEnabled = true
 	if opts.PoolSize > 0 {
 		ro.PoolSize = opts.PoolSize
+	}
+	if opts.CAFile != "" {
+		if ro.TLSConfig == nil {
+			return nil, fmt.Errorf("redis CA file %s: the URL is not rediss://", opts.CAFile)
+		}
+		pem, err := os.ReadFile(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis CA file: %w", err)
+		}
+		ro.TLSConfig.RootCAs = x509.NewCertPool()
+		if !ro.TLSConfig.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis CA file %s: no PEM certificate in it", opts.CAFile)
+		}
 	}
 	s := &Store{
 		opts:    opts,

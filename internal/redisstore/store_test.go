@@ -380,3 +380,33 @@ func BenchmarkApply(b *testing.B) {
 		})
 	}
 }
+
+// TestTLSAndPassword: rediss:// with a password in the URL and a private CA.
+func TestTLSAndPassword(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	srv := redistest.StartWith(t, redistest.Config{Password: "s3cret", TLS: files})
+	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	results := make([]engine.Result, 1)
+
+	s := newStore(t, Options{URL: "rediss://:s3cret@" + srv.Addr() + "/0", CAFile: files.CA})
+	if ok, err := s.Apply(context.Background(), items, results); err != nil || !ok {
+		t.Fatalf("Apply over TLS with the password: %v %v", ok, err)
+	}
+	for name, opts := range map[string]Options{
+		"wrong password": {URL: "rediss://:nope@" + srv.Addr() + "/0", CAFile: files.CA},
+		"no TLS":         {URL: "redis://:s3cret@" + srv.Addr() + "/0"},
+		"untrusted CA":   {URL: "rediss://:s3cret@" + srv.Addr() + "/0"},
+	} {
+		opts.Timeout = time.Second
+		bad := newStore(t, opts)
+		if _, err := bad.Apply(context.Background(), items, results); err == nil {
+			t.Errorf("%s: Apply succeeded", name)
+		}
+		if err := bad.Ping(context.Background()); err == nil {
+			t.Errorf("%s: Ping succeeded", name)
+		}
+	}
+	if _, err := New(Options{URL: "redis://" + srv.Addr(), CAFile: files.CA}); err == nil {
+		t.Error("a CA file with a redis:// URL was accepted")
+	}
+}

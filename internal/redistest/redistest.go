@@ -8,6 +8,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -35,8 +36,11 @@ type Server struct {
 	args []string
 	cmd  *exec.Cmd // nil in a container
 	ctr  testcontainers.Container
-	tb   testing.TB
-	mu   sync.Mutex
+	// password and tls are how this server is reached (StartWith).
+	password string
+	tls      *TLSFiles
+	tb       testing.TB
+	mu       sync.Mutex
 }
 
 // Addr returns host:port.
@@ -45,10 +49,24 @@ func (s *Server) Addr() string { return s.addr }
 // URL returns a redis:// URL of database 0.
 func (s *Server) URL() string { return "redis://" + s.addr + "/0" }
 
+// Config asks for a server with a password (requirepass) and/or TLS only
+// (no plain-text port); such servers always run from the redis-server binary.
+type Config struct {
+	Password string
+	TLS      *TLSFiles
+}
+
 // Start starts a Redis server for the test and stops it when the test ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	if dockerAnswers() {
+	return StartWith(tb, Config{})
+}
+
+// StartWith starts a Redis server configured by c.
+func StartWith(tb testing.TB, c Config) *Server {
+	tb.Helper()
+	plain := c.Password == "" && c.TLS == nil
+	if plain && dockerAnswers() {
 		ctx := context.Background()
 		ctr, err := tcredis.Run(ctx, "redis:7-alpine")
 		if err == nil {
@@ -64,9 +82,17 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatalf("redistest: no Docker engine and no redis-server in PATH; %s", install)
 	}
-	s := &Server{dir: tb.TempDir(), port: freePort(tb), tb: tb}
+	s := &Server{dir: tb.TempDir(), port: freePort(tb), tb: tb, password: c.Password, tls: c.TLS}
 	s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	s.args = []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}
+	if c.Password != "" {
+		s.args = append(s.args, "--requirepass", c.Password)
+	}
+	if c.TLS != nil {
+		s.args[1] = "0"
+		s.args = append(s.args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", c.TLS.Cert, "--tls-key-file", c.TLS.Key,
+			"--tls-ca-cert-file", c.TLS.CA, "--tls-auth-clients", "no")
+	}
 	s.start(bin)
 	tb.Cleanup(s.Stop)
 	return s
@@ -121,19 +147,28 @@ func (s *Server) start(bin string) {
 	out.Close()
 	s.cmd = cmd
 	go cmd.Wait()
-	if err := waitPing(s.addr, 10*time.Second); err != nil {
+	if err := s.waitPing(10 * time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 		s.kill(syscall.SIGKILL)
 		s.tb.Fatalf("redistest: redis-server on %s: %v\n%s", s.addr, err, log)
 	}
 }
 
-// waitPing waits until addr answers PING, within d.
-func waitPing(addr string, d time.Duration) error {
+// waitPing waits until the server answers PING, within d.
+func (s *Server) waitPing(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	var last error
 	for time.Now().Before(deadline) {
-		if last = ping(addr); last == nil {
+		var out string
+		if s.tls != nil || s.password != "" {
+			out, last = s.secureCommand("PING")
+		} else {
+			out, last = Command(s.addr, "PING")
+		}
+		if last == nil && out != "PONG" {
+			last = fmt.Errorf("PING answered %q", out)
+		}
+		if last == nil {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -141,15 +176,39 @@ func waitPing(addr string, d time.Duration) error {
 	return fmt.Errorf("no PONG within %s: %v", d, last)
 }
 
-func ping(addr string) error {
-	out, err := Command(addr, "PING")
+// secureCommand sends AUTH (when there is a password) and then cmd, over
+// TLS when the server has it.
+func (s *Server) secureCommand(args ...string) (string, error) {
+	var c net.Conn
+	var err error
+	if s.tls != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.addr, &tls.Config{InsecureSkipVerify: true})
+	} else {
+		c, err = net.DialTimeout("tcp", s.addr, time.Second)
+	}
 	if err != nil {
-		return err
+		return "", err
 	}
-	if out != "PONG" {
-		return fmt.Errorf("PING answered %q", out)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	if s.password != "" {
+		c.Write(encode("AUTH", s.password))
+		if _, err := readReply(r); err != nil {
+			return "", err
+		}
 	}
-	return nil
+	c.Write(encode(args...))
+	return readReply(r)
+}
+
+func encode(args ...string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return []byte(b.String())
 }
 
 // Command sends one command in RESP and returns its reply rendered as text
@@ -162,12 +221,7 @@ func Command(addr string, args ...string) (string, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
+	if _, err := c.Write(encode(args...)); err != nil {
 		return "", err
 	}
 	return readReply(bufio.NewReader(c))
