@@ -52,15 +52,17 @@ func main() {
 }
 
 type config struct {
-	duration  time.Duration
-	rounds    int
-	workers   int
-	conns     int
-	keys      int
-	redis     bool
-	rlsBin    string
-	serveOnly string
-	out       string
+	duration     time.Duration
+	rounds       int
+	workers      int
+	conns        int
+	keys         int
+	redis        bool
+	rlsBin       string
+	serveOnly    string
+	out          string
+	memoryLimit  string
+	onlyOneShape bool
 }
 
 func run() error {
@@ -74,6 +76,8 @@ func run() error {
 	flag.StringVar(&c.rlsBin, "rls", "", "rls binary (default: go build ./cmd/rls)")
 	flag.StringVar(&c.serveOnly, "serve-ceiling", "", "internal: serve the bare gRPC ceiling on this address")
 	flag.StringVar(&c.out, "out", "", "also write the result table (markdown) to this file")
+	flag.StringVar(&c.memoryLimit, "memory-limit", "1GiB", "rls --memory-limit for the memory store")
+	flag.BoolVar(&c.onlyOneShape, "one-shape", false, "only the first shape (1 descriptor × 3 windows)")
 	pprofAddr := flag.String("ceiling-pprof", "", "internal: with -serve-ceiling, serve /debug/pprof on this address")
 	flag.Parse()
 	// The generator allocates little per request; collect it rarely, as the
@@ -126,7 +130,7 @@ func run() error {
 	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr}}
 
 	memGRPC, memHTTP := freeAddr(), freeAddr()
-	p, err = start("rls-memory", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false")
+	p, err = start("rls-memory", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
 	if err != nil {
 		return err
 	}
@@ -164,6 +168,9 @@ func run() error {
 	shapes := []shape{
 		{"1 descriptor × 3 windows", requests(c.keys, 1)},
 		{"3 descriptors × 2 windows", requests(c.keys, 3)},
+	}
+	if c.onlyOneShape {
+		shapes = shapes[:1]
 	}
 	fmt.Fprintf(os.Stderr, "machine: %d CPUs; %d workers over %d connections; %s per measurement, %d rounds\n",
 		numCPU(), c.workers, c.conns, c.duration, c.rounds)

@@ -12,6 +12,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/rlsproject/rls/internal/redistest"
@@ -96,6 +97,19 @@ func TestRedisOutage(t *testing.T) {
 	}
 	if got := ready(); got != 503 {
 		t.Errorf("/readyz with Redis down = %d, want 503", got)
+	}
+	hc := healthpb.NewHealthClient(s.dial(t))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		if err == nil && r.Status == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("gRPC health with Redis down = %v %v, want NOT_SERVING", r, err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	srv.Restart()

@@ -115,6 +115,13 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		followReadiness(healthCtx, svc, hs, 2*time.Second)
+	}()
+	defer func() { stopHealth(); <-healthDone }()
 
 	httpSrv := &http.Server{
 		Handler: httpapi.New(httpapi.Options{
@@ -271,4 +278,29 @@ type redisLogger struct {
 
 func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.every.Do(func() { l.log.Warn("redis client: " + fmt.Sprintf(format, v...)) })
+}
+
+// followReadiness keeps the gRPC health status (overall and per service)
+// equal to the service's readiness: NOT_SERVING while the store does not
+// answer, so that a gRPC health check sees what /readyz sees.
+func followReadiness(ctx context.Context, svc *service.Service, hs *health.Server, every time.Duration) {
+	services := []string{"", "envoy.service.ratelimit.v3.RateLimitService", "envoy.service.auth.v3.Authorization"}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, every/2)
+		status := healthpb.HealthCheckResponse_SERVING
+		if svc.Ready(pctx) != nil {
+			status = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		cancel()
+		for _, name := range services {
+			hs.SetServingStatus(name, status)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
