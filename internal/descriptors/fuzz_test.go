@@ -108,6 +108,9 @@ descriptors:
 	f.Add("path", "x", "method", "GET")
 	f.Add("a", "b_c", "", "")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		if len(v1)+len(v2) > 256 {
+			return // globMatch, the slow reference, is quadratic
+		}
 		entries := []Entry{{Key: k1, Value: v1}}
 		if k2 != "" {
 			entries = append(entries, Entry{Key: k2, Value: v2})
