@@ -725,6 +725,40 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("%s: %v: %v", p.name, sig, err)
 	}
+	if sig == syscall.SIGSTOP {
+		// kill(2) returns before every thread has stopped; on a busy machine
+		// a thread on another CPU could still answer a request.
+		p.waitStopped(t)
+	}
+}
+
+// waitStopped waits until every thread of the process is stopped (state T).
+func (p *proc) waitStopped(t *testing.T) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		running := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			if err != nil {
+				continue // the thread exited
+			}
+			st := string(b)
+			if i := strings.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] != 'T' && st[i+2] != 't' {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s: threads still running 5s after SIGSTOP", p.name)
 }
 
 func (p *proc) exited() bool {
