@@ -30,6 +30,7 @@ type batcher struct {
 }
 
 type call struct {
+	ctx  context.Context
 	keys []string
 	args []any
 	done chan struct{}
@@ -63,7 +64,7 @@ var errClosed = errors.New("redis store closed")
 
 // do runs the script with keys and args and returns its reply.
 func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
-	c := &call{keys: keys, args: args, done: make(chan struct{})}
+	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -108,6 +109,21 @@ func (b *batcher) work() {
 // not know yet (a restarted Redis, a new cluster node) are sent again with
 // EVAL, which also loads them.
 func (b *batcher) send(batch []*call) {
+	// A call whose caller gave up while it waited is not sent: nobody would
+	// read its answer, and it would consume.
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = fmt.Errorf("redis: %w", err)
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	batch = live
+	if len(batch) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(batch))

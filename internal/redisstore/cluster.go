@@ -72,7 +72,12 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		admitted = !quota || pass
 	}
 	if !admitted {
-		s.releaseAll(parts)
+		// Wait for the releases while the call's time lasts, so that the
+		// next request sees nothing consumed; past it, they go on alone.
+		select {
+		case <-s.releaseAll(parts):
+		case <-ctx.Done():
+		}
 		for _, p := range parts {
 			if p.err == nil && p.admitted {
 				unreserve(p, results)
@@ -115,7 +120,10 @@ func (s *Store) retryMoved(ctx context.Context, f func() (bool, error)) (bool, e
 	if err == nil || !clusterMoved(err) {
 		return ok, err
 	}
+	// ReloadState only schedules a reload; ForEachMaster waits for the new
+	// slot map.
 	s.cluster.ReloadState(ctx)
+	s.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
 	return f()
 }
 
@@ -129,18 +137,21 @@ func clusterMoved(err error) bool {
 	return false
 }
 
-// releaseAll undoes the reservations of a denied request. It runs with its
-// own deadline: a reservation left behind would deny others until its
-// counters expire.
-func (s *Store) releaseAll(parts map[string]*nodePart) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout)
-	defer cancel()
+// releaseAll undoes the reservations of a denied request, in the
+// background so that Apply can keep to its timeout, with a deadline of its
+// own: a reservation left behind would deny others until its counters
+// expire. The channel is closed when every release is done.
+func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		if !p.admitted || len(p.undo) == 0 {
 			continue
 		}
+		s.releasing.Add(1)
 		wg.Go(func() {
+			defer s.releasing.Done()
+			ctx, cancel := context.WithTimeout(s.releaseCtx, 10*s.opts.Timeout)
+			defer cancel()
 			args := []any{s.nowArg()}
 			for _, op := range p.undo {
 				f, _ := op.([]any)
@@ -165,7 +176,12 @@ func (s *Store) releaseAll(parts map[string]*nodePart) {
 			s.releases.Add(1)
 		})
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return done
 }
 
 // unreserve corrects the remaining counts that a part reported after its

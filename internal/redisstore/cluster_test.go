@@ -72,6 +72,7 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 			t.Fatalf("request %d across 3 masters with one denying: %v %v, want denied", i, ok, err)
 		}
 	}
+	s.releasing.Wait() // releases run in the background
 	if s.Stats().Releases == 0 {
 		t.Error("no reservation was released")
 	}

@@ -102,20 +102,25 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 	}
 }
 
-// evict drops expired entries, or, when none is, a few arbitrary ones.
-// Requires c.mu held.
+// evict makes room: among a few entries (map iteration starts at a random
+// place), the expired ones go, or the first one when none is. Dropping an
+// entry only costs a round trip later. Requires c.mu held.
 func (c *denyCache) evict(now time.Time) {
-	n := 0
+	seen, dropped := 0, 0
+	var first string
 	for k, d := range c.m {
+		if seen == 0 {
+			first = k
+		}
 		if !now.Before(d.until) {
 			delete(c.m, k)
+			dropped++
 		}
-	}
-	for k := range c.m {
-		if len(c.m) < c.max || n >= 16 {
+		if seen++; seen == 32 {
 			break
 		}
-		delete(c.m, k)
-		n++
+	}
+	if dropped == 0 {
+		delete(c.m, first)
 	}
 }

@@ -23,9 +23,9 @@
 // descriptor live in one slot. The limit ID is the algorithm, the window in
 // seconds and, for a named limit, ":" + the name's length + ":" + the name.
 //
-// Fixed and sliding window keys get their expiry (PXAT the window's end, or
-// the end of the next window for sliding windows) when they are created,
-// and hits never push it back. A token bucket's TAT is written with the
+// Fixed and sliding window keys get their expiry (the window's end, or the
+// end of the next window for sliding windows, set as a relative PX) when
+// they are created, and hits never push it back. A token bucket's TAT is written with the
 // instant at which it becomes meaningless; a sliding log expires a window
 // after its newest hit.
 package redisstore

@@ -83,6 +83,11 @@ type Store struct {
 
 	decisions, cacheHits, releases, errs atomic.Uint64
 	closeOnce                            sync.Once
+
+	// releases of cluster reservations run after Apply returns
+	releaseCtx   context.Context
+	stopReleases context.CancelFunc
+	releasing    sync.WaitGroup
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -119,13 +124,15 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis URL: %w", err)
 	}
-	// A call must fail within its timeout even when Redis hangs; a retry on
-	// a fresh connection is immediate (after a Redis restart every pooled
-	// connection is stale once).
+	// A call must fail within its timeout even when Redis hangs. No
+	// retries: go-redis retries a pipeline after a read error or timeout,
+	// and a script that Redis did run would then run twice (counted twice).
+	// Stale connections after a Redis restart are caught by the pool's
+	// health check when taken, not by retries (TestRestartedRedis).
 	io := max(2*opts.Timeout, 20*time.Millisecond)
 	ro.DialTimeout = max(5*opts.Timeout, 200*time.Millisecond)
-	ro.ReadTimeout, ro.WriteTimeout = io, io
-	ro.MaxRetries = 2
+	ro.ReadTimeout, ro.WriteTimeout = 2*io, 2*io // the pipeline's deadline (io) comes first
+	ro.MaxRetries = -1
 	ro.MinRetryBackoff, ro.MaxRetryBackoff = -1, -1
 	ro.ContextTimeoutEnabled = true
 	if opts.PoolSize > 0 {
@@ -174,6 +181,7 @@ func New(opts Options) (*Store, error) {
 		s.cache = newDenyCache(opts.DenyCacheSize)
 	}
 	s.b = newBatcher(s.client, s.decide, opts.MaxBatch, opts.Workers, io)
+	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -181,6 +189,8 @@ func New(opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.releasing.Wait() // let reservations be given back first
+		s.stopReleases()
 		s.b.close()
 		err = s.client.Close()
 	})

@@ -410,3 +410,16 @@ func TestTLSAndPassword(t *testing.T) {
 		t.Error("a CA file with a redis:// URL was accepted")
 	}
 }
+
+func TestDenyCacheBounded(t *testing.T) {
+	c := newDenyCache(100)
+	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
+	now := storetest.T0
+	for i := range 1000 {
+		items := []engine.Item{{Desc: fmt.Sprint("d/k=", i), Limit: l, Hits: 1}}
+		c.remember(items, []string{fmt.Sprint("base", i)}, []engine.Result{{RetryAfter: time.Hour}}, now)
+	}
+	if len(c.m) > 100 {
+		t.Errorf("denial cache holds %d entries, bound 100", len(c.m))
+	}
+}

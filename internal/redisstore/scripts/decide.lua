@@ -49,8 +49,11 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
-local function ms_ceil(us)
-  return fmt(idiv(us + 999, 1000))
+-- ttl_ms returns the milliseconds from now to the instant us (at least 1).
+-- Expiries are relative (PX, PEXPIRE) rather than absolute: the instant may
+-- come from the test clock, which is not Redis's.
+local function ttl_ms(us)
+  return fmt(max(1, idiv(us - now + 999, 1000)))
 end
 
 -- Items (index k): ctr = its counter's index; ok, retry = pass-1 verdict.
@@ -353,7 +356,7 @@ for c = 1, nc do
         if alg == SW then
           ttl = ttl + c_w[c]
         end
-        call('SET', c_key[c], c_count[c], 'PXAT', ms_ceil(ttl))
+        call('SET', c_key[c], c_count[c], 'PX', ttl_ms(ttl))
       end
       if reserve then
         undo[#undo + 1] = { 'I', c_key[c], -delta }
@@ -363,7 +366,7 @@ for c = 1, nc do
     local tat = c_tat[c]
     if tat ~= c_tat0[c] then
       if tat > now then
-        call('SET', base, fmt(tat), 'PXAT', ms_ceil(tat))
+        call('SET', base, fmt(tat), 'PX', ttl_ms(tat))
       else
         call('DEL', base)
       end
@@ -398,7 +401,7 @@ for c = 1, nc do
     end
     local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')
     if #newest > 0 then
-      call('PEXPIREAT', base, ms_ceil(tonumber(newest[2]) + w))
+      call('PEXPIRE', base, ttl_ms(tonumber(newest[2]) + w))
     end
   end
 end

@@ -37,7 +37,7 @@ while i <= #ARGV do
   elseif op == 'T' then
     local tat = tonumber(redis.call('GET', key) or '0') + tonumber(ARGV[i + 2])
     if tat > now then
-      redis.call('SET', key, fmt(tat), 'PXAT', fmt(math.floor((tat + 999) / 1000)))
+      redis.call('SET', key, fmt(tat), 'PX', fmt(math.max(1, math.floor((tat - now + 999) / 1000))))
     else
       redis.call('DEL', key)
     end
@@ -59,10 +59,9 @@ while i <= #ARGV do
       end
     end
     if newest > 0 then
-      local ttl = redis.call('PEXPIRETIME', key)
-      local want = math.floor((newest + w + 999) / 1000)
-      if ttl < want then
-        redis.call('PEXPIREAT', key, fmt(want))
+      local want = math.max(1, math.floor((newest + w - now + 999) / 1000))
+      if redis.call('PTTL', key) < want then
+        redis.call('PEXPIRE', key, fmt(want))
       end
     end
     i = i + 4 + count
