@@ -176,9 +176,9 @@ func BenchmarkHandler(b *testing.B) {
 	})
 }
 
-// BenchmarkHandler3x2 is the load harness's second shape in process: three
-// descriptors of two windows each.
-func BenchmarkHandler3x2(b *testing.B) {
+// bench3x2Server serves the load harness's second shape: three descriptors
+// of two windows each, limits that admit everything.
+func bench3x2Server(b *testing.B) *Server {
 	cfg, err := descriptors.Parse("bench.yaml", []byte(`
 domain: bench
 descriptors:
@@ -199,10 +199,15 @@ descriptors:
 		b.Fatal(err)
 	}
 	ms := memstore.New(memstore.Options{})
-	defer ms.Close()
-	svc := service.New(service.Options{Store: ms})
+	b.Cleanup(func() { ms.Close() })
+	svc := service.New(service.Options{Store: ms, Registry: prometheus.NewRegistry()})
 	svc.SetConfig(cfg)
-	s := New(svc)
+	return New(svc)
+}
+
+// BenchmarkHandler3x2 is the load harness's second shape in process.
+func BenchmarkHandler3x2(b *testing.B) {
+	s := bench3x2Server(b)
 	var wires [][]byte
 	for i := range 1000 {
 		in := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
@@ -224,30 +229,7 @@ descriptors:
 }
 
 func BenchmarkHandler3x2Parallel(b *testing.B) {
-	cfg, err := descriptors.Parse("bench.yaml", []byte(`
-domain: bench
-descriptors:
-  - key: api_key
-    rate_limits:
-      - {unit: second, requests_per_unit: 1000000, algorithm: token_bucket, burst: 1000000}
-      - {unit: day, requests_per_unit: 1000000000}
-  - key: path
-    rate_limits:
-      - {unit: minute, requests_per_unit: 1000000000}
-      - {unit: hour, requests_per_unit: 1000000000}
-  - key: tenant
-    rate_limits:
-      - {unit: minute, requests_per_unit: 1000000000}
-      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{})
-	defer ms.Close()
-	svc := service.New(service.Options{Store: ms, Registry: prometheus.NewRegistry()})
-	svc.SetConfig(cfg)
-	s := New(svc)
+	s := bench3x2Server(b)
 	var reqs []*rlsv3.RateLimitRequest
 	for i := range 1000 {
 		reqs = append(reqs, &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
