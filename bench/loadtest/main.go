@@ -13,7 +13,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ import (
 	"net/http"
 	_ "net/http/pprof"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -41,6 +39,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rlsproject/rls/bench/internal/procs"
 	"github.com/rlsproject/rls/internal/grpcserver"
 )
 
@@ -99,11 +98,8 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	if c.rlsBin == "" {
-		c.rlsBin = filepath.Join(dir, "rls")
-		build := exec.Command("go", "build", "-trimpath", "-o", c.rlsBin, "./cmd/rls")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building rls: %w", err)
+		if c.rlsBin, err = procs.BuildRLS(dir); err != nil {
+			return err
 		}
 	}
 	cfgPath := filepath.Join(dir, "bench.yaml")
@@ -111,54 +107,54 @@ func run() error {
 		return err
 	}
 
-	var procs []*proc
+	var running []*procs.Proc
 	defer func() {
-		for _, p := range procs {
-			p.stop()
+		for _, p := range running {
+			p.Stop()
 		}
 	}()
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	ceilingAddr := freeAddr()
-	p, err := start("ceiling", self, "-serve-ceiling", ceilingAddr)
+	ceilingAddr := procs.FreeAddr()
+	p, err := procs.Start("ceiling", self, "-serve-ceiling", ceilingAddr)
 	if err != nil {
 		return err
 	}
-	procs = append(procs, p)
+	running = append(running, p)
 	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr}}
 
-	memGRPC, memHTTP := freeAddr(), freeAddr()
-	p, err = start("rls-memory", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
+	memGRPC, memHTTP := procs.FreeAddr(), procs.FreeAddr()
+	p, err = procs.Start("rls-memory", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
 	if err != nil {
 		return err
 	}
-	procs = append(procs, p)
+	running = append(running, p)
 	targets = append(targets, &target{name: "rls, memory store", addr: memGRPC, http: memHTTP})
 
 	if c.redis {
-		redisAddr := freeAddr()
+		redisAddr := procs.FreeAddr()
 		_, port, _ := net.SplitHostPort(redisAddr)
-		p, err = start("redis", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		p, err = procs.Start("redis", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 		if err != nil {
 			return fmt.Errorf("redis-server: %w (install it, or pass -redis=false)", err)
 		}
-		procs = append(procs, p)
-		if err := waitTCP(redisAddr); err != nil {
+		running = append(running, p)
+		if err := procs.WaitTCP(redisAddr); err != nil {
 			return err
 		}
-		redisGRPC, redisHTTP := freeAddr(), freeAddr()
-		p, err = start("rls-redis", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", redisGRPC, "--http-addr", redisHTTP,
+		redisGRPC, redisHTTP := procs.FreeAddr(), procs.FreeAddr()
+		p, err = procs.Start("rls-redis", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", redisGRPC, "--http-addr", redisHTTP,
 			"--store", "redis", "--redis-url", "redis://"+redisAddr+"/0", "--log-level", "warn", "--watch=false", "--store-timeout", "100ms")
 		if err != nil {
 			return err
 		}
-		procs = append(procs, p)
+		running = append(running, p)
 		targets = append(targets, &target{name: "rls, Redis store", addr: redisGRPC, http: redisHTTP, redis: redisAddr})
 	}
 	for _, t := range targets {
-		if err := waitTCP(t.addr); err != nil {
+		if err := procs.WaitTCP(t.addr); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 		if err := t.dial(c.conns); err != nil {
@@ -489,33 +485,12 @@ func (t *target) redisCounters() redisCounters {
 		return redisCounters{}
 	}
 	var c redisCounters
-	m := scrape("http://" + t.http + "/metrics")
+	m := procs.Scrape("http://" + t.http + "/metrics")
 	c.decisions = m["rls_redis_decisions_total"]
 	c.roundTrips = m["rls_redis_round_trips_total"]
 	c.scripts = m["rls_redis_scripts_total"]
 	c.commands = redisCommands(t.redis)
 	return c
-}
-
-// scrape reads the unlabelled samples of a Prometheus text page.
-func scrape(url string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := http.Get(url)
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(val, 64); err == nil {
-			out[name] = v
-		}
-	}
-	return out
 }
 
 // redisCommands returns the number of commands Redis has processed, from
@@ -539,56 +514,6 @@ func redisCommands(addr string) float64 {
 			return f - 1 // this INFO
 		}
 	}
-}
-
-// proc is a child process, stopped with its process group.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-}
-
-func start(name, bin string, args ...string) (*proc, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	return &proc{name: name, cmd: cmd}, nil
-}
-
-func (p *proc) stop() {
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitTCP(addr string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return errors.New(addr + " did not accept connections within 15s")
 }
 
 // ceiling answers every ShouldRateLimit with OK at once.

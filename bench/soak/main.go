@@ -7,26 +7,22 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rlsproject/rls/bench/internal/procs"
 )
 
 func main() {
@@ -56,27 +52,22 @@ func run(d time.Duration, workers int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "rls")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/rls").CombinedOutput(); err != nil {
-		return fmt.Errorf("building rls: %v\n%s", err, out)
+	bin, err := procs.BuildRLS(dir)
+	if err != nil {
+		return err
 	}
 	cfg := filepath.Join(dir, "soak.yaml")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		return err
 	}
-	grpcAddr, httpAddr := freeAddr(), freeAddr()
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+	grpcAddr, httpAddr := procs.FreeAddr(), procs.FreeAddr()
+	rls, err := procs.Start("rls", bin, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--memory-limit", "16MiB", "--log-level", "warn", "--watch=false")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		return err
 	}
-	defer func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	if err := waitHTTP("http://" + httpAddr + "/readyz"); err != nil {
+	defer rls.Stop()
+	if err := procs.WaitHTTP("http://" + httpAddr + "/readyz"); err != nil {
 		return err
 	}
 	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -117,7 +108,7 @@ func run(d time.Duration, workers int) error {
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
-			m := scrape("http://" + httpAddr + "/metrics")
+			m := procs.Scrape("http://" + httpAddr + "/metrics")
 			s := sample{time.Since(start), m["go_goroutines"], m["go_memstats_heap_inuse_bytes"], m["process_resident_memory_bytes"], m["rls_memstore_counters"], m["rls_memstore_bytes"]}
 			samples = append(samples, s)
 			fmt.Printf("%6s  %8d requests  goroutines %4.0f  heap %6.1f MiB  rss %6.1f MiB  counters %8.0f (%5.1f MiB counted)\n",
@@ -150,47 +141,4 @@ func run(d time.Duration, workers int) error {
 	fmt.Printf("ok: %d requests of distinct addresses in %s; goroutines %.0f → %.0f, heap %.1f → %.1f MiB, store %.1f MiB (bound 16 MiB)\n",
 		sent.Load(), d, mid.goroutines, end.goroutines, mid.heap/(1<<20), end.heap/(1<<20), end.counterBytes/(1<<20))
 	return nil
-}
-
-func scrape(url string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := http.Get(url)
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(val, 64); err == nil {
-			out[name] = v
-		}
-	}
-	return out
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitHTTP(url string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not ready within 15s", url)
 }
