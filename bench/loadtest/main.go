@@ -62,6 +62,7 @@ type config struct {
 	out          string
 	memoryLimit  string
 	onlyOneShape bool
+	profileDir   string
 }
 
 func run() error {
@@ -77,6 +78,7 @@ func run() error {
 	flag.StringVar(&c.out, "out", "", "also write the result table (markdown) to this file")
 	flag.StringVar(&c.memoryLimit, "memory-limit", "1GiB", "rls --memory-limit for the memory store")
 	flag.BoolVar(&c.onlyOneShape, "one-shape", false, "only the first shape (1 descriptor × 3 windows)")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of each rls target, taken during its first closed-loop round of each shape, into this directory")
 	pprofAddr := flag.String("ceiling-pprof", "", "internal: with -serve-ceiling, serve /debug/pprof on this address")
 	flag.Parse()
 	// The generator allocates little per request; collect it rarely, as the
@@ -123,7 +125,7 @@ func run() error {
 		return err
 	}
 	running = append(running, p)
-	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr}}
+	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr, serverPid: p.Pid()}}
 
 	memGRPC, memHTTP := procs.FreeAddr(), procs.FreeAddr()
 	p, err = procs.Start("rls-memory", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
@@ -131,16 +133,16 @@ func run() error {
 		return err
 	}
 	running = append(running, p)
-	targets = append(targets, &target{name: "rls, memory store", addr: memGRPC, http: memHTTP})
+	targets = append(targets, &target{name: "rls, memory store", addr: memGRPC, http: memHTTP, serverPid: p.Pid()})
 
 	if c.redis {
 		redisAddr := procs.FreeAddr()
 		_, port, _ := net.SplitHostPort(redisAddr)
-		p, err = procs.Start("redis", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		redis, err := procs.Start("redis", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 		if err != nil {
 			return fmt.Errorf("redis-server: %w (install it, or pass -redis=false)", err)
 		}
-		running = append(running, p)
+		running = append(running, redis)
 		if err := procs.WaitTCP(redisAddr); err != nil {
 			return err
 		}
@@ -151,7 +153,7 @@ func run() error {
 			return err
 		}
 		running = append(running, p)
-		targets = append(targets, &target{name: "rls, Redis store", addr: redisGRPC, http: redisHTTP, redis: redisAddr})
+		targets = append(targets, &target{name: "rls, Redis store", addr: redisGRPC, http: redisHTTP, redis: redisAddr, serverPid: p.Pid(), redisPid: redis.Pid()})
 	}
 	for _, t := range targets {
 		if err := procs.WaitTCP(t.addr); err != nil {
@@ -172,8 +174,8 @@ func run() error {
 		numCPU(), c.workers, c.conns, c.duration, c.rounds)
 
 	var table strings.Builder
-	fmt.Fprintf(&table, "| shape | target | decisions/s | × ceiling | p50 | p99 | p99.9 | p99 at ½ ceiling load | × ceiling p99 | EVALSHA/decision | Redis commands/decision (in scripts too) | decisions/round trip |\n")
-	fmt.Fprintf(&table, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&table, "| shape | target | decisions/s | × ceiling | p50 | p99 | p99.9 | p99 at ½ ceiling load | × ceiling p99 | EVALSHA/decision | Redis commands/decision (in scripts too) | decisions/round trip | CPU µs/request: generator, server, Redis |\n")
+	fmt.Fprintf(&table, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, sh := range shapes {
 		// Warm up every target (connections, caches, JIT-free but GC sizing).
 		for _, t := range targets {
@@ -186,13 +188,35 @@ func run() error {
 		}
 		for r := range c.rounds {
 			for i, t := range targets {
+				var profiled chan error
+				if c.profileDir != "" && r == 0 && t.http != "" {
+					profiled = make(chan error, 1)
+					name := filepath.Join(c.profileDir, fmt.Sprintf("%s-%s.pprof", shapeSlug(sh.name), shapeSlug(t.name)))
+					go func() { profiled <- t.cpuProfile(name, c.duration-c.duration/4) }()
+				}
+				g0, s0, r0 := procs.CPUTime(os.Getpid()), procs.CPUTime(t.serverPid), procs.CPUTime(t.redisPid)
 				res := closedLoop(t, sh.reqs, c.workers, c.duration)
+				if profiled != nil {
+					if err := <-profiled; err != nil {
+						return err
+					}
+				}
+				t.cpu.generator += procs.CPUTime(os.Getpid()) - g0
+				t.cpu.server += procs.CPUTime(t.serverPid) - s0
+				if t.redisPid != 0 {
+					t.cpu.redis += procs.CPUTime(t.redisPid) - r0
+				}
+				t.cpu.requests += res.requestsAnswered
 				results[i] = append(results[i], res)
 				fmt.Fprintf(os.Stderr, "%-28s round %d %-26s %9.0f/s p99 %v errors %d\n", sh.name, r+1, t.name, res.rate, res.p99.Round(time.Microsecond), res.errors)
 			}
 		}
 		for _, t := range targets {
 			after = append(after, t.redisCounters())
+		}
+		cpu := make([]cpuUse, len(targets))
+		for i, t := range targets {
+			cpu[i], t.cpu = t.cpu, cpuUse{}
 		}
 		merged := make([]result, len(targets))
 		for i := range targets {
@@ -234,9 +258,14 @@ func run() error {
 					}
 				}
 			}
-			fmt.Fprintf(&table, "| %s | %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			use := cpu[i]
+			cpuCol := use.per(use.generator) + ", " + use.per(use.server)
+			if t.redisPid != 0 {
+				cpuCol += ", " + use.per(use.redis)
+			}
+			fmt.Fprintf(&table, "| %s | %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 				sh.name, t.name, m.rate, m.rate/merged[0].rate, us(m.p50), us(m.p99), us(m.p999),
-				halfCol, halfRatio, scripts, cmds, perTrip)
+				halfCol, halfRatio, scripts, cmds, perTrip, cpuCol)
 		}
 	}
 	fmt.Println()
@@ -358,6 +387,48 @@ type target struct {
 	http  string
 	redis string
 	conns []*grpc.ClientConn
+	// pids of the server and (Redis target) redis-server, for CPU time
+	serverPid, redisPid int
+	cpu                 cpuUse
+}
+
+// cpuUse sums the CPU time that the closed-loop measurements of a target
+// took in each process, and the requests they answered.
+type cpuUse struct {
+	generator, server, redis time.Duration
+	requests                 int64
+}
+
+func (c cpuUse) per(d time.Duration) string {
+	if c.requests == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", float64(d.Microseconds())/float64(c.requests))
+}
+
+// cpuProfile saves a CPU profile of the target (its /debug/pprof) taken
+// over d into file.
+func (t *target) cpuProfile(file string, d time.Duration) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.http, max(1, int(d.Seconds()))))
+	if err != nil {
+		return fmt.Errorf("profiling %s: %w", t.name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profiling %s: %s %v", t.name, resp.Status, err)
+	}
+	return os.WriteFile(file, b, 0o644)
+}
+
+// shapeSlug turns a name into a file name part.
+func shapeSlug(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, name)
 }
 
 func (t *target) dial(n int) error {

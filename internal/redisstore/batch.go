@@ -14,14 +14,21 @@ import (
 
 // batcher sends the scripts of concurrent requests together: each of its
 // workers takes every call queued at that moment (up to maxBatch) and sends
-// them as one pipeline, so that under load a round trip carries many
+// them in one round trip, so that under load a round trip carries many
 // decisions. With little load a call goes alone and waits for nobody.
+//
+// On a single node the calls of a round trip share EVALSHAs too: the decide
+// script takes several requests (up to perScript) and decides them one after
+// the other, so Redis pays a script's fixed cost once for all of them. In a
+// cluster, where each call goes to the node of its keys, every call is an
+// EVALSHA of its own in a pipeline.
 type batcher struct {
-	client   redis.UniversalClient
-	script   *redis.Script
-	queue    chan *call
-	maxBatch int
-	timeout  time.Duration // bound of one pipeline
+	client    redis.UniversalClient
+	script    *redis.Script
+	queue     chan *call
+	maxBatch  int
+	perScript int
+	timeout   time.Duration // bound of one pipeline
 
 	scripts, roundTrips atomic.Uint64
 
@@ -32,21 +39,22 @@ type batcher struct {
 type call struct {
 	ctx  context.Context
 	keys []string
-	args []any
+	args []any // the request's arguments: mode, instant, items (see decide.lua)
 	done chan struct{}
 	// written by the worker before done is closed
 	reply any
 	err   error
 }
 
-func newBatcher(client redis.UniversalClient, script *redis.Script, maxBatch, workers int, timeout time.Duration) *batcher {
+func newBatcher(client redis.UniversalClient, script *redis.Script, maxBatch, perScript, workers int, timeout time.Duration) *batcher {
 	b := &batcher{
-		client:   client,
-		script:   script,
-		queue:    make(chan *call, 16*maxBatch),
-		maxBatch: maxBatch,
-		timeout:  timeout,
-		stop:     make(chan struct{}),
+		client:    client,
+		script:    script,
+		queue:     make(chan *call, 16*maxBatch),
+		maxBatch:  maxBatch,
+		perScript: perScript,
+		timeout:   timeout,
+		stop:      make(chan struct{}),
 	}
 	for range workers {
 		b.wg.Go(b.work)
@@ -62,7 +70,7 @@ func (b *batcher) close() {
 // errClosed is returned by calls on a closed store.
 var errClosed = errors.New("redis store closed")
 
-// do runs the script with keys and args and returns its reply.
+// do decides one request (keys, args) and returns the script's reply for it.
 func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
 	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	select {
@@ -105,9 +113,9 @@ func (b *batcher) work() {
 	}
 }
 
-// send runs a batch as one pipeline of EVALSHA; scripts the server does
-// not know yet (a restarted Redis, a new cluster node) are sent again with
-// EVAL, which also loads them.
+// send runs a batch in one pipeline of EVALSHAs, each deciding up to
+// perScript calls; scripts the server does not know yet (a restarted Redis,
+// a new cluster node) are sent again with EVAL, which also loads them.
 func (b *batcher) send(batch []*call) {
 	// A call whose caller gave up while it waited is not sent: nobody would
 	// read its answer, and it would consume.
@@ -126,35 +134,66 @@ func (b *batcher) send(batch []*call) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(batch))
+
+	type script struct {
+		calls []*call
+		args  []any
+		cmd   *redis.Cmd
+	}
+	scripts := make([]script, 0, (len(batch)+b.perScript-1)/b.perScript)
+	for len(batch) > 0 {
+		calls := batch[:min(len(batch), b.perScript)]
+		batch = batch[len(calls):]
+		size := 1
+		for _, c := range calls {
+			size += len(c.args)
+		}
+		args := make([]any, 1, size)
+		args[0] = len(calls)
+		for _, c := range calls {
+			args = append(args, c.args...)
+		}
+		scripts = append(scripts, script{calls: calls, args: args})
+	}
 	pipe := b.client.Pipeline()
-	for i, c := range batch {
-		cmds[i] = b.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	for i := range scripts {
+		sc := &scripts[i]
+		sc.cmd = b.script.EvalSha(ctx, pipe, sc.calls[0].keys, sc.args...)
 	}
 	pipe.Exec(ctx) // errors are per command
 	b.roundTrips.Add(1)
-	b.scripts.Add(uint64(len(batch)))
+	b.scripts.Add(uint64(len(scripts)))
 
 	var retry []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	for i := range scripts {
+		if err := scripts[i].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			retry = append(retry, i)
 		}
 	}
 	if len(retry) > 0 {
 		pipe := b.client.Pipeline()
 		for _, i := range retry {
-			cmds[i] = b.script.Eval(ctx, pipe, batch[i].keys, batch[i].args...)
+			sc := &scripts[i]
+			sc.cmd = b.script.Eval(ctx, pipe, sc.calls[0].keys, sc.args...)
 		}
 		pipe.Exec(ctx)
 		b.roundTrips.Add(1)
 		b.scripts.Add(uint64(len(retry)))
 	}
-	for i, c := range batch {
-		c.reply, c.err = cmds[i].Result()
-		if c.err != nil {
-			c.err = fmt.Errorf("redis: %w", c.err)
+	for i := range scripts {
+		sc := &scripts[i]
+		reply, err := sc.cmd.Result()
+		replies, ok := reply.([]any)
+		if err == nil && (!ok || len(replies) != len(sc.calls)) {
+			err = fmt.Errorf("unexpected decide reply %v", reply)
 		}
-		close(c.done)
+		for j, c := range sc.calls {
+			if err != nil {
+				c.err = fmt.Errorf("redis: %w", err)
+			} else {
+				c.reply = replies[j]
+			}
+			close(c.done)
+		}
 	}
 }

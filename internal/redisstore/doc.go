@@ -1,8 +1,11 @@
 // Package redisstore is the engine.Store on Redis or Redis Cluster: one Lua
 // script (scripts/decide.lua) judges every limit of a request at Redis's
 // clock and consumes all of them or none, in one EVALSHA per node the
-// request touches. Concurrent requests share round trips (pipelining), and
-// denials whose end Redis computed are answered from memory until then. It
+// request touches. Concurrent requests share round trips (pipelining) and,
+// on a single node, EVALSHAs: one script call decides up to PerScript
+// requests one after the other, each whole, so that Redis pays a call's
+// fixed cost (TIME, the script's closures and tables) once for all of them.
+// Denials whose end Redis computed are answered from memory until then. It
 // knows nothing about transports.
 //
 // # Key layout

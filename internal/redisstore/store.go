@@ -52,8 +52,12 @@ type Options struct {
 	Now func() time.Time
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// MaxBatch bounds the scripts sent in one pipeline (default 128).
+	// MaxBatch bounds the requests sent in one round trip (default 128).
 	MaxBatch int
+	// PerScript bounds the requests one EVALSHA decides on a single node
+	// (default 32; 1 sends every request as its own EVALSHA). In cluster
+	// mode every request is its own EVALSHA.
+	PerScript int
 	// Workers is the number of pipelines in flight at once (default 4).
 	// Fewer workers put more decisions in each round trip.
 	Workers int
@@ -109,6 +113,9 @@ func New(opts Options) (*Store, error) {
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 4
+	}
+	if opts.PerScript <= 0 {
+		opts.PerScript = 32
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -180,7 +187,11 @@ func New(opts Options) (*Store, error) {
 	if opts.DenyCache {
 		s.cache = newDenyCache(opts.DenyCacheSize)
 	}
-	s.b = newBatcher(s.client, s.decide, opts.MaxBatch, opts.Workers, io)
+	perScript := opts.PerScript
+	if s.cluster != nil {
+		perScript = 1
+	}
+	s.b = newBatcher(s.client, s.decide, opts.MaxBatch, perScript, opts.Workers, io)
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -276,6 +287,15 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 // applyNode runs the decide script over items (all on one node) and writes
 // their results. In mode "R" it also returns the undo log through undo.
 func (s *Store) applyNode(ctx context.Context, mode string, items []engine.Item, bases []string, results []engine.Result, undo *[]any) (bool, error) {
+	reply, err := s.b.do(ctx, []string{bases[0]}, s.requestArgs(mode, items, bases))
+	if err != nil {
+		return false, err
+	}
+	return readReply(reply, items, results, undo)
+}
+
+// requestArgs returns the decide script's arguments for one request.
+func (s *Store) requestArgs(mode string, items []engine.Item, bases []string) []any {
 	args := make([]any, 0, 3+8*len(items))
 	args = append(args, mode, s.nowArg(), len(items))
 	for i := range items {
@@ -290,10 +310,13 @@ func (s *Store) applyNode(ctx context.Context, mode string, items []engine.Item,
 		}
 		args = append(args, bases[i], int(l.Algorithm), l.Window.Microseconds(), l.RequestsPerUnit, l.Burst, it.Hits, flags, it.Group)
 	}
-	reply, err := s.b.do(ctx, []string{bases[0]}, args)
-	if err != nil {
-		return false, err
-	}
+	return args
+}
+
+// readReply writes the results of the decide script's reply for one
+// request and returns whether it was admitted; in mode "R" it also returns
+// the undo log through undo.
+func readReply(reply any, items []engine.Item, results []engine.Result, undo *[]any) (bool, error) {
 	vals, ok := reply.([]any)
 	if !ok || len(vals) < 2+4*len(items) {
 		return false, fmt.Errorf("redis: unexpected decide reply %v", reply)

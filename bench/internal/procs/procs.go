@@ -122,3 +122,30 @@ func Scrape(url string) map[string]float64 {
 	}
 	return out
 }
+
+// CPUTime returns the CPU time (user + system) that process pid has used,
+// read from /proc (Linux); 0 where /proc cannot tell.
+func CPUTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; the fields after its
+	// closing parenthesis start with field 3 (state). utime and stime are
+	// fields 14 and 15, in clock ticks (USER_HZ, 100 on Linux).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * (time.Second / 100)
+}

@@ -5,34 +5,36 @@
 -- and the sliding window's float estimate uses the same IEEE-754 operations
 -- in the same order. A differential test holds the two to identical answers.
 --
+-- One call decides several requests, one after the other, each whole: the
+-- store sends the requests that arrive together in one EVALSHA, so that
+-- the script's fixed cost (the call, TIME, its closures and tables) is paid
+-- once per batch rather than once per request.
+--
 -- KEYS[1]: a key of the node (cluster routing only; every key is in ARGV).
--- ARGV[1]: mode, "F" (final: the whole request) or "R" (reserve: this node's
---          part of a request spread over cluster nodes; quota groups are
---          judged locally and the undo log of what was consumed is returned).
--- ARGV[2]: the instant in microseconds, or "" for Redis TIME (tests only).
--- ARGV[3]: the number of items, then 8 fields per item:
---          base key, algorithm (0 fixed_window, 1 sliding_window,
---          2 sliding_log, 3 token_bucket), window µs, limit, burst, hits,
---          flags (1 refund, 2 shadow), quota group (0 = none).
--- Returns {admitted, now, then per item admitted, remaining, reset µs,
--- retry µs, then (mode R) the undo log: a list of {op, key, args...}}.
+-- ARGV[1]: the number of requests; then per request:
+--   mode, "F" (final: the whole request) or "R" (reserve: this node's part
+--         of a request spread over cluster nodes; quota groups are judged
+--         locally and the undo log of what was consumed is returned);
+--   the instant in microseconds, or "" for Redis TIME (taken once per call);
+--   the number of items, then 8 fields per item: base key, algorithm
+--         (0 fixed_window, 1 sliding_window, 2 sliding_log, 3 token_bucket),
+--         window µs, limit, burst, hits, flags (1 refund, 2 shadow), quota
+--         group (0 = none).
+-- Returns one reply per request: {admitted, now, then per item admitted,
+-- remaining, reset µs, retry µs, then (mode R) the undo log: a list of
+-- {op, key, args...}}.
 --
 -- The script runs on every request, so it is written for the Lua
 -- interpreter: items and counters live in arrays indexed by position (no
--- table per item), and small helpers are inlined.
+-- table per item) that every request of the call reuses, and small helpers
+-- are inlined.
 
 local FW, SW, SL, TB = 0, 1, 2, 3
 local floor, min, max, tonumber, tostring = math.floor, math.min, math.max, tonumber, tostring
 local call = redis.call
 local argv = ARGV
 
-local now
-if argv[2] ~= '' then
-  now = tonumber(argv[2])
-else
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now, redis_now -- the current request's instant; Redis TIME once taken
 
 -- exact floor(a / b) for non-negative integers below 2^53
 local function idiv(a, b)
@@ -57,7 +59,7 @@ local function ttl_ms(us)
 end
 
 -- Items (index k): ctr = its counter's index; ok, retry = pass-1 verdict.
-local n = tonumber(argv[3])
+local n
 local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry = {}, {}, {}, {}, {}, {}, {}
 local i_lim, i_burst = {}, {} -- an override may share a counter with a configured limit
 -- Counters (index c), each loaded once and normalized to now:
@@ -67,7 +69,7 @@ local i_lim, i_burst = {}, {} -- an override may share a counter with a configur
 local c_base, c_alg, c_w = {}, {}, {}
 local c_key, c_ws, c_exists, c_count, c_prev, c_count0 = {}, {}, {}, {}, {}, {}
 local c_tat, c_tat0, c_card, c_add, c_pop = {}, {}, {}, {}, {}
-local by_base, nc = {}, 0
+local by_base, nc
 
 local function interval(c, limit)
   return idiv(c_w[c] + limit - 1, limit)
@@ -245,167 +247,189 @@ local function retry_at(c, hits, limit, burst)
   return c_tat[c] + hits * i - burst * i
 end
 
--- pass 1: judge the items in order, consuming tentatively
-
-for k = 1, n do
-  local a = 3 + (k - 1) * 8
-  local base = argv[a + 1]
-  local c = by_base[base]
-  if not c then
-    nc = nc + 1
-    c = nc
-    by_base[base] = c
-    c_base[c], c_alg[c], c_w[c] = base, tonumber(argv[a + 2]), tonumber(argv[a + 3])
-    load(c)
-  end
-  local limit, burst = tonumber(argv[a + 4]), tonumber(argv[a + 5])
-  local hits, flags = tonumber(argv[a + 6]), tonumber(argv[a + 7])
-  local refund = flags % 2 == 1
-  i_ctr[k], i_hits[k], i_refund[k], i_shadow[k], i_group[k] = c, hits, refund, flags >= 2, tonumber(argv[a + 8])
-  i_lim[k], i_burst[k], i_retry[k] = limit, burst, 0
-  if refund then
-    i_ok[k] = true
-    give_back(c, hits, limit)
-  elseif admits(c, hits, limit, burst) then
-    i_ok[k] = true
-    consume(c, hits, limit)
+-- decide judges the request whose arguments start at argv[a] and returns
+-- its reply and where the next request's arguments start.
+local function decide(a)
+  local mode = argv[a]
+  if argv[a + 1] ~= '' then
+    now = tonumber(argv[a + 1])
   else
-    i_ok[k] = false
-    i_retry[k] = retry_at(c, hits, limit, burst) - now
+    if not redis_now then
+      local t = call('TIME')
+      redis_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = redis_now
   end
-end
+  n, nc, by_base = tonumber(argv[a + 2]), 0, {}
 
--- the all-or-nothing rule (engine.decide)
+  -- pass 1: judge the items in order, consuming tentatively
 
-local admitted, quota = true, false
-for k = 1, n do
-  if i_group[k] ~= 0 then
-    quota = true
-  elseif not i_shadow[k] and not i_ok[k] then
-    admitted = false
-  end
-end
-local over, quota_fail = {}, false
-if quota then
   for k = 1, n do
-    if i_group[k] ~= 0 and not i_shadow[k] and not i_ok[k] then
-      over[i_group[k]] = true
+    local f = a + 2 + (k - 1) * 8
+    local base = argv[f + 1]
+    local c = by_base[base]
+    if not c then
+      nc = nc + 1
+      c = nc
+      by_base[base] = c
+      c_base[c], c_alg[c], c_w[c] = base, tonumber(argv[f + 2]), tonumber(argv[f + 3])
+      load(c)
+    end
+    local limit, burst = tonumber(argv[f + 4]), tonumber(argv[f + 5])
+    local hits, flags = tonumber(argv[f + 6]), tonumber(argv[f + 7])
+    local refund = flags % 2 == 1
+    i_ctr[k], i_hits[k], i_refund[k], i_shadow[k], i_group[k] = c, hits, refund, flags >= 2, tonumber(argv[f + 8])
+    i_lim[k], i_burst[k], i_retry[k] = limit, burst, 0
+    if refund then
+      i_ok[k] = true
+      give_back(c, hits, limit)
+    elseif admits(c, hits, limit, burst) then
+      i_ok[k] = true
+      consume(c, hits, limit)
+    else
+      i_ok[k] = false
+      i_retry[k] = retry_at(c, hits, limit, burst) - now
     end
   end
-  if argv[1] == 'F' then
-    local any_pass = false
-    for k = 1, n do
-      if i_group[k] ~= 0 and not over[i_group[k]] then
-        any_pass = true
-      end
-    end
-    if not any_pass then
+
+  -- the all-or-nothing rule (engine.decide)
+
+  local admitted, quota = true, false
+  for k = 1, n do
+    if i_group[k] ~= 0 then
+      quota = true
+    elseif not i_shadow[k] and not i_ok[k] then
       admitted = false
     end
   end
-  if admitted then
+  local over, quota_fail = {}, false
+  if quota then
     for k = 1, n do
-      if i_group[k] ~= 0 and over[i_group[k]] and i_ok[k] then
-        quota_fail = true
+      if i_group[k] ~= 0 and not i_shadow[k] and not i_ok[k] then
+        over[i_group[k]] = true
       end
     end
-  end
-end
-if not admitted or quota_fail then
-  for c = 1, nc do
-    restore(c)
-  end
-end
-if admitted and quota_fail then
-  for k = 1, n do
-    if i_ok[k] and not over[i_group[k]] then
-      if i_refund[k] then
-        give_back(i_ctr[k], i_hits[k], i_lim[k])
-      else
-        consume(i_ctr[k], i_hits[k], i_lim[k])
-      end
-    end
-  end
-end
-
--- results, from the final state of each counter
-
-local out = { admitted and 1 or 0, now }
-for k = 1, n do
-  local c = i_ctr[k]
-  local m = #out
-  out[m + 1] = i_ok[k] and 1 or 0
-  out[m + 2] = remaining(c, i_lim[k], i_burst[k])
-  out[m + 3] = max(0, reset_at(c) - now)
-  out[m + 4] = max(0, i_retry[k])
-end
-
--- writes: each counter that changed, as a delta where others may write too
-
-local reserve = argv[1] == 'R'
-local undo = {}
-for c = 1, nc do
-  local alg, base = c_alg[c], c_base[c]
-  if alg == FW or alg == SW then
-    local delta = c_count[c] - c_count0[c]
-    if delta ~= 0 then
-      if c_exists[c] then
-        call('INCRBY', c_key[c], delta)
-      else
-        local ttl = c_ws[c] + c_w[c]
-        if alg == SW then
-          ttl = ttl + c_w[c]
+    if mode == 'F' then
+      local any_pass = false
+      for k = 1, n do
+        if i_group[k] ~= 0 and not over[i_group[k]] then
+          any_pass = true
         end
-        call('SET', c_key[c], c_count[c], 'PX', ttl_ms(ttl))
       end
-      if reserve then
-        undo[#undo + 1] = { 'I', c_key[c], -delta }
-      end
-    end
-  elseif alg == TB then
-    local tat = c_tat[c]
-    if tat ~= c_tat0[c] then
-      if tat > now then
-        call('SET', base, fmt(tat), 'PX', ttl_ms(tat))
-      else
-        call('DEL', base)
-      end
-      if reserve then
-        undo[#undo + 1] = { 'T', base, fmt(c_tat0[c] - tat) }
+      if not any_pass then
+        admitted = false
       end
     end
-  elseif c_pop[c] > 0 or c_add[c] > 0 then
-    local w = c_w[c]
-    if c_pop[c] > 0 then
-      local popped = call('ZPOPMAX', base, c_pop[c])
-      local op = { 'A', base, fmt(w) }
-      for j = 1, #popped, 2 do
-        op[#op + 1] = popped[j + 1]
-        op[#op + 1] = popped[j]
+    if admitted then
+      for k = 1, n do
+        if i_group[k] ~= 0 and over[i_group[k]] and i_ok[k] then
+          quota_fail = true
+        end
       end
-      undo[#undo + 1] = op
-    end
-    if c_add[c] > 0 then
-      local op = { 'Z', base }
-      local seq = c_card[c] - c_pop[c]
-      local stamp = fmt(now)
-      for _ = 1, c_add[c] do
-        local member
-        repeat
-          seq = seq + 1
-          member = stamp .. '-' .. seq
-        until call('ZADD', base, 'NX', stamp, member) == 1
-        op[#op + 1] = member
-      end
-      undo[#undo + 1] = op
-    end
-    local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')
-    if #newest > 0 then
-      call('PEXPIRE', base, ttl_ms(tonumber(newest[2]) + w))
     end
   end
+  if not admitted or quota_fail then
+    for c = 1, nc do
+      restore(c)
+    end
+  end
+  if admitted and quota_fail then
+    for k = 1, n do
+      if i_ok[k] and not over[i_group[k]] then
+        if i_refund[k] then
+          give_back(i_ctr[k], i_hits[k], i_lim[k])
+        else
+          consume(i_ctr[k], i_hits[k], i_lim[k])
+        end
+      end
+    end
+  end
+
+  -- results, from the final state of each counter
+
+  local out = { admitted and 1 or 0, now }
+  for k = 1, n do
+    local c = i_ctr[k]
+    local m = #out
+    out[m + 1] = i_ok[k] and 1 or 0
+    out[m + 2] = remaining(c, i_lim[k], i_burst[k])
+    out[m + 3] = max(0, reset_at(c) - now)
+    out[m + 4] = max(0, i_retry[k])
+  end
+
+  -- writes: each counter that changed, as a delta where others may write too
+
+  local reserve = mode == 'R'
+  local undo = {}
+  for c = 1, nc do
+    local alg, base = c_alg[c], c_base[c]
+    if alg == FW or alg == SW then
+      local delta = c_count[c] - c_count0[c]
+      if delta ~= 0 then
+        if c_exists[c] then
+          call('INCRBY', c_key[c], delta)
+        else
+          local ttl = c_ws[c] + c_w[c]
+          if alg == SW then
+            ttl = ttl + c_w[c]
+          end
+          call('SET', c_key[c], c_count[c], 'PX', ttl_ms(ttl))
+        end
+        if reserve then
+          undo[#undo + 1] = { 'I', c_key[c], -delta }
+        end
+      end
+    elseif alg == TB then
+      local tat = c_tat[c]
+      if tat ~= c_tat0[c] then
+        if tat > now then
+          call('SET', base, fmt(tat), 'PX', ttl_ms(tat))
+        else
+          call('DEL', base)
+        end
+        if reserve then
+          undo[#undo + 1] = { 'T', base, fmt(c_tat0[c] - tat) }
+        end
+      end
+    elseif c_pop[c] > 0 or c_add[c] > 0 then
+      local w = c_w[c]
+      if c_pop[c] > 0 then
+        local popped = call('ZPOPMAX', base, c_pop[c])
+        local op = { 'A', base, fmt(w) }
+        for j = 1, #popped, 2 do
+          op[#op + 1] = popped[j + 1]
+          op[#op + 1] = popped[j]
+        end
+        undo[#undo + 1] = op
+      end
+      if c_add[c] > 0 then
+        local op = { 'Z', base }
+        local seq = c_card[c] - c_pop[c]
+        local stamp = fmt(now)
+        for _ = 1, c_add[c] do
+          local member
+          repeat
+            seq = seq + 1
+            member = stamp .. '-' .. seq
+          until call('ZADD', base, 'NX', stamp, member) == 1
+          op[#op + 1] = member
+        end
+        undo[#undo + 1] = op
+      end
+      local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')
+      if #newest > 0 then
+        call('PEXPIRE', base, ttl_ms(tonumber(newest[2]) + w))
+      end
+    end
+  end
+  if reserve and admitted then
+    out[#out + 1] = undo
+  end
+  return out, a + 3 + 8 * n
 end
-if reserve and admitted then
-  out[#out + 1] = undo
+
+local replies, a = {}, 2
+for r = 1, tonumber(argv[1]) do
+  replies[r], a = decide(a)
 end
-return out
+return replies
