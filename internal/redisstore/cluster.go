@@ -23,6 +23,17 @@ type nodePart struct {
 	err      error
 }
 
+// oneSlot reports whether all items are counters of one descriptor, whose
+// keys share its hash tag and so one cluster slot.
+func oneSlot(items []engine.Item) bool {
+	for i := range items {
+		if items[i].Desc != items[0].Desc {
+			return false
+		}
+	}
+	return true
+}
+
 // applyCluster decides a request whose counters may sit on several masters.
 // One master: the script decides it whole. Several: each master reserves
 // its part (all-or-nothing locally), and when the request as a whole is
@@ -35,7 +46,11 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		return false, err
 	}
 	if len(parts) == 1 {
-		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, "F", items, bases, results, nil) })
+		mode := "F" // its keys may sit in several slots of that master: read one by one
+		if oneSlot(items) {
+			mode = "M"
+		}
+		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, mode, items, bases, results, nil) })
 	}
 	var wg sync.WaitGroup
 	for _, p := range parts {

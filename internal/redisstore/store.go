@@ -269,7 +269,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	var admitted bool
 	var err error
 	if s.cluster == nil {
-		admitted, err = s.applyNode(ctx, "F", items, bases, results, nil)
+		admitted, err = s.applyNode(ctx, "M", items, bases, results, nil) // one node: any keys in one MGET
 	} else {
 		admitted, err = s.applyCluster(ctx, items, bases, results)
 	}

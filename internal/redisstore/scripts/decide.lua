@@ -12,9 +12,11 @@
 --
 -- KEYS[1]: a key of the node (cluster routing only; every key is in ARGV).
 -- ARGV[1]: the number of requests; then per request:
---   mode, "F" (final: the whole request) or "R" (reserve: this node's part
---         of a request spread over cluster nodes; quota groups are judged
---         locally and the undo log of what was consumed is returned);
+--   mode, "F" (final: the whole request), "M" (final, and all its keys may
+--         be read with one MGET: a single node, or a single cluster slot) or
+--         "R" (reserve: this node's part of a request spread over cluster
+--         nodes; quota groups are judged locally and the undo log of what
+--         was consumed is returned);
 --   the instant in microseconds, or "" for Redis TIME (taken once per call);
 --   the number of items, then 8 fields per item: base key, algorithm
 --         (0 fixed_window, 1 sliding_window, 2 sliding_log, 3 token_bucket),
@@ -30,7 +32,7 @@
 -- are inlined.
 
 local FW, SW, SL, TB = 0, 1, 2, 3
-local floor, min, max, tonumber, tostring = math.floor, math.min, math.max, tonumber, tostring
+local floor, min, max, tonumber, tostring, unpack = math.floor, math.min, math.max, tonumber, tostring, unpack
 local call = redis.call
 local argv = ARGV
 
@@ -75,30 +77,62 @@ local function interval(c, limit)
   return idiv(c_w[c] + limit - 1, limit)
 end
 
-local function load(c)
+-- Window keys end with the window's start in seconds; every request of a
+-- call shares the instant, so each suffix is formatted once.
+local suffixes = {}
+local function suffix(ws)
+  local sfx = suffixes[ws]
+  if not sfx then
+    sfx = tostring(ws / 1000000)
+    suffixes[ws] = sfx
+  end
+  return sfx
+end
+
+-- String keys to read (window counts, bucket TATs) are gathered first and
+-- read at once: mk[1..nk], and c_at[c] is the position of counter c's
+-- first key (a sliding window's previous window follows it).
+local mk, nk, c_at = {}, 0, {}
+
+local function locate(c)
   local alg, base, w = c_alg[c], c_base[c], c_w[c]
   if alg == FW or alg == SW then
     local ws = idiv(now, w) * w
-    local key = base .. ':' .. tostring(ws / 1000000)
+    local key = base .. ':' .. suffix(ws)
     c_ws[c], c_key[c] = ws, key
-    local v = call('GET', key)
+    nk = nk + 1
+    mk[nk], c_at[c] = key, nk
+    if alg == SW then
+      nk = nk + 1
+      mk[nk] = base .. ':' .. suffix(ws - w)
+    end
+  elseif alg == TB then
+    nk = nk + 1
+    mk[nk], c_at[c] = base, nk
+  else
+    call('ZREMRANGEBYSCORE', base, '-inf', fmt(now - w))
+    c_card[c], c_add[c], c_pop[c] = call('ZCARD', base), 0, 0
+  end
+end
+
+local function load(c, vals)
+  local alg = c_alg[c]
+  if alg == FW or alg == SW then
+    local v = vals[c_at[c]]
     c_exists[c] = v ~= false
     local count = tonumber(v or '0')
     c_count[c], c_count0[c] = count, count
     if alg == SW then
-      c_prev[c] = tonumber(call('GET', base .. ':' .. tostring((ws - w) / 1000000)) or '0')
+      c_prev[c] = tonumber(vals[c_at[c] + 1] or '0')
     else
       c_prev[c] = 0
     end
   elseif alg == TB then
-    local tat = tonumber(call('GET', base) or '0')
+    local tat = tonumber(vals[c_at[c]] or '0')
     if tat < now then
       tat = now
     end
     c_tat[c], c_tat0[c] = tat, tat
-  else
-    call('ZREMRANGEBYSCORE', base, '-inf', fmt(now - w))
-    c_card[c], c_add[c], c_pop[c] = call('ZCARD', base), 0, 0
   end
 end
 
@@ -260,25 +294,48 @@ local function decide(a)
     end
     now = redis_now
   end
-  n, nc, by_base = tonumber(argv[a + 2]), 0, {}
+  n, nc, nk, by_base = tonumber(argv[a + 2]), 0, 0, {}
 
-  -- pass 1: judge the items in order, consuming tentatively
+  -- the counters, each loaded once: all string keys in one MGET when the
+  -- store says they share a slot or there are no slots (mode "M")
 
   for k = 1, n do
-    local f = a + 2 + (k - 1) * 8
-    local base = argv[f + 1]
+    local base = argv[a + 3 + (k - 1) * 8]
     local c = by_base[base]
     if not c then
       nc = nc + 1
       c = nc
       by_base[base] = c
+      local f = a + 2 + (k - 1) * 8
       c_base[c], c_alg[c], c_w[c] = base, tonumber(argv[f + 2]), tonumber(argv[f + 3])
-      load(c)
+      locate(c)
     end
+    i_ctr[k] = c
+  end
+  local vals
+  if nk == 0 then
+    vals = mk
+  elseif mode == 'M' then
+    vals = call('MGET', unpack(mk, 1, nk))
+  else
+    vals = {}
+    for j = 1, nk do
+      vals[j] = call('GET', mk[j])
+    end
+  end
+  for c = 1, nc do
+    load(c, vals)
+  end
+
+  -- pass 1: judge the items in order, consuming tentatively
+
+  for k = 1, n do
+    local f = a + 2 + (k - 1) * 8
+    local c = i_ctr[k]
     local limit, burst = tonumber(argv[f + 4]), tonumber(argv[f + 5])
     local hits, flags = tonumber(argv[f + 6]), tonumber(argv[f + 7])
     local refund = flags % 2 == 1
-    i_ctr[k], i_hits[k], i_refund[k], i_shadow[k], i_group[k] = c, hits, refund, flags >= 2, tonumber(argv[f + 8])
+    i_hits[k], i_refund[k], i_shadow[k], i_group[k] = hits, refund, flags >= 2, tonumber(argv[f + 8])
     i_lim[k], i_burst[k], i_retry[k] = limit, burst, 0
     if refund then
       i_ok[k] = true
@@ -309,7 +366,7 @@ local function decide(a)
         over[i_group[k]] = true
       end
     end
-    if mode == 'F' then
+    if mode ~= 'R' then
       local any_pass = false
       for k = 1, n do
         if i_group[k] ~= 0 and not over[i_group[k]] then
