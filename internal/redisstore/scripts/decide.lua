@@ -69,7 +69,7 @@ local i_lim, i_burst = {}, {} -- an override may share a counter with a configur
 -- (windows); tat (bucket); card, add, pop (log); the *0 arrays keep the
 -- loaded values for undoing pass 1 and for the writes.
 local c_base, c_alg, c_w = {}, {}, {}
-local c_key, c_ws, c_exists, c_count, c_prev, c_count0 = {}, {}, {}, {}, {}, {}
+local c_key, c_pkey, c_ws, c_count, c_prev, c_count0 = {}, {}, {}, {}, {}, {}
 local c_tat, c_tat0, c_card, c_add, c_pop = {}, {}, {}, {}, {}
 local by_base, nc
 
@@ -89,10 +89,14 @@ local function suffix(ws)
   return sfx
 end
 
--- String keys to read (window counts, bucket TATs) are gathered first and
--- read at once: mk[1..nk], and c_at[c] is the position of counter c's
--- first key (a sliding window's previous window follows it).
-local mk, nk, c_at = {}, 0, {}
+-- String keys (window counts, bucket TATs) are read once per call: kv[key]
+-- is the value that the requests decided so far left (false: absent), so a
+-- key that several requests of a call share is read once.
+local kv = {}
+
+-- The keys a request needs that the call has not read yet are gathered
+-- (mk[1..nk]) and read at once.
+local mk, nk = {}, 0
 
 local function locate(c)
   local alg, base, w = c_alg[c], c_base[c], c_w[c]
@@ -100,35 +104,42 @@ local function locate(c)
     local ws = idiv(now, w) * w
     local key = base .. ':' .. suffix(ws)
     c_ws[c], c_key[c] = ws, key
-    nk = nk + 1
-    mk[nk], c_at[c] = key, nk
-    if alg == SW then
+    if kv[key] == nil then
       nk = nk + 1
-      mk[nk] = base .. ':' .. suffix(ws - w)
+      mk[nk] = key
+    end
+    if alg == SW then
+      local prev = base .. ':' .. suffix(ws - w)
+      c_pkey[c] = prev
+      if kv[prev] == nil then
+        nk = nk + 1
+        mk[nk] = prev
+      end
     end
   elseif alg == TB then
-    nk = nk + 1
-    mk[nk], c_at[c] = base, nk
+    c_key[c] = base
+    if kv[base] == nil then
+      nk = nk + 1
+      mk[nk] = base
+    end
   else
     call('ZREMRANGEBYSCORE', base, '-inf', fmt(now - w))
     c_card[c], c_add[c], c_pop[c] = call('ZCARD', base), 0, 0
   end
 end
 
-local function load(c, vals)
+local function load(c)
   local alg = c_alg[c]
   if alg == FW or alg == SW then
-    local v = vals[c_at[c]]
-    c_exists[c] = v ~= false
-    local count = tonumber(v or '0')
+    local count = tonumber(kv[c_key[c]] or 0)
     c_count[c], c_count0[c] = count, count
     if alg == SW then
-      c_prev[c] = tonumber(vals[c_at[c] + 1] or '0')
+      c_prev[c] = tonumber(kv[c_pkey[c]] or 0)
     else
       c_prev[c] = 0
     end
   elseif alg == TB then
-    local tat = tonumber(vals[c_at[c]] or '0')
+    local tat = tonumber(kv[c_key[c]] or 0)
     if tat < now then
       tat = now
     end
@@ -312,19 +323,18 @@ local function decide(a)
     end
     i_ctr[k] = c
   end
-  local vals
-  if nk == 0 then
-    vals = mk
-  elseif mode == 'M' then
-    vals = call('MGET', unpack(mk, 1, nk))
-  else
-    vals = {}
+  if nk > 0 and mode == 'M' then
+    local vals = call('MGET', unpack(mk, 1, nk))
     for j = 1, nk do
-      vals[j] = call('GET', mk[j])
+      kv[mk[j]] = vals[j]
+    end
+  else
+    for j = 1, nk do
+      kv[mk[j]] = call('GET', mk[j])
     end
   end
   for c = 1, nc do
-    load(c, vals)
+    load(c)
   end
 
   -- pass 1: judge the items in order, consuming tentatively
@@ -414,7 +424,7 @@ local function decide(a)
     out[m + 4] = max(0, i_retry[k])
   end
 
-  -- writes: each counter that changed, as a delta where others may write too
+  -- writes: each counter that changed (string keys also in the call's cache)
 
   local reserve = mode == 'R'
   local undo = {}
@@ -423,15 +433,17 @@ local function decide(a)
     if alg == FW or alg == SW then
       local delta = c_count[c] - c_count0[c]
       if delta ~= 0 then
-        if c_exists[c] then
-          call('INCRBY', c_key[c], delta)
-        else
+        local key = c_key[c]
+        if kv[key] then
+          call('INCRBY', key, delta)
+        else -- created now: it expires at the window's end
           local ttl = c_ws[c] + c_w[c]
           if alg == SW then
             ttl = ttl + c_w[c]
           end
-          call('SET', c_key[c], c_count[c], 'PX', ttl_ms(ttl))
+          call('SET', key, c_count[c], 'PX', ttl_ms(ttl))
         end
+        kv[key] = c_count[c]
         if reserve then
           undo[#undo + 1] = { 'I', c_key[c], -delta }
         end
@@ -441,8 +453,10 @@ local function decide(a)
       if tat ~= c_tat0[c] then
         if tat > now then
           call('SET', base, fmt(tat), 'PX', ttl_ms(tat))
+          kv[base] = tat
         else
           call('DEL', base)
+          kv[base] = false
         end
         if reserve then
           undo[#undo + 1] = { 'T', base, fmt(c_tat0[c] - tat) }
