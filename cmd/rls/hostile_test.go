@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -24,7 +25,12 @@ func (rawCodec) Name() string { return "proto" }
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
 }
-func (rawCodec) Unmarshal(mem.BufferSlice, any) error { return nil }
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if m, ok := v.(proto.Message); ok {
+		return proto.Unmarshal(data.Materialize(), m)
+	}
+	return nil
+}
 
 var _ encoding.CodecV2 = rawCodec{}
 
@@ -34,14 +40,23 @@ func TestHostileInput(t *testing.T) {
 	rl := rlsv3.NewRateLimitServiceClient(cc)
 	ctx := context.Background()
 
-	// Invalid UTF-8 in a string field: refused by the protobuf decoder.
-	var msg []byte
+	// A value that is not UTF-8 (Envoy copies header bytes as they are), which
+	// Go's protobuf decoder refuses: decoded all the same and limited.
+	var entry, descriptor, msg []byte
+	entry = protowire.AppendTag(entry, 1, protowire.BytesType)
+	entry = protowire.AppendBytes(entry, []byte("remote_address"))
+	entry = protowire.AppendTag(entry, 2, protowire.BytesType)
+	entry = protowire.AppendBytes(entry, []byte("198.51.100.\xff"))
+	descriptor = protowire.AppendTag(descriptor, 1, protowire.BytesType)
+	descriptor = protowire.AppendBytes(descriptor, entry)
 	msg = protowire.AppendTag(msg, 1, protowire.BytesType)
-	msg = protowire.AppendBytes(msg, []byte("api\xff"))
-	var out []byte
+	msg = protowire.AppendBytes(msg, []byte("api"))
+	msg = protowire.AppendTag(msg, 2, protowire.BytesType)
+	msg = protowire.AppendBytes(msg, descriptor)
+	var out rlsv3.RateLimitResponse
 	err := cc.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &msg, &out, grpc.ForceCodecV2(rawCodec{}))
-	if err == nil {
-		t.Error("a request with invalid UTF-8 was accepted")
+	if err != nil || out.OverallCode != rlsv3.RateLimitResponse_OK || len(out.Statuses) != 1 || out.Statuses[0].CurrentLimit == nil {
+		t.Errorf("a value that is not UTF-8: %v %v, want OK under the remote_address limit", &out, err)
 	}
 	// A message over the 1 MiB bound.
 	big := rlRequest("api", "k", strings.Repeat("x", 2<<20))

@@ -104,7 +104,8 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
-	gopts := grpcserver.Options()
+	// rls's codec: descriptor values need not be UTF-8 (Envoy copies header bytes)
+	gopts := append(grpcserver.Options(), envoyrls.ServerCodec())
 	if o.tlsGRPC {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsSource.Config())))
 	}
