@@ -97,7 +97,25 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits *field) []*Limit {
 		}
 		out = append(out, l)
 	}
+	distinctLabels(out)
 	return out
+}
+
+// distinctLabels appends the algorithm to the labels of unnamed limits
+// that would share one (same window, different algorithms), so that their
+// metrics stay apart: "remote_address/1m" and "remote_address/1m/sliding_window".
+// A fixed window keeps the bare label, so labels only change where they
+// collided.
+func distinctLabels(limits []*Limit) {
+	seen := make(map[string]int, len(limits))
+	for _, l := range limits {
+		seen[l.Label]++
+	}
+	for _, l := range limits {
+		if seen[l.Label] > 1 && l.Name == "" && l.Algorithm != FixedWindow {
+			l.Label += "/" + l.Algorithm.String()
+		}
+	}
 }
 
 // limit parses and validates one limit of d. what names it in messages.

@@ -238,7 +238,7 @@ func TestParseGood(t *testing.T) {
 		"remote_address/1s", "remote_address=10.0.0.1/unlimited", "user_42", "per_user",
 		"path=/api/*/action/1h", "path=/api/*/1d", "per_tenant", "tenant/method=GET/status=200/1mo",
 		"tenant/method/1y",
-		"api_key/1s", "steady", "daily_quota", "api_key/5m", "api_key/5m", "api_key/5m",
+		"api_key/1s", "steady", "daily_quota", "api_key/5m/sliding_log", "api_key/5m/sliding_window", "api_key/5m",
 		"tier=gold/1s", "tier=gold/api_key/1d",
 	}
 	if !slices.Equal(labels, wantLabels) {

@@ -125,8 +125,10 @@ type Limit struct {
 	// Label names this limit in metrics and headers: Name when set, else the
 	// descriptor path and window, e.g. "remote_address/1s" or
 	// "api_key/tier=gold/1d" ("remote_address=10.0.0.1/unlimited" for an
-	// unlimited one). Built from config only; not unique: two unnamed limits
-	// of one node with the same window but different algorithms share it.
+	// unlimited one). Built from config only. Where unnamed limits of one
+	// node share a window, those that are not fixed windows add their
+	// algorithm ("remote_address/1m/sliding_window"), so labels of one node
+	// differ. A name may still equal another limit's label.
 	Label string
 	// Index is this limit's position in Config.Limits().
 	Index int
