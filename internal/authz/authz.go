@@ -105,15 +105,49 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 // set it (an edge Envoy sets it to the address it trusts), else the TCP
 // peer, or an X-Forwarded-For hop when the peer is a trusted proxy.
 func (s *Server) client(attrs *authv3.AttributeContext) netip.Addr {
-	headers := attrs.GetRequest().GetHttp().GetHeaders()
-	if a, ok := clientip.Parse(headers["x-envoy-external-address"]); ok {
-		return a
+	http := attrs.GetRequest().GetHttp()
+	if v, ok := header(http, "x-envoy-external-address"); ok {
+		if a, ok := clientip.Parse(v); ok {
+			return a
+		}
 	}
 	peer, _ := clientip.Parse(attrs.GetSource().GetAddress().GetSocketAddress().GetAddress())
-	if xff, ok := headers["x-forwarded-for"]; ok && len(s.trusted) > 0 {
+	if xff, ok := header(http, "x-forwarded-for"); ok && len(s.trusted) > 0 {
 		return s.trusted.FromForwarded(peer, []string{xff})
 	}
 	return peer
+}
+
+// header returns the value of the request header name (lower case).
+//
+// Envoy describes the headers in one of two ways. By default, in the
+// headers map: values of a repeated header joined with ",", and bytes that
+// are not UTF-8 replaced by "!". With encode_raw_headers: true (which Envoy
+// recommends), the map is empty and header_map lists every header line with
+// its bytes as they are (raw_value); the lines of a repeated header are then
+// joined here the same way, so that a descriptor gets the same value
+// whichever setting Envoy uses.
+func header(http *authv3.AttributeContext_HttpRequest, name string) (string, bool) {
+	if v, ok := http.GetHeaders()[name]; ok {
+		return v, true
+	}
+	var joined []byte
+	found := false
+	for _, h := range http.GetHeaderMap().GetHeaders() {
+		if !strings.EqualFold(h.GetKey(), name) {
+			continue
+		}
+		v := h.GetRawValue()
+		if len(v) == 0 {
+			v = []byte(h.GetValue())
+		}
+		if found {
+			joined = append(joined, ',')
+		}
+		joined = append(joined, v...)
+		found = true
+	}
+	return string(joined), found
 }
 
 // httpRequest is the request as Envoy describes it.
@@ -123,9 +157,9 @@ type httpRequest struct {
 }
 
 func (r *httpRequest) Header(name string) (string, bool) {
-	// Envoy joins the values of a repeated header with ","; the joined value
-	// is used as is (a single value may contain commas too).
-	if v, ok := r.http.GetHeaders()[name]; ok {
+	// The joined value of a repeated header is used as is (a single value
+	// may contain commas too).
+	if v, ok := header(r.http, name); ok {
 		return v, true
 	}
 	switch name {

@@ -2,13 +2,17 @@ package authz
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"sort"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/rlsproject/rls/internal/descriptors"
@@ -24,6 +28,7 @@ http_descriptors:
   - actions:
       - header_value_match: {descriptor_value: post, headers: [{name: ":method", string_match: {exact: POST}}]}
       - request_headers: {header_name: ":path", descriptor_key: path}
+  - actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
 descriptors:
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 2}
@@ -32,6 +37,8 @@ descriptors:
     descriptors:
       - key: path
         rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
 func newServer(t *testing.T, trusted ...string) *Server {
@@ -79,7 +86,43 @@ func headerMap(opts []*corev3.HeaderValueOption) map[string]string {
 	return m
 }
 
+// encodings are the two ways Envoy sends the request headers: the headers
+// map (the default) and header_map (encode_raw_headers: true).
+var encodings = []struct {
+	name string
+	enc  func(*authv3.CheckRequest) *authv3.CheckRequest
+}{
+	{"headers", func(r *authv3.CheckRequest) *authv3.CheckRequest { return r }},
+	{"encode_raw_headers", rawHeaders},
+}
+
+// rawHeaders moves the headers of r into header_map as Envoy does with
+// encode_raw_headers: only key and raw_value set, the map left empty.
+func rawHeaders(r *authv3.CheckRequest) *authv3.CheckRequest {
+	http := r.GetAttributes().GetRequest().GetHttp()
+	keys := make([]string, 0, len(http.Headers))
+	for k := range http.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	m := &corev3.HeaderMap{}
+	for _, k := range keys {
+		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(http.Headers[k])})
+	}
+	http.Headers, http.HeaderMap = nil, m
+	return r
+}
+
 func TestCheck(t *testing.T) {
+	for _, e := range encodings {
+		t.Run(e.name, func(t *testing.T) { testCheck(t, e.enc) })
+	}
+}
+
+func testCheck(t *testing.T, enc func(*authv3.CheckRequest) *authv3.CheckRequest) {
+	checkRequest := func(domain, peer, method, path string, headers map[string]string) *authv3.CheckRequest {
+		return enc(checkRequest(domain, peer, method, path, headers))
+	}
 	s := newServer(t)
 	ctx := context.Background()
 	for i := range 2 {
@@ -115,6 +158,15 @@ func TestCheck(t *testing.T) {
 }
 
 func TestCheckDescriptorFromMethodAndPath(t *testing.T) {
+	for _, e := range encodings {
+		t.Run(e.name, func(t *testing.T) { testCheckDescriptorFromMethodAndPath(t, e.enc) })
+	}
+}
+
+func testCheckDescriptorFromMethodAndPath(t *testing.T, enc func(*authv3.CheckRequest) *authv3.CheckRequest) {
+	checkRequest := func(domain, peer, method, path string, headers map[string]string) *authv3.CheckRequest {
+		return enc(checkRequest(domain, peer, method, path, headers))
+	}
 	s := newServer(t)
 	ctx := context.Background()
 	if resp, _ := s.Check(ctx, checkRequest("web", "192.0.2.5", "POST", "/orders", nil)); resp.GetStatus().GetCode() != 0 {
@@ -129,6 +181,15 @@ func TestCheckDescriptorFromMethodAndPath(t *testing.T) {
 }
 
 func TestClientAddress(t *testing.T) {
+	for _, e := range encodings {
+		t.Run(e.name, func(t *testing.T) { testClientAddress(t, e.enc) })
+	}
+}
+
+func testClientAddress(t *testing.T, enc func(*authv3.CheckRequest) *authv3.CheckRequest) {
+	checkRequest := func(domain, peer, method, path string, headers map[string]string) *authv3.CheckRequest {
+		return enc(checkRequest(domain, peer, method, path, headers))
+	}
 	ctx := context.Background()
 	// A client cannot pick its address with X-Forwarded-For when no proxy is
 	// trusted: three requests with different XFF from one peer share a budget.
@@ -170,5 +231,61 @@ func TestCheckErrors(t *testing.T) {
 	}
 	if _, err := s.Check(ctx, &authv3.CheckRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Check(empty request) = %v, want InvalidArgument", err)
+	}
+}
+
+// TestRawHeaders checks header_map as Envoy fills it with encode_raw_headers:
+// one entry per header line, bytes as they are. Over real gRPC, values that
+// are not UTF-8 reach the descriptors unchanged (raw_value is bytes, so Go's
+// protobuf accepts them), and the lines of a repeated header are joined with
+// "," as in the headers map.
+func TestRawHeaders(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	newServer(t).Register(gs)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	client := authv3.NewAuthorizationClient(cc)
+
+	peer := 0
+	check := func(lines ...string) bool { // lines: key, value, key, value…
+		t.Helper()
+		peer++ // a new client each time: only the api_key limit (1 per hour) can deny
+		req := checkRequest("web", netip.AddrFrom4([4]byte{192, 0, 2, byte(peer)}).String(), "GET", "/", nil)
+		req = rawHeaders(req)
+		m := req.Attributes.Request.Http.HeaderMap
+		for i := 0; i < len(lines); i += 2 {
+			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: lines[i], RawValue: []byte(lines[i+1])})
+		}
+		resp, err := client.Check(context.Background(), req)
+		if err != nil {
+			t.Fatalf("Check(%q): %v", lines, err)
+		}
+		return resp.GetStatus().GetCode() == 0
+	}
+	steps := []struct {
+		lines []string
+		want  bool
+	}{
+		{[]string{"x-api-key", "k\xff"}, true},
+		{[]string{"x-api-key", "k\xff"}, false}, // same bytes, same budget
+		{[]string{"x-api-key", "k\xfe"}, true},  // other bytes, its own budget
+		{[]string{"x-api-key", "k!"}, true},     // not merged with what Envoy's map would show
+		{[]string{"x-api-key", "a", "x-api-key", "b"}, true},
+		{[]string{"x-api-key", "a,b"}, false}, // the two lines were the value "a,b"
+		{[]string{"x-api-key", "a"}, true},
+	}
+	for i, s := range steps {
+		if got := check(s.lines...); got != s.want {
+			t.Errorf("step %d %q: allowed %v, want %v", i, s.lines, got, s.want)
+		}
 	}
 }
