@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -199,9 +198,9 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 	return done
 }
 
-// unreserve corrects the remaining counts that a part reported after its
-// reservation, which was released: every counter has the hits of this
-// request back (and its refunds undone).
+// unreserve corrects the statuses (remaining, reset) that a part reported
+// after its reservation, which was released: every counter has the hits of
+// this request back (and its refunds undone).
 func unreserve(p *nodePart, results []engine.Result) {
 	delta := make(map[string]int64)
 	over := engine.GroupsOver(p.items, p.results)
@@ -217,12 +216,6 @@ func unreserve(p *nodePart, results []engine.Result) {
 		}
 	}
 	for j, i := range p.idx {
-		it := &p.items[j]
-		ceiling := int64(it.Limit.RequestsPerUnit)
-		if it.Limit.Algorithm == descriptors.TokenBucket {
-			ceiling = int64(it.Limit.Burst)
-		}
-		r := int64(results[i].Remaining) + delta[p.bases[j]]
-		results[i].Remaining = uint64(min(max(r, 0), ceiling))
+		engine.Unconsume(p.items[j].Limit, &results[i], delta[p.bases[j]])
 	}
 }

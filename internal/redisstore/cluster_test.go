@@ -9,6 +9,7 @@ import (
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/redistest"
 )
 
@@ -99,4 +100,76 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 			t.Errorf("%s %s: remaining %d, want 4", items[i].Desc, items[i].Limit.Algorithm, results[i].Remaining)
 		}
 	}
+}
+
+// TestClusterDeniedStatuses: the statuses of a request denied on another
+// master read as if nothing had been consumed (remaining and reset), exactly
+// as the memory store, which never reserves, reports them at the same
+// instants. Refunds in the request are undone too.
+func TestClusterDeniedStatuses(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	clock := storetest.NewClock(storetest.T0)
+	cl := newStore(t, Options{ClusterSeeds: c.Seeds(), Now: clock.Now})
+	mem := memstore.New(memstore.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+
+	windows := []*descriptors.Limit{
+		storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0),
+		storetest.Limit(descriptors.SlidingWindow, 5, time.Minute, 0),
+		storetest.Limit(descriptors.TokenBucket, 5, time.Minute, 3),
+		storetest.Limit(descriptors.SlidingLog, 5, time.Minute, 0),
+	}
+	descs := descsOnDistinctMasters(t, c, cl, windows[0], 3)
+	var items []engine.Item
+	for _, d := range descs {
+		for _, l := range windows {
+			items = append(items, engine.Item{Desc: d, Limit: l, Hits: 1})
+		}
+	}
+	refund := engine.Item{Desc: descs[0], Limit: storetest.Limit(descriptors.FixedWindow, 9, time.Minute, 0), Hits: 2}
+	strict := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	strict.ID += ":6:strict"
+	ctx := context.Background()
+	apply := func(step string, req []engine.Item, wantOK bool) {
+		t.Helper()
+		got := make([]engine.Result, len(req))
+		want := make([]engine.Result, len(req))
+		ok, err := cl.Apply(ctx, req, got)
+		if err != nil || ok != wantOK {
+			t.Fatalf("%s: cluster %v %v, want %v", step, ok, err, wantOK)
+		}
+		if ok, err := mem.Apply(ctx, req, want); err != nil || ok != wantOK {
+			t.Fatalf("%s: memstore %v %v, want %v", step, ok, err, wantOK)
+		}
+		for i := range req {
+			if got[i] != want[i] {
+				t.Errorf("%s: %s %s: cluster %+v, memstore %+v", step, req[i].Desc, req[i].Limit.ID, got[i], want[i])
+			}
+		}
+	}
+	apply("fill the refunded counter", []engine.Item{refund, refund}, true)
+	apply("use up the strict limit", []engine.Item{{Desc: descs[2], Limit: strict, Hits: 1}}, true)
+	clock.Set(clock.Now().Add(5 * time.Second))
+	withRefund := append(append([]engine.Item{}, items...), engine.Item{Desc: refund.Desc, Limit: refund.Limit, Hits: 1, Refund: true})
+	apply("admitted across masters", withRefund, true)
+	clock.Set(clock.Now().Add(5 * time.Second))
+	denied := append(append([]engine.Item{}, withRefund...), engine.Item{Desc: descs[2], Limit: strict, Hits: 1})
+	for i := range 3 {
+		apply(fmt.Sprintf("denied %d", i), denied, false)
+		clock.Set(clock.Now().Add(time.Second))
+	}
+	// A fresh descriptor: its bucket and log were empty before the denied
+	// request reserved, so they must read full and empty again.
+	master := func(d string) string {
+		return c.Master(c.KeySlot(cl.base(&engine.Item{Desc: d, Limit: windows[0]}))).Addr()
+	}
+	fresh := "f/user=0"
+	for i := 1; master(fresh) == master(descs[2]); i++ {
+		fresh = fmt.Sprintf("f/user=%d", i)
+	}
+	var fr []engine.Item
+	for _, l := range windows {
+		fr = append(fr, engine.Item{Desc: fresh, Limit: l, Hits: 2})
+	}
+	apply("denied with fresh counters", append(fr, engine.Item{Desc: descs[2], Limit: strict, Hits: 1}), false)
 }
