@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -181,6 +182,13 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 				case "A":
 					args = append(args, f[0], f[1], f[2], len(f)-3)
 					args = append(args, f[3:]...)
+				}
+			}
+			// Then announce the counters: another process may have cached a
+			// denial that the reservation caused.
+			for j, b := range p.bases {
+				if !slices.Contains(p.bases[:j], b) {
+					args = append(args, "P", b)
 				}
 			}
 			if err := s.release.Run(ctx, s.client, []string{p.bases[0]}, args...).Err(); err != nil && err != redis.Nil {

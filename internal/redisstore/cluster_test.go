@@ -173,3 +173,45 @@ func TestClusterDeniedStatuses(t *testing.T) {
 	}
 	apply("denied with fresh counters", append(fr, engine.Item{Desc: descs[2], Limit: strict, Hits: 1}), false)
 }
+
+// TestClusterReleaseAnnounced: when a request denied on another master
+// releases its reservation, the released counters are announced, and
+// another process drops the denial it cached for one of them.
+func TestClusterReleaseAnnounced(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	clock := storetest.NewClock(storetest.T0)
+	a := newStore(t, Options{ClusterSeeds: c.Seeds(), Now: clock.Now, DenyCache: true})
+	b := newStore(t, Options{ClusterSeeds: c.Seeds(), Now: clock.Now})
+	l := storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0)
+	descs := descsOnDistinctMasters(t, c, b, l, 2)
+	strict := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	strict.ID += ":6:strict"
+	ctx := context.Background()
+	res := make([]engine.Result, 2)
+	// a caches: 6 hits of descs[0]'s limit of 5 are denied.
+	if ok, err := a.Apply(ctx, []engine.Item{{Desc: descs[0], Limit: l, Hits: 6}}, res); err != nil || ok {
+		t.Fatalf("6 hits of 5: %v %v, want denied", ok, err)
+	}
+	if ok, _ := a.Apply(ctx, []engine.Item{{Desc: descs[0], Limit: l, Hits: 6}}, res); ok || !res[0].Cached {
+		t.Fatal("the second ask of 6 was not answered from the cache")
+	}
+	// b: a request reserving 1 hit of descs[0] and denied on descs[1]'s master.
+	if ok, err := b.Apply(ctx, []engine.Item{{Desc: descs[1], Limit: strict, Hits: 1}}, res); err != nil || !ok {
+		t.Fatalf("setup: %v %v", ok, err)
+	}
+	if ok, err := b.Apply(ctx, []engine.Item{{Desc: descs[0], Limit: l, Hits: 1}, {Desc: descs[1], Limit: strict, Hits: 1}}, res); err != nil || ok {
+		t.Fatalf("request denied on one master: %v %v", ok, err)
+	}
+	for i := 0; ; i++ {
+		a.cache.mu.Lock()
+		n := len(a.cache.m)
+		a.cache.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if i == 500 {
+			t.Fatal("the release was not announced to the other process within 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

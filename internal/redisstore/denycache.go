@@ -10,13 +10,20 @@ import (
 // denyCache remembers, per counter, that Redis denied a number of hits until
 // an instant it computed. Until then a request asking at least as many hits
 // of that counter, under the same limit, is denied without a round trip:
-// exactly what Redis would answer, unless hits are given back meanwhile by
-// another process (a refund through this process drops the entry). Safe for
-// concurrent use.
+// exactly what Redis would answer, unless hits are given back meanwhile.
+//
+// Hits given back anywhere are announced by Redis on the channel
+// <prefix>freed (decide.lua for refunds, release.lua for released cluster
+// reservations), and the store drops the counter's entry when the notice
+// arrives. Entries are only kept while that subscription is live, and a
+// denial is not kept when any notice arrived while its request was in
+// flight (its answer may predate the refund). Safe for concurrent use.
 type denyCache struct {
-	mu  sync.Mutex
-	m   map[string]denial // by counter base key; guarded by mu
-	max int
+	mu    sync.Mutex
+	m     map[string]denial // by counter base key; guarded by mu
+	max   int
+	live  bool   // the notices are being received; guarded by mu
+	epoch uint64 // notices and subscription changes seen; guarded by mu
 }
 
 type denial struct {
@@ -42,12 +49,13 @@ func cacheable(it *engine.Item) bool {
 
 // deny answers the request from the cache when one of its items is known
 // to be denied at now: the known denials get their results, every other
-// item is Skipped. It reports whether it answered.
-func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.Result, now time.Time) bool {
+// item is Skipped. It reports whether it answered, and the epoch to pass
+// to remember when it did not.
+func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.Result, now time.Time) (bool, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) == 0 {
-		return false
+		return false, c.epoch
 	}
 	denied := false
 	for i := range items {
@@ -73,7 +81,7 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 		}
 		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: max(0, d.resetAt.Sub(now))}
 	}
-	return denied
+	return denied, c.epoch
 }
 
 func (d *denial) matches(it *engine.Item) bool {
@@ -82,10 +90,15 @@ func (d *denial) matches(it *engine.Item) bool {
 }
 
 // remember stores the denials of an answered request; sent is when the
-// request left, so that sent + RetryAfter is never after Redis's instant.
-func (c *denyCache) remember(items []engine.Item, bases []string, results []engine.Result, sent time.Time) {
+// request left, so that sent + RetryAfter is never after Redis's instant,
+// and epoch what deny returned then. Nothing is stored when the notices are
+// not live or one arrived since (the denial may be older than a refund).
+func (c *denyCache) remember(items []engine.Item, bases []string, results []engine.Result, sent time.Time, epoch uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.live || c.epoch != epoch {
+		return
+	}
 	for i := range items {
 		it, r := &items[i], &results[i]
 		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 {
@@ -123,4 +136,28 @@ func (c *denyCache) evict(now time.Time) {
 	if dropped == 0 {
 		delete(c.m, first)
 	}
+}
+
+// freed drops the entry of a counter whose hits were given back.
+func (c *denyCache) freed(base string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	delete(c.m, base)
+}
+
+// setLive records whether the notices are received. Either way every entry
+// goes: notices may have been missed around the change.
+func (c *denyCache) setLive(live bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	c.live = live
+	clear(c.m)
+}
+
+func (c *denyCache) isLive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live
 }

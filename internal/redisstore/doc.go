@@ -5,8 +5,10 @@
 // on a single node, EVALSHAs: one script call decides up to PerScript
 // requests one after the other, each whole, so that Redis pays a call's
 // fixed cost (TIME, the script's closures and tables) once for all of them.
-// Denials whose end Redis computed are answered from memory until then. It
-// knows nothing about transports.
+// Denials whose end Redis computed are answered from memory until then, or
+// until Redis announces on <prefix>freed that hits of that counter were
+// given back (a refund, a released cluster reservation). It knows nothing
+// about transports.
 //
 // # Key layout
 //

@@ -92,6 +92,7 @@ type Store struct {
 	releaseCtx   context.Context
 	stopReleases context.CancelFunc
 	releasing    sync.WaitGroup
+	watching     sync.WaitGroup // watchFreed, stopped with the releases
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -184,15 +185,17 @@ func New(opts Options) (*Store, error) {
 	} else {
 		s.client = redis.NewClient(ro)
 	}
-	if opts.DenyCache {
-		s.cache = newDenyCache(opts.DenyCacheSize)
-	}
 	perScript := opts.PerScript
 	if s.cluster != nil {
 		perScript = 1
 	}
 	s.b = newBatcher(s.client, s.decide, opts.MaxBatch, perScript, opts.Workers, io)
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
+	if opts.DenyCache {
+		s.cache = newDenyCache(opts.DenyCacheSize)
+		s.watching.Add(1)
+		go s.watchFreed()
+	}
 	return s, nil
 }
 
@@ -202,6 +205,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.releasing.Wait() // let reservations be given back first
 		s.stopReleases()
+		s.watching.Wait()
 		s.b.close()
 		err = s.client.Close()
 	})
@@ -260,9 +264,13 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	for i := range items {
 		bases[i] = s.base(&items[i])
 	}
-	if s.cache != nil && s.cache.deny(items, bases, results, sent) {
-		s.cacheHits.Add(1)
-		return false, nil
+	var epoch uint64
+	if s.cache != nil {
+		var denied bool
+		if denied, epoch = s.cache.deny(items, bases, results, sent); denied {
+			s.cacheHits.Add(1)
+			return false, nil
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -279,7 +287,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	}
 	s.decisions.Add(1)
 	if s.cache != nil {
-		s.cache.remember(items, bases, results, sent)
+		s.cache.remember(items, bases, results, sent, epoch)
 	}
 	return admitted, nil
 }

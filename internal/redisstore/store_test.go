@@ -28,7 +28,23 @@ func newStore(t testing.TB, opts Options) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	if opts.DenyCache {
+		waitLive(t, s)
+	}
 	return s
+}
+
+// waitLive waits until the store follows the notices of freed hits, so
+// that its denial cache keeps entries.
+func waitLive(t testing.TB, s *Store) {
+	t.Helper()
+	for range 500 {
+		if s.cache.isLive() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the subscription to the freed notices was not confirmed within 5 s")
 }
 
 func TestConformance(t *testing.T) {
@@ -437,11 +453,12 @@ func TestTLSAndPassword(t *testing.T) {
 
 func TestDenyCacheBounded(t *testing.T) {
 	c := newDenyCache(100)
+	c.setLive(true)
 	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
 	now := storetest.T0
 	for i := range 1000 {
 		items := []engine.Item{{Desc: fmt.Sprint("d/k=", i), Limit: l, Hits: 1}}
-		c.remember(items, []string{fmt.Sprint("base", i)}, []engine.Result{{RetryAfter: time.Hour}}, now)
+		c.remember(items, []string{fmt.Sprint("base", i)}, []engine.Result{{RetryAfter: time.Hour}}, now, c.epoch)
 	}
 	if len(c.m) > 100 {
 		t.Errorf("denial cache holds %d entries, bound 100", len(c.m))
@@ -530,4 +547,128 @@ func TestMergedScripts(t *testing.T) {
 	if denied == 0 || denied == len(reqs) {
 		t.Errorf("%d of %d requests denied: the sequence does not exercise both answers", denied, len(reqs))
 	}
+}
+
+// TestDenyCacheSeesRefundElsewhere: a refund sent to another rls process is
+// announced by Redis, and the cached denial of this process is dropped.
+func TestDenyCacheSeesRefundElsewhere(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	a := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
+	b := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
+	l := storetest.Limit(descriptors.FixedWindow, 2, time.Minute, 0)
+	results := make([]engine.Result, 1)
+	hit := func(s *Store, refund bool) bool {
+		t.Helper()
+		ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1, Refund: refund}}, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	hit(a, false)
+	hit(a, false)
+	if hit(a, false) || hit(a, false) && !results[0].Cached {
+		t.Fatal("want the third and fourth hits on a limit of 2 denied, the fourth from the cache")
+	}
+	hit(b, true) // b gives one back
+	for i := 0; ; i++ {
+		a.cache.mu.Lock()
+		n := len(a.cache.m)
+		a.cache.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if i == 500 {
+			t.Fatal("the cached denial was not dropped within 5 s of the refund elsewhere")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !hit(a, false) || results[0].Cached {
+		t.Error("after the refund elsewhere, the next hit was not admitted by Redis")
+	}
+}
+
+// TestDenyCacheEpoch: a denial whose request was in flight when a notice
+// arrived is not kept, and nothing is kept while the notices are not live.
+func TestDenyCacheEpoch(t *testing.T) {
+	c := newDenyCache(100)
+	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
+	items := []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}}
+	denied := []engine.Result{{RetryAfter: time.Hour}}
+	bases := []string{"base"}
+	now := storetest.T0
+	size := func() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.m) }
+
+	_, e := c.deny(items, bases, make([]engine.Result, 1), now)
+	c.remember(items, bases, denied, now, e)
+	if size() != 0 {
+		t.Fatal("kept a denial before the notices were live")
+	}
+	c.setLive(true)
+	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
+	c.freed("other") // a notice while the request is in flight
+	c.remember(items, bases, denied, now, e)
+	if size() != 0 {
+		t.Fatal("kept a denial answered before a notice arrived")
+	}
+	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
+	c.remember(items, bases, denied, now, e)
+	if ok, _ := c.deny(items, bases, make([]engine.Result, 1), now); !ok {
+		t.Fatal("a denial with no notice in between was not kept")
+	}
+	c.freed("base")
+	if ok, _ := c.deny(items, bases, make([]engine.Result, 1), now); ok {
+		t.Fatal("the announced counter still denied from the cache")
+	}
+	c.remember(items, bases, denied, now, c.epoch)
+	c.setLive(false)
+	if size() != 0 {
+		t.Fatal("entries kept after the subscription was lost")
+	}
+}
+
+// TestDenyCacheAfterRestart: when Redis restarts, the notices may have been
+// missed, so the cache is emptied; it keeps denials again once the
+// subscription is back.
+func TestDenyCacheAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true, Timeout: time.Second})
+	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
+	results := make([]engine.Result, 1)
+	deniedTwice := func() {
+		t.Helper()
+		for i := range 3 {
+			ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}}, results)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != (i == 0) || results[0].Cached != (i == 2) {
+				t.Fatalf("hit %d: admitted %v cached %v; want the first admitted, the third denied from the cache", i, ok, results[0].Cached)
+			}
+		}
+	}
+	deniedTwice()
+	s.cache.mu.Lock()
+	epoch := s.cache.epoch
+	s.cache.mu.Unlock()
+	srv.Restart() // an empty Redis: the counter is gone
+	for i := 0; ; i++ {
+		s.cache.mu.Lock()
+		back := s.cache.live && s.cache.epoch >= epoch+2 // lost, then confirmed again
+		n := len(s.cache.m)
+		s.cache.mu.Unlock()
+		if back {
+			if n != 0 {
+				t.Fatalf("%d entries survived the restart", n)
+			}
+			break
+		}
+		if i == 1000 {
+			t.Fatal("the subscription was not lost and confirmed again within 10 s of the restart")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	deniedTwice()
 }

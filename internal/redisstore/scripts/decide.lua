@@ -53,6 +53,13 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
+-- freed announces that hits of the counter base were given back (a refund),
+-- on the channel <prefix>freed: other rls processes drop their cached
+-- denials of that counter (the prefix is what precedes the hash tag).
+local function freed(base)
+  call('PUBLISH', string.match(base, '^[^{]*') .. 'freed', base)
+end
+
 -- ttl_ms returns the milliseconds from now to the instant us (at least 1).
 -- Expiries are relative (PX, PEXPIRE) rather than absolute: the instant may
 -- come from the test clock, which is not Redis's.
@@ -432,6 +439,9 @@ local function decide(a)
     local alg, base = c_alg[c], c_base[c]
     if alg == FW or alg == SW then
       local delta = c_count[c] - c_count0[c]
+      if delta < 0 then
+        freed(base)
+      end
       if delta ~= 0 then
         local key = c_key[c]
         if kv[key] then
@@ -450,6 +460,9 @@ local function decide(a)
       end
     elseif alg == TB then
       local tat = c_tat[c]
+      if tat < c_tat0[c] then
+        freed(base)
+      end
       if tat ~= c_tat0[c] then
         if tat > now then
           call('SET', base, fmt(tat), 'PX', ttl_ms(tat))
@@ -463,6 +476,9 @@ local function decide(a)
         end
       end
     elseif c_pop[c] > 0 or c_add[c] > 0 then
+      if c_pop[c] > c_add[c] then
+        freed(base)
+      end
       local w = c_w[c]
       if c_pop[c] > 0 then
         local popped = call('ZPOPMAX', base, c_pop[c])

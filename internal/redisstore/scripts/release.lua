@@ -9,6 +9,8 @@
 --   "T" key delta            token bucket TAT += delta µs (dropped when not in the future)
 --   "Z" key count members... ZREM the members
 --   "A" key window count (score member)... ZADD back popped entries
+--   "P" base                 PUBLISH base on <prefix>freed (after the others:
+--                            other processes drop their cached denials of it)
 -- where count is the number of following arguments of the operation.
 
 local now
@@ -48,6 +50,9 @@ while i <= #ARGV do
       redis.call('ZREM', key, ARGV[i + 2 + j])
     end
     i = i + 3 + count
+  elseif op == 'P' then
+    redis.call('PUBLISH', string.match(key, '^[^{]*') .. 'freed', key)
+    i = i + 2
   else -- 'A'
     local w, count = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
     local newest = 0
