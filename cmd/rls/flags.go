@@ -103,12 +103,17 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	if err := applyEnv(fs, env); err != nil {
+	fromEnv, err := applyEnv(fs, env)
+	if err != nil {
 		return nil, usageError{err}
 	}
 
-	var err error
-	bad := func(name string, e error) error { return usageError{fmt.Errorf("--%s: %w", name, e)} }
+	bad := func(name string, e error) error {
+		if fromEnv[name] {
+			return usageError{fmt.Errorf("%s (--%s): %w", EnvName(name), name, e)}
+		}
+		return usageError{fmt.Errorf("--%s: %w", name, e)}
+	}
 	if o.store != "memory" && o.store != "redis" {
 		return nil, bad("store", fmt.Errorf("%q is not one of memory|redis", o.store))
 	}
@@ -174,8 +179,10 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 }
 
 // applyEnv sets every flag not given on the command line from its
-// RLS_<FLAG> variable, when env has it.
-func applyEnv(fs *flag.FlagSet, env []string) error {
+// RLS_<FLAG> variable, when env has it with a value (an empty variable is
+// as good as unset, as compose files and Kubernetes manifests often leave
+// them). It returns the names of the flags it set.
+func applyEnv(fs *flag.FlagSet, env []string) (map[string]bool, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	vars := map[string]string{}
@@ -185,18 +192,20 @@ func applyEnv(fs *flag.FlagSet, env []string) error {
 		}
 	}
 	var err error
+	fromEnv := map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] || err != nil {
 			return
 		}
 		name := EnvName(f.Name)
-		if v, ok := vars[name]; ok {
+		if v := vars[name]; v != "" {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, e)
 			}
+			fromEnv[f.Name] = true
 		}
 	})
-	return err
+	return fromEnv, err
 }
 
 // EnvName returns the environment variable of a flag: RLS_ + upper case,

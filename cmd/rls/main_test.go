@@ -311,7 +311,8 @@ func TestStartErrors(t *testing.T) {
 		{[]string{"serve", "--on-store-error", "maybe"}, nil, "--on-store-error", 2},
 		{[]string{"serve", "--bogus"}, nil, "flag provided but not defined: -bogus", 2},
 		{[]string{"serve"}, []string{"RLS_STORE_TIMEOUT=soon"}, "RLS_STORE_TIMEOUT", 2},
-		{[]string{"serve"}, []string{"RLS_RESPONSE_HEADERS=all"}, "--response-headers", 2},
+		{[]string{"serve"}, []string{"RLS_RESPONSE_HEADERS=all"}, "RLS_RESPONSE_HEADERS (--response-headers)", 2},
+		{[]string{"serve"}, []string{"RLS_STORE=etcd"}, `RLS_STORE (--store): "etcd" is not one of memory|redis`, 2},
 		{[]string{"frobnicate"}, nil, `unknown command "frobnicate"`, 2},
 	} {
 		var stderr bytes.Buffer
@@ -339,6 +340,14 @@ func TestEnvFallback(t *testing.T) {
 	}
 	if o.onStoreError.String() != "allow" || o.responseHeaders != 2 || fmt.Sprint(o.redisCluster) != "[a:1 b:2]" || o.memoryLimit != 64<<20 {
 		t.Errorf("from env: on-store-error %s, headers %d, cluster %v, memory %d", o.onStoreError, o.responseHeaders, o.redisCluster, o.memoryLimit)
+	}
+	// An empty variable is as good as unset: the default stands.
+	o, err = parseServeFlags(nil, []string{"RLS_STORE_TIMEOUT=", "RLS_STORE=", "RLS_RESPONSE_HEADERS="}, io.Discard)
+	if err != nil {
+		t.Fatalf("empty variables: %v, want the defaults", err)
+	}
+	if o.storeTimeout != 10*time.Millisecond || o.store != "memory" {
+		t.Errorf("empty variables: store timeout %s, store %q; want the defaults 10ms, memory", o.storeTimeout, o.store)
 	}
 }
 
@@ -368,6 +377,15 @@ func TestValidate(t *testing.T) {
 		if !strings.HasPrefix(l, bad+":") {
 			t.Errorf("problem line %q does not start with path:line:col", l)
 		}
+	}
+	// A path that cannot be read is a problem line too, and the other
+	// files are still checked.
+	out.Reset()
+	missing := filepath.Join(dir, "missing.yaml")
+	err = run(context.Background(), []string{"validate", missing, bad}, nil, &out, io.Discard)
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	if exitCode(err) != 1 || len(lines) != 4 || lines[0] != missing+":1:1: cannot read: no such file or directory" || !strings.HasPrefix(lines[2], bad+":") {
+		t.Errorf("validate missing.yaml bad.yaml = exit %d, %q; want exit 1, the missing file's line, then bad.yaml's 3", exitCode(err), out.String())
 	}
 	if err := run(context.Background(), []string{"validate"}, nil, io.Discard, io.Discard); exitCode(err) != 2 {
 		t.Errorf("validate without paths: exit %d, want 2", exitCode(err))

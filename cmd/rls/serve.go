@@ -55,6 +55,11 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 		return err
 	}
 	log := newLogger(o, stderr)
+	// SIGHUP reloads. Caught from the start: its default action would end
+	// the process if it came while the listeners start.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	heapBound := int64(0)
 	if o.store == "memory" {
 		heapBound = o.memoryLimit
@@ -173,10 +178,6 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 		close(watchDone)
 	}
 	defer func() { stopWatch(); <-watchDone }()
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 
 	var serveErr error
 loop:

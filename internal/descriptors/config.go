@@ -1,7 +1,9 @@
 package descriptors
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 )
 
@@ -12,6 +14,15 @@ func build(srcs []source) (*Config, error) {
 	var order []*Domain // load order: files, then documents
 	var all ErrorList
 	for _, src := range srcs {
+		if src.err != nil {
+			msg := src.err.Error()
+			var pe *fs.PathError
+			if errors.As(src.err, &pe) {
+				msg = pe.Err.Error() // the path is already in front
+			}
+			all = append(all, &Error{File: src.name, Line: 1, Column: 1, Msg: "cannot read: " + msg, Err: src.err})
+			continue
+		}
 		c.files = append(c.files, src.name)
 		domains, errs := parseFile(src.name, src.data)
 		for _, d := range domains {

@@ -13,7 +13,12 @@ type Error struct {
 	File         string
 	Line, Column int
 	Msg          string
+	// Err is the cause when the file could not be read (errors.Is sees it).
+	Err error
 }
+
+// Unwrap returns the I/O error behind a file that could not be read.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Error returns "file:line:col: msg".
 func (e *Error) Error() string {
@@ -24,6 +29,16 @@ func (e *Error) Error() string {
 // and, within a file, in line and column order. Parse and Load return an
 // ErrorList (never an empty one) when the config is invalid.
 type ErrorList []*Error
+
+// Unwrap returns the problems, so that errors.Is and errors.As look at
+// each of them.
+func (l ErrorList) Unwrap() []error {
+	errs := make([]error, len(l))
+	for i, e := range l {
+		errs[i] = e
+	}
+	return errs
+}
 
 // Error returns the errors, one per line.
 func (l ErrorList) Error() string {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -138,13 +139,42 @@ func TestLoadEmpty(t *testing.T) {
 }
 
 func TestLoadIOError(t *testing.T) {
-	_, err := Load(filepath.Join(t.TempDir(), "missing.yaml"))
-	if !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Load(missing) error = %v, want fs.ErrNotExist", err)
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
+	// A path that cannot be read is one problem among the others, in the
+	// same path:line:col form, and every other file is still checked.
+	_, err := Load(missing, bad)
 	var list ErrorList
-	if errors.As(err, &list) {
-		t.Errorf("Load(missing) error is an ErrorList; want the I/O error")
+	if !errors.As(err, &list) || len(list) != 2 {
+		t.Fatalf("Load(missing, bad) = %v; want an ErrorList of 2 problems", err)
+	}
+	if got, want := list[0].Error(), missing+":1:1: cannot read: no such file or directory"; got != want {
+		t.Errorf("first problem %q, want %q", got, want)
+	}
+	if list[1].File != bad || !strings.Contains(list[1].Msg, "fortnight") {
+		t.Errorf("second problem %q, want the bad unit of %s", list[1], bad)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("errors.Is(%v, fs.ErrNotExist) = false; want the cause kept", err)
+	}
+}
+
+func TestLoadFileAndItsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a.yaml")
+	if err := os.WriteFile(file, []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(file, dir, dir+"/./a.yaml")
+	if err != nil {
+		t.Fatalf("Load(file, its directory): %v; want the file read once", err)
+	}
+	if len(c.Files()) != 1 || len(c.Domains()) != 1 {
+		t.Errorf("files %v, domains %d; want 1 and 1", c.Files(), len(c.Domains()))
 	}
 }
 

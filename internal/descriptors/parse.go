@@ -30,23 +30,29 @@ func Parse(filename string, data []byte) (*Config, error) {
 // Load reads and parses the config files at paths; a path that is a
 // directory stands for every *.yaml and *.yml file directly in it (not in
 // its subdirectories), in name order, dot-files excepted. All domains of all
-// files form one Config; a domain defined twice is an error. No path, or
-// only empty directories, gives an empty Config. A file that cannot be read
-// is returned as that I/O error; config problems as an ErrorList.
+// files form one Config; a domain defined twice is an error. A file named
+// twice (also through its directory) is read once. No path, or only empty
+// directories, gives an empty Config. Every problem, a path that cannot be
+// read included, is returned in one ErrorList.
 func Load(paths ...string) (*Config, error) {
-	var files []string
+	var srcs []source
+	seen := make(map[string]bool)
+	add := func(name string) {
+		if clean := filepath.Clean(name); !seen[clean] {
+			seen[clean] = true
+			srcs = append(srcs, source{name: name})
+		}
+	}
 	for _, path := range paths {
 		st, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("load config: %w", err)
-		}
-		if !st.IsDir() {
-			files = append(files, path)
+		if err != nil || !st.IsDir() {
+			add(path) // the error is reported when it is read
 			continue
 		}
 		entries, err := os.ReadDir(path) // sorted by name
 		if err != nil {
-			return nil, fmt.Errorf("load config: %w", err)
+			srcs = append(srcs, source{name: path, err: err})
+			continue
 		}
 		for _, e := range entries {
 			name := e.Name()
@@ -56,30 +62,25 @@ func Load(paths ...string) (*Config, error) {
 			full := filepath.Join(path, name)
 			// Stat, not e.Type: a symlink to a file counts (Kubernetes
 			// ConfigMap volumes are made of them).
-			st, err := os.Stat(full)
-			if err != nil {
-				return nil, fmt.Errorf("load config: %w", err)
-			}
-			if st.Mode().IsRegular() {
-				files = append(files, full)
+			if st, err := os.Stat(full); err != nil || st.Mode().IsRegular() {
+				add(full)
 			}
 		}
 	}
-	srcs := make([]source, len(files))
-	for i, name := range files {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return nil, fmt.Errorf("load config: %w", err)
+	for i := range srcs {
+		if srcs[i].err == nil {
+			srcs[i].data, srcs[i].err = os.ReadFile(srcs[i].name)
 		}
-		srcs[i] = source{name: name, data: data}
 	}
 	return build(srcs)
 }
 
-// source is one config file's name and contents.
+// source is one config file's name and contents, or why it could not be
+// read.
 type source struct {
 	name string
 	data []byte
+	err  error
 }
 
 // parseFile parses the documents of one file into domains, with every

@@ -318,7 +318,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	results := sc.results[:len(items)]
 	admitted, err := s.apply(ctx, items, results)
 	if err != nil {
-		return s.storeFailed(req, resp, items, owner, err)
+		return s.storeFailed(req, resp, items, owner, headers, err)
 	}
 
 	if !admitted {
@@ -350,7 +350,7 @@ func (s *Service) apply(ctx context.Context, items []engine.Item, results []engi
 }
 
 // storeFailed answers per the store-error policy.
-func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item, owner []int, err error) (*Response, error) {
+func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item, owner []int, headers HeaderMode, err error) (*Response, error) {
 	s.m.storeErrors.Inc()
 	s.errLog.Do(func() {
 		s.log.Warn("store call failed", "domain", req.Domain, "policy", s.onStoreError, "error", err)
@@ -370,7 +370,7 @@ func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item,
 				st.ResetAfter = it.Limit.Window
 			}
 		}
-		resp.Headers = appendHeaders(nil, s.headers, resp)
+		resp.Headers = appendHeaders(nil, headers, resp)
 		return resp, nil
 	}
 	s.m.requestsError.Inc()

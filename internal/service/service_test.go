@@ -362,6 +362,25 @@ func TestStoreErrorPolicy(t *testing.T) {
 	if got := testutil.ToFloat64(f.svc.m.storeErrors); got != 1 {
 		t.Errorf("rls_store_errors_total = %v, want 1", got)
 	}
+
+	// The headers follow the caller's mode: /auth and ext_authz always
+	// want them (Retry-After included), gRPC per --response-headers.
+	for _, mode := range []HeaderMode{HeadersOff, HeadersBoth} {
+		resp, err := f.svc.decide(context.Background(), req, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, h := range resp.Headers {
+			got[h.Key] = h.Value
+		}
+		if mode == HeadersOff && len(got) != 0 {
+			t.Errorf("policy deny, headers off: %v, want none", got)
+		}
+		if mode == HeadersBoth && (got[HeaderRetryAfter] != "1" || got[HeaderXRemaining] != "0" || got[HeaderRateLimit] == "") {
+			t.Errorf("policy deny, headers both: %v, want Retry-After 1 (the first window), remaining 0 and RateLimit", got)
+		}
+	}
 }
 
 func TestHeaders(t *testing.T) {
