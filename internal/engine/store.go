@@ -59,9 +59,6 @@ type Result struct {
 	// Cached marks a denial answered from a denial cache without a round
 	// trip to the store.
 	Cached bool
-	// Skipped marks an item that was not evaluated because the request was
-	// denied from a denial cache; every other field is zero.
-	Skipped bool
 }
 
 // Store keeps counters and decides requests.

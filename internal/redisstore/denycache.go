@@ -4,13 +4,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
 // denyCache remembers, per counter, that Redis denied a number of hits until
-// an instant it computed. Until then a request asking at least as many hits
-// of that counter, under the same limit, is denied without a round trip:
-// exactly what Redis would answer, unless hits are given back meanwhile.
+// an instant it computed. Until then a request asking as many hits of that
+// counter (or more, for a fixed window), under the same limit, is denied
+// without a round trip, with exactly the status Redis would answer unless
+// hits are given back meanwhile. Only denials that leave nothing remaining
+// are kept, of one hit (or of a fixed window): until the instant, nobody
+// can consume from such a counter, so its remaining (0), reset and retry
+// instant cannot change, whichever process asks.
 //
 // Hits given back anywhere are announced by Redis on the channel
 // <prefix>freed (decide.lua for refunds, release.lua for released cluster
@@ -31,6 +36,9 @@ type denial struct {
 	resetAt   time.Time // likewise, the limit's reset
 	hits      uint64
 	remaining uint64
+	// never: a limit of 0 on a sliding log or token bucket, which denies
+	// for good; the engine reports its retry a window after each ask.
+	never bool
 	// the limit it was computed under
 	rpu, burst uint32
 	window     time.Duration
@@ -47,41 +55,52 @@ func cacheable(it *engine.Item) bool {
 	return !it.Shadow && !it.Refund && it.Group == 0 && it.Hits > 0
 }
 
-// deny answers the request from the cache when one of its items is known
-// to be denied at now: the known denials get their results, every other
-// item is Skipped. It reports whether it answered, and the epoch to pass
-// to remember when it did not.
+// deny answers the request from the cache when every one of its items is
+// a denial it knows at now: then each status is exactly what Redis would
+// answer. A request with any other item (one admitted, not cacheable, or
+// unknown) goes to Redis, which judges them all, so that every status is
+// whole. It reports whether it answered, and the epoch to pass to remember
+// when it did not.
 func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.Result, now time.Time) (bool, uint64) {
+	now = toMicro(now) // the stores' resolution, as Redis and the engine see it
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) == 0 {
-		return false, c.epoch
-	}
-	denied := false
+	answered := len(c.m) > 0
 	for i := range items {
 		it := &items[i]
 		if it.Refund {
 			// Hits given back: the counter may admit again before the
 			// cached instant.
 			delete(c.m, bases[i])
+			answered = false
 			continue
 		}
-		if !cacheable(it) {
+		if !answered {
 			continue
 		}
 		d, ok := c.m[bases[i]]
-		if !ok || !d.matches(it) || !now.Before(d.until) || it.Hits < d.hits {
-			continue
-		}
-		if !denied {
-			denied = true
-			for j := range results[:len(items)] {
-				results[j] = engine.Result{Skipped: true}
-			}
-		}
-		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: max(0, d.resetAt.Sub(now))}
+		answered = cacheable(it) && ok && d.matches(it) && d.holds(now) &&
+			(it.Hits == d.hits || it.Hits > d.hits && it.Limit.Algorithm == descriptors.FixedWindow)
 	}
-	return denied, c.epoch
+	if !answered {
+		return false, c.epoch
+	}
+	for i := range items {
+		d := c.m[bases[i]]
+		r := engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: max(0, d.resetAt.Sub(now))}
+		if d.never {
+			r.RetryAfter, r.Reset = items[i].Limit.Window, 0
+		}
+		results[i] = r
+	}
+	return true, c.epoch
+}
+
+// holds reports whether the cached status is still exact at now: before
+// the retry instant and, but for a limit of 0, before the reset (a sliding
+// window's reset moves to the next window's end; a log's to its next entry).
+func (d *denial) holds(now time.Time) bool {
+	return now.Before(d.until) && (d.never || now.Before(d.resetAt))
 }
 
 func (d *denial) matches(it *engine.Item) bool {
@@ -89,29 +108,46 @@ func (d *denial) matches(it *engine.Item) bool {
 	return d.rpu == l.RequestsPerUnit && d.burst == l.Burst && d.window == l.Window
 }
 
-// remember stores the denials of an answered request; sent is when the
-// request left, so that sent + RetryAfter is never after Redis's instant,
-// and epoch what deny returned then. Nothing is stored when the notices are
-// not live or one arrived since (the denial may be older than a refund).
-func (c *denyCache) remember(items []engine.Item, bases []string, results []engine.Result, sent time.Time, epoch uint64) {
+// remember stores the denials of a request that Redis answered; sent is
+// when the request left, so that sent + RetryAfter is never after Redis's
+// instant, and epoch what deny returned then. Nothing is stored when the
+// notices are not live or one arrived since (the denial may be older than a
+// refund). An admitted request consumed: its counters' entries go (another
+// limit on the same counter, an override, may consume past a cached 0).
+func (c *denyCache) remember(items []engine.Item, bases []string, results []engine.Result, admitted bool, sent time.Time, epoch uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if admitted {
+		if len(c.m) > 0 {
+			for i, b := range bases {
+				if items[i].Hits > 0 {
+					delete(c.m, b)
+				}
+			}
+		}
+		return
+	}
 	if !c.live || c.epoch != epoch {
 		return
 	}
 	for i := range items {
 		it, r := &items[i], &results[i]
-		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 {
+		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 || r.Remaining != 0 ||
+			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow {
 			continue
 		}
 		if len(c.m) >= c.max {
 			c.evict(sent)
 		}
 		l := it.Limit
-		c.m[bases[i]] = denial{
-			until: sent.Add(r.RetryAfter), resetAt: sent.Add(r.Reset), hits: it.Hits, remaining: r.Remaining,
+		d := denial{
+			until: toMicro(sent).Add(r.RetryAfter), resetAt: toMicro(sent).Add(r.Reset), hits: it.Hits, remaining: r.Remaining,
 			rpu: l.RequestsPerUnit, burst: l.Burst, window: l.Window,
 		}
+		if l.RequestsPerUnit == 0 && (l.Algorithm == descriptors.SlidingLog || l.Algorithm == descriptors.TokenBucket) {
+			d.never, d.until = true, toMicro(sent).Add(100*365*24*time.Hour)
+		}
+		c.m[bases[i]] = d
 	}
 }
 
@@ -161,3 +197,7 @@ func (c *denyCache) isLive() bool {
 	defer c.mu.Unlock()
 	return c.live
 }
+
+// toMicro drops what t has below the microsecond, the resolution of the
+// instants the scripts and the engine compute with.
+func toMicro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()) }

@@ -287,7 +287,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	}
 	s.decisions.Add(1)
 	if s.cache != nil {
-		s.cache.remember(items, bases, results, sent, epoch)
+		s.cache.remember(items, bases, results, admitted, sent, epoch)
 	}
 	return admitted, nil
 }

@@ -66,13 +66,23 @@ func TestConformanceWithDenyCache(t *testing.T) {
 // answers for every item.
 func TestDifferential(t *testing.T) {
 	srv := redistest.Start(t)
+	t.Run("plain", func(t *testing.T) { testDifferential(t, srv, false, false) })
+	// With the denial cache, every status is still Redis's own (only Cached
+	// differs): a cached answer is complete and exact. Hot: requests that
+	// hammer small limits one hit at a time, so that many are answered
+	// from the cache.
+	t.Run("deny cache", func(t *testing.T) { testDifferential(t, srv, true, false) })
+	t.Run("deny cache hot", func(t *testing.T) { testDifferential(t, srv, true, true) })
+}
+
+func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	clock := storetest.NewClock(storetest.T0)
 	mem := memstore.New(memstore.Options{Now: clock.Now})
 	defer mem.Close()
-	red := newStore(t, Options{URL: srv.URL(), Now: clock.Now, Prefix: fmt.Sprintf("diff%d:", seed)})
+	red := newStore(t, Options{URL: srv.URL(), Now: clock.Now, Prefix: fmt.Sprintf("diff%d:", seed), DenyCache: denyCache})
 
 	windows := []time.Duration{time.Second, 2 * time.Second, time.Minute, time.Hour}
 	var limits []*descriptors.Limit
@@ -97,10 +107,23 @@ func TestDifferential(t *testing.T) {
 		}
 	}
 	descs := []string{"d/a=1", "d/a=2", "d/b=1", "d/c=x"}
+	if hot {
+		// Limits of 0, 1 and 3 (a quarter of them shared by 3 and 10).
+		small := limits[:0:0]
+		for _, l := range limits {
+			if l.RequestsPerUnit <= 3 || rng.IntN(4) == 0 {
+				small = append(small, l)
+			}
+		}
+		limits, descs = small, descs[:2]
+	}
 	const steps = 3000
 	for step := range steps {
 		clock.Set(clock.Now().Add(time.Duration(rng.ExpFloat64() * float64(200*time.Millisecond))))
 		n := 1 + rng.IntN(4)
+		if hot {
+			n = 1 + rng.IntN(2)
+		}
 		items := make([]engine.Item, n)
 		for i := range items {
 			it := &items[i]
@@ -114,6 +137,11 @@ func TestDifferential(t *testing.T) {
 			it.Shadow = rng.IntN(10) == 0
 			if rng.IntN(6) == 0 {
 				it.Group = int32(1 + rng.IntN(2))
+			}
+			if hot {
+				it.Hits = 1 + uint64(rng.IntN(8)/7) // mostly 1, sometimes 2
+				it.Refund = rng.IntN(40) == 0
+				it.Shadow, it.Group = false, 0
 			}
 		}
 		if rng.IntN(5) == 0 && n > 1 {
@@ -134,12 +162,18 @@ func TestDifferential(t *testing.T) {
 				step, seed, clock.Now().Sub(storetest.T0), mok, rok, describe(items), mr, rr)
 		}
 		for i := range items {
+			cached := rr[i].Cached
+			rr[i].Cached = false
 			if mr[i] != rr[i] {
-				t.Fatalf("step %d (seed %d) at T0+%s item %d: memory %+v, redis %+v\nitems %s",
-					step, seed, clock.Now().Sub(storetest.T0), i, mr[i], rr[i], describe(items))
+				t.Fatalf("step %d (seed %d) at T0+%s item %d: memory %+v, redis %+v (cached %v)\nitems %s",
+					step, seed, clock.Now().Sub(storetest.T0), i, mr[i], rr[i], cached, describe(items))
 			}
 		}
 	}
+	if denyCache && red.Stats().CacheHits == 0 {
+		t.Error("the denial cache answered no request: the comparison did not cover it")
+	}
+	t.Logf("answered from the denial cache: %d of %d", red.Stats().CacheHits, steps)
 }
 
 func describe(items []engine.Item) string {
@@ -219,19 +253,21 @@ func TestDenyCache(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0.Add(10 * time.Second))
 	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
 	l := storetest.Limit(descriptors.FixedWindow, 2, time.Minute, 0)
+	l2 := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
 	other := storetest.Limit(descriptors.FixedWindow, 100, time.Minute, 0)
-	items := []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}, {Desc: "d/other=1", Limit: other, Hits: 1}}
-	results := make([]engine.Result, 2)
-	apply := func() bool {
-		ok, err := s.Apply(context.Background(), items, results)
+	items := []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}, {Desc: "d/k=v", Limit: l2, Hits: 1}}
+	results := make([]engine.Result, 3)
+	apply := func(items []engine.Item) bool {
+		t.Helper()
+		ok, err := s.Apply(context.Background(), items, results[:len(items)])
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	}
-	apply()
-	apply()
-	if apply() {
+	apply(items[:1])
+	apply(items)
+	if apply(items) {
 		t.Fatal("third request on a limit of 2 admitted")
 	}
 	trips := s.Stats().RoundTrips
@@ -245,23 +281,38 @@ func TestDenyCache(t *testing.T) {
 		{59 * time.Second, 1, true, false},
 		{59 * time.Second, 0, false, true}, // a look is never answered from the cache
 		{60*time.Second - time.Millisecond, 5, true, false},
-		{60 * time.Second, 1, false, true}, // exactly T: a real round trip, and the new window admits
+		{60 * time.Second, 1, false, false}, // exactly T: a real round trip; the new minute admits, the hour does not
 	}
 	for i, st := range steps {
 		clock.Set(storetest.T0.Add(st.at))
-		items[0].Hits = st.hits
+		items[0].Hits, items[1].Hits = st.hits, st.hits
 		before := s.Stats().RoundTrips
-		ok := apply()
+		ok := apply(items)
 		cached := s.Stats().RoundTrips == before
-		if ok != st.admitted || cached != st.cached || results[0].Cached != st.cached {
-			t.Fatalf("step %d at T0+%s hits %d: admitted %v, no round trip %v (Cached %v); want %v, %v", i, st.at, st.hits, ok, cached, results[0].Cached, st.admitted, st.cached)
+		if ok != st.admitted || cached != st.cached || results[0].Cached != st.cached || results[1].Cached != st.cached {
+			t.Fatalf("step %d at T0+%s hits %d: admitted %v, no round trip %v (Cached %v %v); want %v, %v", i, st.at, st.hits, ok, cached, results[0].Cached, results[1].Cached, st.admitted, st.cached)
 		}
-		if st.cached && (!results[1].Skipped || results[0].RetryAfter != storetest.T0.Add(60*time.Second).Sub(clock.Now())) {
-			t.Errorf("step %d: cached results %+v, want the other item Skipped and RetryAfter up to the window's end", i, results)
+		if st.cached && (results[0].RetryAfter != storetest.T0.Add(60*time.Second).Sub(clock.Now()) || results[1].RetryAfter != storetest.T0.Add(time.Hour).Sub(clock.Now())) {
+			t.Errorf("step %d: cached results %+v, want each RetryAfter up to its window's end", i, results[:2])
 		}
 	}
 	if s.Stats().CacheHits != 3 || s.Stats().RoundTrips-trips != 2 {
 		t.Errorf("stats %+v: want 3 cache hits and 2 round trips since", s.Stats())
+	}
+
+	// A request with an item the cache does not know goes to Redis, so that
+	// every status is whole: the other item's remaining, the known denial's
+	// too.
+	clock.Set(storetest.T0.Add(61 * time.Second))
+	items[1].Hits = 1
+	apply(items[1:]) // denied and cached
+	withOther := []engine.Item{items[1], {Desc: "d/other=1", Limit: other, Hits: 1}}
+	before := s.Stats().RoundTrips
+	if apply(withOther) || s.Stats().RoundTrips == before {
+		t.Fatal("a request with an unknown item was answered from the cache")
+	}
+	if results[0].Cached || results[0].Admitted || results[1].Cached || !results[1].Admitted || results[1].Remaining != 100 {
+		t.Errorf("results %+v: want the hour denied and the other item judged by Redis (admitted, 100 left, nothing consumed)", results[:2])
 	}
 }
 
@@ -458,7 +509,7 @@ func TestDenyCacheBounded(t *testing.T) {
 	now := storetest.T0
 	for i := range 1000 {
 		items := []engine.Item{{Desc: fmt.Sprint("d/k=", i), Limit: l, Hits: 1}}
-		c.remember(items, []string{fmt.Sprint("base", i)}, []engine.Result{{RetryAfter: time.Hour}}, now, c.epoch)
+		c.remember(items, []string{fmt.Sprint("base", i)}, []engine.Result{{RetryAfter: time.Hour}}, false, now, c.epoch)
 	}
 	if len(c.m) > 100 {
 		t.Errorf("denial cache holds %d entries, bound 100", len(c.m))
@@ -595,25 +646,25 @@ func TestDenyCacheEpoch(t *testing.T) {
 	c := newDenyCache(100)
 	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
 	items := []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}}
-	denied := []engine.Result{{RetryAfter: time.Hour}}
+	denied := []engine.Result{{RetryAfter: time.Hour, Reset: time.Hour}}
 	bases := []string{"base"}
 	now := storetest.T0
 	size := func() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.m) }
 
 	_, e := c.deny(items, bases, make([]engine.Result, 1), now)
-	c.remember(items, bases, denied, now, e)
+	c.remember(items, bases, denied, false, now, e)
 	if size() != 0 {
 		t.Fatal("kept a denial before the notices were live")
 	}
 	c.setLive(true)
 	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
 	c.freed("other") // a notice while the request is in flight
-	c.remember(items, bases, denied, now, e)
+	c.remember(items, bases, denied, false, now, e)
 	if size() != 0 {
 		t.Fatal("kept a denial answered before a notice arrived")
 	}
 	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
-	c.remember(items, bases, denied, now, e)
+	c.remember(items, bases, denied, false, now, e)
 	if ok, _ := c.deny(items, bases, make([]engine.Result, 1), now); !ok {
 		t.Fatal("a denial with no notice in between was not kept")
 	}
@@ -621,7 +672,7 @@ func TestDenyCacheEpoch(t *testing.T) {
 	if ok, _ := c.deny(items, bases, make([]engine.Result, 1), now); ok {
 		t.Fatal("the announced counter still denied from the cache")
 	}
-	c.remember(items, bases, denied, now, c.epoch)
+	c.remember(items, bases, denied, false, now, c.epoch)
 	c.setLive(false)
 	if size() != 0 {
 		t.Fatal("entries kept after the subscription was lost")

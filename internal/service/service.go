@@ -387,9 +387,6 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, resp *Respo
 	for i := range items {
 		it, r := &items[i], &results[i]
 		st := &resp.Statuses[owner[i]]
-		if r.Skipped {
-			continue
-		}
 		c := cur.override[dom.Name]
 		if it.Limit.Index >= 0 && it.Limit.Index < len(cur.counters) {
 			c = &cur.counters[it.Limit.Index]
