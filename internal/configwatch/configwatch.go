@@ -1,5 +1,6 @@
 // Package configwatch tells when the config files under a path have
-// changed: it watches the file's directory (or the directory itself) with
+// changed: it watches the file's directory (or the directory and its
+// subdirectories) with
 // inotify, waits for a quiet moment, and reports a change only when the
 // content of the YAML files differs from the last report. Atomic renames,
 // editors' temporary files and Kubernetes ConfigMap symlink swaps are all
@@ -14,32 +15,21 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/rlsproject/rls/internal/descriptors"
 )
 
-// Fingerprint returns a hash of the YAML files that path names: the file
-// itself, or every *.yaml/*.yml directly in the directory (symlinks
-// followed), in name order. Unreadable files count as their error text.
+// Fingerprint returns a hash of the YAML files that path stands for
+// (descriptors.ListConfig), in order. Unreadable paths count as their
+// error text.
 func Fingerprint(path string) [32]byte {
+	files, _, unreadable := descriptors.ListConfig(path)
 	h := sha256.New()
-	files := []string{path}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		files = files[:0]
-		entries, _ := os.ReadDir(path)
-		for _, e := range entries {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") {
-				continue
-			}
-			if ext := filepath.Ext(name); ext == ".yaml" || ext == ".yml" {
-				files = append(files, filepath.Join(path, name))
-			}
-		}
-		slices.Sort(files)
+	for _, err := range unreadable {
+		fmt.Fprintf(h, "unreadable: %v\x00", err)
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -83,6 +73,19 @@ func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logg
 		}
 	}
 
+	// Subdirectories are loaded too: watch each, and those that appear.
+	watchDirs := func() {
+		_, dirs, _ := descriptors.ListConfig(path)
+		for _, d := range dirs {
+			if d != dir {
+				if err := w.Add(d); err != nil {
+					log.Warn("config watch: cannot watch a subdirectory", "dir", d, "error", err)
+				}
+			}
+		}
+	}
+	watchDirs()
+
 	last := Fingerprint(path)
 	timer := time.NewTimer(quiet)
 	timer.Stop()
@@ -103,6 +106,7 @@ func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logg
 			}
 			log.Warn("config watch", "error", err)
 		case <-timer.C:
+			watchDirs()
 			if fp := Fingerprint(path); fp != last {
 				last = fp
 				onChange()

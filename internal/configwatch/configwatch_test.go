@@ -96,6 +96,27 @@ func TestDirectory(t *testing.T) {
 	w.expect(t, "a non-YAML file", false)
 }
 
+// TestSubdirectories: files in subdirectories are loaded, so a change in
+// one is seen, in a subdirectory made after the watch started too.
+func TestSubdirectories(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "teams", "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "teams", "a", "a.yaml"), "domain: a\n")
+	w := startWatch(t, dir)
+	write(t, filepath.Join(dir, "teams", "a", "a.yaml"), "domain: a2\n")
+	w.expect(t, "a write in a subdirectory", true)
+	if err := os.Mkdir(filepath.Join(dir, "teams", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(t, "an empty new subdirectory", false)
+	write(t, filepath.Join(dir, "teams", "b", "b.yaml"), "domain: b\n")
+	w.expect(t, "a file in the new subdirectory", true)
+	write(t, filepath.Join(dir, "teams", "b", "b.yaml"), "domain: b2\n")
+	w.expect(t, "a write in the new subdirectory", true)
+}
+
 // TestConfigMapSymlinkSwap reproduces how the kubelet updates a mounted
 // ConfigMap: the files are symlinks through ..data, which is swapped
 // atomically to a new timestamped directory.

@@ -40,6 +40,9 @@ func TestLoadDirectory(t *testing.T) {
 		"limits.yaml.bak": "not: [valid",
 		"sub/d.yaml":      domainDoc("sub"),
 		"dir.yaml/e.yaml": domainDoc("e"),
+		"F.YAML":          domainDoc("upper"),
+		"..data/a.yml":    domainDoc("a"), // a ConfigMap's real files: reached through symlinks only
+		".git/x.yaml":     "not: [valid",
 	})
 	writeFiles(t, other, map[string]string{"target.yaml": domainDoc("linked")})
 	if err := os.Symlink(filepath.Join(other, "target.yaml"), filepath.Join(dir, "link.yaml")); err != nil {
@@ -49,9 +52,12 @@ func TestLoadDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load(%s): %v", dir, err)
 	}
+	// Subdirectories too (as envoyproxy/ratelimit loads them), in name order
+	// at each level; dot-files and dot-directories skipped.
 	wantFiles := []string{
-		filepath.Join(dir, "a.yml"), filepath.Join(dir, "b.yaml"),
-		filepath.Join(dir, "c.yaml"), filepath.Join(dir, "link.yaml"),
+		filepath.Join(dir, "F.YAML"), filepath.Join(dir, "a.yml"), filepath.Join(dir, "b.yaml"),
+		filepath.Join(dir, "c.yaml"), filepath.Join(dir, "dir.yaml", "e.yaml"),
+		filepath.Join(dir, "link.yaml"), filepath.Join(dir, "sub", "d.yaml"),
 	}
 	if got := c.Files(); !slices.Equal(got, wantFiles) {
 		t.Errorf("Files() = %q, want %q", got, wantFiles)
@@ -60,7 +66,7 @@ func TestLoadDirectory(t *testing.T) {
 	for _, d := range c.Domains() {
 		names = append(names, d.Name)
 	}
-	if want := []string{"a", "b", "c1", "c2", "linked"}; !slices.Equal(names, want) {
+	if want := []string{"a", "b", "c1", "c2", "e", "linked", "sub", "upper"}; !slices.Equal(names, want) {
 		t.Errorf("domains = %q, want %q", names, want)
 	}
 	// Limits are numbered in load order: files by name, then documents.
@@ -72,7 +78,7 @@ func TestLoadDirectory(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"a", "b", "c1", "c2", "linked"}; !slices.Equal(domainsInLimitOrder, want) {
+	if want := []string{"upper", "a", "b", "c1", "c2", "e", "linked", "sub"}; !slices.Equal(domainsInLimitOrder, want) {
 		t.Errorf("Limits() by domain = %q, want %q", domainsInLimitOrder, want)
 	}
 	if d := c.Domain("c2"); d.File != filepath.Join(dir, "c.yaml") || d.Line != 6 {

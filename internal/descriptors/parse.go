@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,43 +28,29 @@ func Parse(filename string, data []byte) (*Config, error) {
 	return build([]source{{name: filename, data: data}})
 }
 
-// Load reads and parses the config files at paths; a path that is a
-// directory stands for every *.yaml and *.yml file directly in it (not in
-// its subdirectories), in name order, dot-files excepted. All domains of all
-// files form one Config; a domain defined twice is an error. A file named
-// twice (also through its directory) is read once. No path, or only empty
-// directories, gives an empty Config. Every problem, a path that cannot be
-// read included, is returned in one ErrorList.
+// Load reads and parses the config files at paths (see ListConfig for
+// what a directory stands for). All domains of all files form one Config;
+// a domain defined twice is an error. A file named twice (also through its
+// directory) is read once. No path, or only empty directories, gives an
+// empty Config. Every problem, a path that cannot be read included, is
+// returned in one ErrorList.
 func Load(paths ...string) (*Config, error) {
 	var srcs []source
 	seen := make(map[string]bool)
-	add := func(name string) {
-		if clean := filepath.Clean(name); !seen[clean] {
-			seen[clean] = true
-			srcs = append(srcs, source{name: name})
-		}
-	}
 	for _, path := range paths {
-		st, err := os.Stat(path)
-		if err != nil || !st.IsDir() {
-			add(path) // the error is reported when it is read
-			continue
-		}
-		entries, err := os.ReadDir(path) // sorted by name
-		if err != nil {
-			srcs = append(srcs, source{name: path, err: err})
-			continue
-		}
-		for _, e := range entries {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-				continue
+		files, _, unreadable := ListConfig(path)
+		for _, err := range unreadable {
+			name := path
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				name = pe.Path
 			}
-			full := filepath.Join(path, name)
-			// Stat, not e.Type: a symlink to a file counts (Kubernetes
-			// ConfigMap volumes are made of them).
-			if st, err := os.Stat(full); err != nil || st.Mode().IsRegular() {
-				add(full)
+			srcs = append(srcs, source{name: name, err: err})
+		}
+		for _, f := range files {
+			if clean := filepath.Clean(f); !seen[clean] {
+				seen[clean] = true
+				srcs = append(srcs, source{name: f})
 			}
 		}
 	}
@@ -73,6 +60,64 @@ func Load(paths ...string) (*Config, error) {
 		}
 	}
 	return build(srcs)
+}
+
+// maxConfigDepth bounds the directories ListConfig descends (a symlink
+// loop ends there).
+const maxConfigDepth = 16
+
+// ListConfig returns what a config path stands for: the file itself, or
+// every *.yaml and *.yml file (in any case) in the directory and, as
+// envoyproxy/ratelimit's loader does, in its subdirectories, in name order
+// at each level; names starting with "." are skipped (Kubernetes ConfigMap
+// volumes keep their real files in ..data, behind symlinks at the top) and
+// symlinks are followed. dirs are the directories read, to watch;
+// unreadable holds the paths that could not be read.
+func ListConfig(path string) (files, dirs []string, unreadable []error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, []error{err}
+	}
+	if !st.IsDir() {
+		return []string{path}, nil, nil
+	}
+	var walk func(dir string, depth int)
+	walk = func(dir string, depth int) {
+		dirs = append(dirs, dir)
+		entries, err := os.ReadDir(dir) // sorted by name
+		if err != nil {
+			unreadable = append(unreadable, err)
+			return
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if strings.HasPrefix(name, ".") {
+				continue
+			}
+			full := filepath.Join(dir, name)
+			// Stat, not e.Type: symlinks count as what they point to.
+			st, err := os.Stat(full)
+			switch {
+			case err != nil:
+				if isYAML(name) {
+					unreadable = append(unreadable, err)
+				}
+			case st.IsDir():
+				if depth < maxConfigDepth {
+					walk(full, depth+1)
+				}
+			case st.Mode().IsRegular() && isYAML(name):
+				files = append(files, full)
+			}
+		}
+	}
+	walk(path, 0)
+	return files, dirs, unreadable
+}
+
+func isYAML(name string) bool {
+	ext := strings.ToLower(filepath.Ext(name))
+	return ext == ".yaml" || ext == ".yml"
 }
 
 // source is one config file's name and contents, or why it could not be
