@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -136,6 +137,12 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow {
 			continue
 		}
+		if slices.Contains(bases[:i], bases[i]) {
+			// An earlier item of the request consumed from this counter
+			// tentatively when this one was judged: its retry instant
+			// counts hits that were not taken.
+			continue
+		}
 		if len(c.m) >= c.max {
 			c.evict(sent)
 		}
@@ -199,5 +206,6 @@ func (c *denyCache) isLive() bool {
 }
 
 // toMicro drops what t has below the microsecond, the resolution of the
-// instants the scripts and the engine compute with.
-func toMicro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()) }
+// instants the scripts and the engine compute with. It keeps t's monotonic
+// reading, so that a step of the wall clock does not stretch a denial.
+func toMicro(t time.Time) time.Time { return t.Add(-time.Duration(t.Nanosecond() % 1000)) }

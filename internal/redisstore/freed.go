@@ -13,33 +13,46 @@ const (
 	// freedPing is how long the subscription may stay silent before it is
 	// pinged; with no answer by the next one, it is replaced.
 	freedPing = 5 * time.Second
-	// freedRetry is the pause before subscribing again after a failure.
-	freedRetry = 200 * time.Millisecond
+	// freedRetry is the first pause before subscribing again after a
+	// failure; it doubles up to freedMaxRetry while the failures last.
+	freedRetry    = 200 * time.Millisecond
+	freedMaxRetry = 5 * time.Second
 )
 
 // watchFreed keeps a subscription to <prefix>freed until the store closes
 // and drops the cached denial of every counter announced there. The cache
 // keeps entries only while the subscription is known to be live: a broken
-// connection, a Redis restart or a silent one (no answer to a ping) clears
-// it until the subscription is confirmed again.
+// connection, a Redis restart, a silent one (no answer to a ping) or an
+// account without the channel's permission keeps it empty until the
+// subscription is confirmed again. Each loss is logged once; attempts back
+// off to freedMaxRetry.
 func (s *Store) watchFreed() {
 	defer s.watching.Done()
 	ctx := s.releaseCtx
 	channel := s.opts.Prefix + "freed"
+	wait, warned := freedRetry, false
 	for ctx.Err() == nil {
 		ps := s.client.Subscribe(ctx, channel)
 		stop := context.AfterFunc(ctx, func() { ps.Close() }) // ends a blocked read
 		err := s.followFreed(ctx, ps)
 		stop()
 		ps.Close()
+		if ctx.Err() != nil {
+			return
+		}
 		if s.cache.isLive() {
-			s.log.Warn("redis: lost the subscription to "+channel+"; the denial cache is off until it is back", "error", err)
+			wait, warned = freedRetry, false
 		}
 		s.cache.setLive(false)
+		if !warned {
+			s.log.Warn("redis: no subscription to "+channel+" (with ACLs, the account needs &"+channel+"); the denial cache is off until there is", "error", err)
+			warned = true
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(freedRetry):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, freedMaxRetry)
 	}
 }
 

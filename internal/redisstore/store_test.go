@@ -723,3 +723,49 @@ func TestDenyCacheAfterRestart(t *testing.T) {
 	}
 	deniedTwice()
 }
+
+// TestNoChannelPermission: an ACL account without the freed channel (Redis
+// 7's default for new users) still gets whole, all-or-nothing decisions
+// with refunds; only the denial cache stays off.
+func TestNoChannelPermission(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := redistest.Command(srv.Addr(), "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock(storetest.T0)
+	s, err := New(Options{URL: "redis://limiter:pw@" + srv.Addr() + "/0", Now: clock.Now, DenyCache: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	l := storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0)
+	results := make([]engine.Result, 2)
+	ctx := context.Background()
+	if ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/b=1", Limit: l, Hits: 2}}, results); err != nil || !ok {
+		t.Fatalf("setup: %v %v", ok, err)
+	}
+	// Consume one of a, give one of b back: the refund publishes.
+	ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/a=1", Limit: l, Hits: 1}, {Desc: "d/b=1", Limit: l, Hits: 1, Refund: true}}, results)
+	if err != nil || !ok || results[0].Remaining != 4 || results[1].Remaining != 4 {
+		t.Fatalf("a request with a refund, without the channel's permission: %v %v %+v; want admitted, 4 and 4 left", ok, err, results)
+	}
+	look := []engine.Item{{Desc: "d/a=1", Limit: l}, {Desc: "d/b=1", Limit: l}}
+	if ok, err := s.Apply(ctx, look, results); err != nil || !ok || results[0].Remaining != 4 || results[1].Remaining != 4 {
+		t.Fatalf("after it: %v %v %+v; want 4 and 4 left (written once, whole)", ok, err, results)
+	}
+	time.Sleep(300 * time.Millisecond) // a subscription attempt or two
+	if s.cache.isLive() {
+		t.Error("the subscription counts as live without the channel's permission")
+	}
+}
+
+func TestToMicroKeepsMonotonic(t *testing.T) {
+	now := time.Now()
+	m := toMicro(now)
+	if m.Nanosecond()%1000 != 0 || now.Sub(m) >= time.Microsecond || now.Sub(m) < 0 {
+		t.Errorf("toMicro(%v) = %v, want it truncated to the microsecond", now, m)
+	}
+	if !strings.Contains(m.String(), "m=") {
+		t.Errorf("toMicro dropped the monotonic reading: %v", m)
+	}
+}

@@ -55,9 +55,11 @@ end
 
 -- freed announces that hits of the counter base were given back (a refund),
 -- on the channel <prefix>freed: other rls processes drop their cached
--- denials of that counter (the prefix is what precedes the hash tag).
+-- denials of that counter (the prefix is what precedes the hash tag). pcall:
+-- an account without the channel's permission must not fail the script
+-- halfway through its writes (their caches then stay off, see freed.go).
 local function freed(base)
-  call('PUBLISH', string.match(base, '^[^{]*') .. 'freed', base)
+  redis.pcall('PUBLISH', string.match(base, '^[^{]*') .. 'freed', base)
 end
 
 -- ttl_ms returns the milliseconds from now to the instant us (at least 1).

@@ -51,7 +51,7 @@ while i <= #ARGV do
     end
     i = i + 3 + count
   elseif op == 'P' then
-    redis.call('PUBLISH', string.match(key, '^[^{]*') .. 'freed', key)
+    redis.pcall('PUBLISH', string.match(key, '^[^{]*') .. 'freed', key) -- see decide.lua's freed
     i = i + 2
   else -- 'A'
     local w, count = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
