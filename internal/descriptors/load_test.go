@@ -169,13 +169,54 @@ func TestLoadIOError(t *testing.T) {
 	}
 }
 
+// TestLoadLinkedDirectories: a symlink loop and a link to a sibling
+// directory are read once, so their domains are not duplicates.
+func TestLoadLinkedDirectories(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.yaml": domainDoc("a"), "teams/b.yaml": domainDoc("b")})
+	for link, target := range map[string]string{"self": ".", "loop": "teams", "teams/up": ".."} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatalf("Load with symlink loops: %v", err)
+	}
+	if got := len(c.Files()); got != 2 || len(c.Domains()) != 2 {
+		t.Errorf("files %q, domains %d; want each of the 2 files once", c.Files(), len(c.Domains()))
+	}
+	_, dirs, _ := ListConfig(dir)
+	if len(dirs) != 2 {
+		t.Errorf("directories %q, want the root and teams", dirs)
+	}
+}
+
+// TestLoadUnreadableSubdirectory: a subdirectory rls cannot read (a
+// lost+found owned by root at a volume's root) is passed over.
+func TestLoadUnreadableSubdirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads any directory: the case cannot be made here")
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.yaml": domainDoc("a"), "lost+found/x": ""})
+	if err := os.Chmod(filepath.Join(dir, "lost+found"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(filepath.Join(dir, "lost+found"), 0o755) })
+	if c, err := Load(dir); err != nil || len(c.Domains()) != 1 {
+		t.Errorf("Load with an unreadable subdirectory: %v, want domain a", err)
+	}
+}
+
 func TestLoadFileAndItsDirectory(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a.yaml")
 	if err := os.WriteFile(file, []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(file, dir, dir+"/./a.yaml")
+	t.Chdir(dir)
+	c, err := Load(file, dir, dir+"/./a.yaml", "a.yaml")
 	if err != nil {
 		t.Fatalf("Load(file, its directory): %v; want the file read once", err)
 	}

@@ -31,9 +31,9 @@ func Parse(filename string, data []byte) (*Config, error) {
 // Load reads and parses the config files at paths (see ListConfig for
 // what a directory stands for). All domains of all files form one Config;
 // a domain defined twice is an error. A file named twice (also through its
-// directory) is read once. No path, or only empty directories, gives an
-// empty Config. Every problem, a path that cannot be read included, is
-// returned in one ErrorList.
+// directory, or through a symlink) is read once. No path, or only empty
+// directories, gives an empty Config. Every problem, a path that cannot be
+// read included, is returned in one ErrorList.
 func Load(paths ...string) (*Config, error) {
 	var srcs []source
 	seen := make(map[string]bool)
@@ -48,8 +48,8 @@ func Load(paths ...string) (*Config, error) {
 			srcs = append(srcs, source{name: name, err: err})
 		}
 		for _, f := range files {
-			if clean := filepath.Clean(f); !seen[clean] {
-				seen[clean] = true
+			if id := realPath(f); !seen[id] {
+				seen[id] = true
 				srcs = append(srcs, source{name: f})
 			}
 		}
@@ -62,17 +62,28 @@ func Load(paths ...string) (*Config, error) {
 	return build(srcs)
 }
 
-// maxConfigDepth bounds the directories ListConfig descends (a symlink
-// loop ends there).
-const maxConfigDepth = 16
+// realPath is p with symlinks resolved and made absolute: one name per
+// file or directory, whatever way it was reached.
+func realPath(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		p = a
+	}
+	return p
+}
 
 // ListConfig returns what a config path stands for: the file itself, or
 // every *.yaml and *.yml file (in any case) in the directory and, as
 // envoyproxy/ratelimit's loader does, in its subdirectories, in name order
-// at each level; names starting with "." are skipped (Kubernetes ConfigMap
-// volumes keep their real files in ..data, behind symlinks at the top) and
-// symlinks are followed. dirs are the directories read, to watch;
-// unreadable holds the paths that could not be read.
+// at each level. Names starting with "." are skipped (Kubernetes ConfigMap
+// volumes keep their real files in ..data, behind symlinks at the top);
+// symlinks are followed, and a directory reached twice (a symlink loop, a
+// link to a sibling) is read once. dirs are the directories read, to
+// watch. unreadable holds the YAML files that cannot be read, and path
+// itself when it cannot be; a subdirectory that cannot be read (a
+// lost+found owned by root) is passed over.
 func ListConfig(path string) (files, dirs []string, unreadable []error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -81,14 +92,22 @@ func ListConfig(path string) (files, dirs []string, unreadable []error) {
 	if !st.IsDir() {
 		return []string{path}, nil, nil
 	}
-	var walk func(dir string, depth int)
-	walk = func(dir string, depth int) {
-		dirs = append(dirs, dir)
-		entries, err := os.ReadDir(dir) // sorted by name
-		if err != nil {
-			unreadable = append(unreadable, err)
+	visited := make(map[string]bool)
+	var walk func(dir string)
+	walk = func(dir string) {
+		id := realPath(dir)
+		if visited[id] {
 			return
 		}
+		visited[id] = true
+		entries, err := os.ReadDir(dir) // sorted by name
+		if err != nil {
+			if dir == path {
+				unreadable = append(unreadable, err)
+			}
+			return
+		}
+		dirs = append(dirs, dir)
 		for _, e := range entries {
 			name := e.Name()
 			if strings.HasPrefix(name, ".") {
@@ -103,15 +122,13 @@ func ListConfig(path string) (files, dirs []string, unreadable []error) {
 					unreadable = append(unreadable, err)
 				}
 			case st.IsDir():
-				if depth < maxConfigDepth {
-					walk(full, depth+1)
-				}
+				walk(full)
 			case st.Mode().IsRegular() && isYAML(name):
 				files = append(files, full)
 			}
 		}
 	}
-	walk(path, 0)
+	walk(path)
 	return files, dirs, unreadable
 }
 
