@@ -312,29 +312,3 @@ func retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64 {
 	}
 	return t + w
 }
-
-// Unconsume corrects r, the result a store reported for the limit l after
-// it consumed hits (a negative hits: after it refunded -hits), to what it
-// reports once those hits are given back: more remaining, and a bucket full
-// sooner or a log that may be empty. A store that reserves and then releases
-// (a request denied on another Redis Cluster master) uses it so that the
-// denied request's statuses read as if nothing had been consumed.
-func Unconsume(l *descriptors.Limit, r *Result, hits int64) {
-	ceiling := int64(l.RequestsPerUnit)
-	if l.Algorithm == descriptors.TokenBucket {
-		ceiling = int64(l.Burst)
-	}
-	rem := min(max(int64(r.Remaining)+hits, 0), ceiling)
-	r.Remaining = uint64(rem)
-	switch l.Algorithm {
-	case descriptors.TokenBucket:
-		if l.RequestsPerUnit > 0 {
-			reset := r.Reset.Microseconds() - hits*interval(l)
-			r.Reset = micros(min(reset, ceiling*interval(l)))
-		}
-	case descriptors.SlidingLog:
-		if rem == ceiling {
-			r.Reset = 0 // the log is empty again
-		}
-	}
-}

@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -217,46 +216,6 @@ func TestExpiry(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s after %d hits at t0: Expiry = %d, want %d", tc.alg, tc.hits, got, want)
-		}
-	}
-}
-
-// TestUnconsume: a result taken after consuming hits, corrected by
-// Unconsume, equals the result of consuming nothing at that instant, for
-// every algorithm and random histories.
-func TestUnconsume(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	limits := []*descriptors.Limit{
-		limit(descriptors.FixedWindow, 7, 10*sec, 0),
-		limit(descriptors.SlidingWindow, 7, 10*sec, 0),
-		limit(descriptors.SlidingLog, 7, 10*sec, 0),
-		limit(descriptors.TokenBucket, 7, 10*sec, 4),
-		limit(descriptors.TokenBucket, 3, 10*sec, 9),
-	}
-	for _, l := range limits {
-		var st State
-		at := t0
-		checked := 0
-		for i := range 2000 {
-			at = at.Add(time.Duration(rng.IntN(3000)) * ms)
-			hits := uint64(1 + rng.IntN(3))
-			took := Step(l, st, at, hits, false)
-			if took.Admitted {
-				checked++
-				r := Result{Remaining: took.Remaining, Reset: took.Reset}
-				Unconsume(l, &r, int64(hits))
-				look := Step(l, st, at, 0, false)
-				if r.Remaining != look.Remaining || r.Reset != look.Reset {
-					t.Fatalf("%s step %d: after Unconsume(%d) remaining %d reset %s, want %d %s (nothing consumed)",
-						l.ID, i, hits, r.Remaining, r.Reset, look.Remaining, look.Reset)
-				}
-			}
-			if rng.IntN(2) == 0 {
-				st = took.Next
-			}
-		}
-		if checked < 100 {
-			t.Errorf("%s: only %d admitted steps checked", l.ID, checked)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -19,6 +20,7 @@ type nodePart struct {
 	bases    []string
 	results  []engine.Result
 	admitted bool
+	rest     []any // mode R, admitted: {undo log, unconsumed statuses}
 	undo     []any
 	err      error
 }
@@ -56,11 +58,16 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 	for _, p := range parts {
 		wg.Go(func() {
 			p.admitted, p.err = s.retryMoved(ctx, func() (bool, error) {
-				return s.applyNode(ctx, "R", p.items, p.bases, p.results, &p.undo)
+				return s.applyNode(ctx, "R", p.items, p.bases, p.results, &p.rest)
 			})
 		})
 	}
 	wg.Wait()
+	for _, p := range parts {
+		if len(p.rest) > 0 {
+			p.undo, _ = p.rest[0].([]any)
+		}
+	}
 
 	admitted := true
 	var firstErr error
@@ -206,24 +213,21 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 	return done
 }
 
-// unreserve corrects the statuses (remaining, reset) that a part reported
-// after its reservation, which was released: every counter has the hits of
-// this request back (and its refunds undone).
+// unreserve sets the statuses of a part whose reservation was released to
+// what the script reported for the state before the request (remaining
+// and reset), as a request denied on one node reads.
 func unreserve(p *nodePart, results []engine.Result) {
-	delta := make(map[string]int64)
-	over := engine.GroupsOver(p.items, p.results)
-	for j := range p.items {
-		it := &p.items[j]
-		if !p.results[j].Admitted || over[it.Group] {
-			continue // not consumed: denied, or in a quota group that is over
-		}
-		if it.Refund {
-			delta[p.bases[j]] -= int64(it.Hits)
-		} else {
-			delta[p.bases[j]] += int64(it.Hits)
-		}
+	if len(p.rest) < 2 {
+		return
 	}
+	view, _ := p.rest[1].([]any)
 	for j, i := range p.idx {
-		engine.Unconsume(p.items[j].Limit, &results[i], delta[p.bases[j]])
+		if len(view) < 2*j+2 {
+			return
+		}
+		rem, _ := view[2*j].(int64)
+		reset, _ := view[2*j+1].(int64)
+		results[i].Remaining = uint64(max(rem, 0))
+		results[i].Reset = time.Duration(reset) * time.Microsecond
 	}
 }

@@ -293,13 +293,14 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 }
 
 // applyNode runs the decide script over items (all on one node) and writes
-// their results. In mode "R" it also returns the undo log through undo.
-func (s *Store) applyNode(ctx context.Context, mode string, items []engine.Item, bases []string, results []engine.Result, undo *[]any) (bool, error) {
+// their results. In mode "R" it also returns the rest of the reply (the undo
+// log and the unconsumed statuses) through rest.
+func (s *Store) applyNode(ctx context.Context, mode string, items []engine.Item, bases []string, results []engine.Result, rest *[]any) (bool, error) {
 	reply, err := s.b.do(ctx, []string{bases[0]}, s.requestArgs(mode, items, bases))
 	if err != nil {
 		return false, err
 	}
-	return readReply(reply, items, results, undo)
+	return readReply(reply, items, results, rest)
 }
 
 // requestArgs returns the decide script's arguments for one request.
@@ -322,9 +323,10 @@ func (s *Store) requestArgs(mode string, items []engine.Item, bases []string) []
 }
 
 // readReply writes the results of the decide script's reply for one
-// request and returns whether it was admitted; in mode "R" it also returns
-// the undo log through undo.
-func readReply(reply any, items []engine.Item, results []engine.Result, undo *[]any) (bool, error) {
+// request and returns whether it was admitted; rest, when not nil, gets
+// what follows the items (mode "R": the undo log and the unconsumed
+// statuses).
+func readReply(reply any, items []engine.Item, results []engine.Result, rest *[]any) (bool, error) {
 	vals, ok := reply.([]any)
 	if !ok || len(vals) < 2+4*len(items) {
 		return false, fmt.Errorf("redis: unexpected decide reply %v", reply)
@@ -343,8 +345,8 @@ func readReply(reply any, items []engine.Item, results []engine.Result, undo *[]
 		}
 	}
 	admitted := num(0) == 1
-	if undo != nil && len(vals) > 2+4*len(items) {
-		*undo, _ = vals[2+4*len(items)].([]any)
+	if rest != nil {
+		*rest = vals[2+4*len(items):]
 	}
 	return admitted, nil
 }

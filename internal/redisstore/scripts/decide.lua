@@ -23,8 +23,10 @@
 --         window µs, limit, burst, hits, flags (1 refund, 2 shadow), quota
 --         group (0 = none).
 -- Returns one reply per request: {admitted, now, then per item admitted,
--- remaining, reset µs, retry µs, then (mode R) the undo log: a list of
--- {op, key, args...}}.
+-- remaining, reset µs, retry µs, then (mode R, admitted) the undo log: a
+-- list of {op, key, args...}, and the statuses with nothing consumed: per
+-- item remaining and reset µs, which the request shows if it is denied on
+-- another node and released}.
 --
 -- The script runs on every request, so it is written for the Lua
 -- interpreter: items and counters live in arrays indexed by position (no
@@ -433,9 +435,32 @@ local function decide(a)
     out[m + 4] = max(0, i_retry[k])
   end
 
-  -- writes: each counter that changed (string keys also in the call's cache)
+  -- mode R, admitted: the statuses as a denied request reads them on one
+  -- node (remaining and reset from the state before this request), for
+  -- when another node denies it. Taken before the writes: a sliding log's
+  -- oldest entry is read from its sorted set.
 
   local reserve = mode == 'R'
+  local view
+  if reserve and admitted then
+    local sc, st, sa, sp = {}, {}, {}, {}
+    for c = 1, nc do
+      sc[c], st[c], sa[c], sp[c] = c_count[c], c_tat[c], c_add[c], c_pop[c]
+      restore(c)
+    end
+    view = {}
+    for k = 1, n do
+      local c = i_ctr[k]
+      view[2 * k - 1] = remaining(c, i_lim[k], i_burst[k])
+      view[2 * k] = max(0, reset_at(c) - now)
+    end
+    for c = 1, nc do
+      c_count[c], c_tat[c], c_add[c], c_pop[c] = sc[c], st[c], sa[c], sp[c]
+    end
+  end
+
+  -- writes: each counter that changed (string keys also in the call's cache)
+
   local undo = {}
   for c = 1, nc do
     local alg, base = c_alg[c], c_base[c]
@@ -513,6 +538,7 @@ local function decide(a)
   end
   if reserve and admitted then
     out[#out + 1] = undo
+    out[#out + 1] = view
   end
   return out, a + 3 + 8 * n
 end

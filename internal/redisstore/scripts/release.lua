@@ -6,7 +6,8 @@
 -- KEYS[1]: a key of the node (routing only).
 -- ARGV: the instant in microseconds or "", then operations, each as
 --   "I" key delta            INCRBY delta if the key still exists (never below 0)
---   "T" key delta            token bucket TAT += delta µs (dropped when not in the future)
+--   "T" key delta            token bucket TAT (now when absent or past) += delta µs
+--                            (dropped when not in the future)
 --   "Z" key count members... ZREM the members
 --   "A" key window count (score member)... ZADD back popped entries
 --   "P" base                 PUBLISH base on <prefix>freed (after the others:
@@ -37,7 +38,9 @@ while i <= #ARGV do
     end
     i = i + 3
   elseif op == 'T' then
-    local tat = tonumber(redis.call('GET', key) or '0') + tonumber(ARGV[i + 2])
+    -- An absent or past TAT is a full bucket, i.e. now (as decide.lua
+    -- loads it): undoing a refund that filled the bucket starts from there.
+    local tat = math.max(tonumber(redis.call('GET', key) or '0'), now) + tonumber(ARGV[i + 2])
     if tat > now then
       redis.call('SET', key, fmt(tat), 'PX', fmt(math.max(1, math.floor((tat - now + 999) / 1000))))
     else
