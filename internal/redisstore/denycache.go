@@ -22,14 +22,21 @@ import (
 // <prefix>freed (decide.lua for refunds, release.lua for released cluster
 // reservations), and the store drops the counter's entry when the notice
 // arrives. Entries are only kept while that subscription is live, and a
-// denial is not kept when any notice arrived while its request was in
-// flight (its answer may predate the refund). Safe for concurrent use.
+// denial is not kept when a notice for its counter arrived while its
+// request was in flight (its answer may predate the refund). Safe for
+// concurrent use.
 type denyCache struct {
-	mu    sync.Mutex
-	m     map[string]denial // by counter base key; guarded by mu
-	max   int
-	live  bool   // the notices are being received; guarded by mu
-	epoch uint64 // notices and subscription changes seen; guarded by mu
+	mu  sync.Mutex
+	m   map[string]denial // by counter base key; guarded by mu
+	max int
+	// Guarded by mu: whether the notices are being received; how many
+	// notices and subscription changes were seen (epoch), the epoch of the
+	// last subscription change, and the counters of the latest notices
+	// (recent[e%len] for notice e).
+	live   bool
+	epoch  uint64
+	liveAt uint64
+	recent [64]string
 }
 
 type denial struct {
@@ -112,7 +119,8 @@ func (d *denial) matches(it *engine.Item) bool {
 // remember stores the denials of a request that Redis answered; sent is
 // when the request left, so that sent + RetryAfter is never after Redis's
 // instant, and epoch what deny returned then. Nothing is stored when the
-// notices are not live or one arrived since (the denial may be older than a
+// notices are not live, or were not followed all along since; nor is the
+// denial of a counter announced since (its answer may predate the
 // refund). An admitted request consumed: its counters' entries go (another
 // limit on the same counter, an override, may consume past a cached 0).
 func (c *denyCache) remember(items []engine.Item, bases []string, results []engine.Result, admitted bool, sent time.Time, epoch uint64) {
@@ -128,7 +136,7 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 		}
 		return
 	}
-	if !c.live || c.epoch != epoch {
+	if !c.live || c.liveAt > epoch || c.epoch-epoch > uint64(len(c.recent)) {
 		return
 	}
 	for i := range items {
@@ -136,6 +144,9 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 || r.Remaining != 0 ||
 			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow {
 			continue
+		}
+		if c.noticedSince(epoch, bases[i]) {
+			continue // its answer may predate hits given back
 		}
 		if slices.Contains(bases[:i], bases[i]) {
 			// An earlier item of the request consumed from this counter
@@ -185,8 +196,20 @@ func (c *denyCache) evict(now time.Time) {
 func (c *denyCache) freed(base string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.recent[c.epoch%uint64(len(c.recent))] = base
 	c.epoch++
 	delete(c.m, base)
+}
+
+// noticedSince reports whether a notice for base arrived since epoch (the
+// caller has checked that recent still holds them all). Requires c.mu.
+func (c *denyCache) noticedSince(epoch uint64, base string) bool {
+	for e := epoch; e < c.epoch; e++ {
+		if c.recent[e%uint64(len(c.recent))] == base {
+			return true
+		}
+	}
+	return false
 }
 
 // setLive records whether the notices are received. Either way every entry
@@ -194,7 +217,9 @@ func (c *denyCache) freed(base string) {
 func (c *denyCache) setLive(live bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.recent[c.epoch%uint64(len(c.recent))] = ""
 	c.epoch++
+	c.liveAt = c.epoch
 	c.live = live
 	clear(c.m)
 }

@@ -658,11 +658,26 @@ func TestDenyCacheEpoch(t *testing.T) {
 	}
 	c.setLive(true)
 	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
-	c.freed("other") // a notice while the request is in flight
+	c.freed("base") // a notice for the counter while the request is in flight
 	c.remember(items, bases, denied, false, now, e)
 	if size() != 0 {
-		t.Fatal("kept a denial answered before a notice arrived")
+		t.Fatal("kept a denial answered before a notice for its counter arrived")
 	}
+	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
+	for range len(c.recent) + 1 {
+		c.freed("other")
+	}
+	c.remember(items, bases, denied, false, now, e)
+	if size() != 0 {
+		t.Fatal("kept a denial while more notices arrived than the cache remembers")
+	}
+	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
+	c.freed("other") // a notice for another counter does not matter
+	c.remember(items, bases, denied, false, now, e)
+	if size() != 1 {
+		t.Fatal("a notice for another counter kept this denial out")
+	}
+	c.freed("base")
 	_, e = c.deny(items, bases, make([]engine.Result, 1), now)
 	c.remember(items, bases, denied, false, now, e)
 	if ok, _ := c.deny(items, bases, make([]engine.Result, 1), now); !ok {
