@@ -15,7 +15,8 @@ import (
 // without a round trip, with exactly the status Redis would answer unless
 // hits are given back meanwhile. Only denials that leave nothing remaining
 // are kept, of one hit (or of a fixed window): until the instant, nobody
-// can consume from such a counter, so its remaining (0), reset and retry
+// can consume from such a counter under that limit (an override sharing it
+// drops the entry when it consumes here), so its remaining (0), reset and retry
 // instant cannot change, whichever process asks.
 //
 // Hits given back anywhere are announced by Redis on the channel
