@@ -7,6 +7,7 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -291,7 +292,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		}
 	}
 	for _, i := range order {
-		s.shards[i].evict(s.shardBytes)
+		s.shards[i].evict(s.shardBytes, entries)
 	}
 	return admitted, nil
 }
@@ -324,21 +325,29 @@ func insertSorted(xs []uint8, v uint8) []uint8 {
 }
 
 // evict removes descriptors while the shard is over budget: among a few
-// sampled entries, the one whose counters all expire first goes. Requires
-// sh.mu held.
-func (sh *shard) evict(budget int64) {
+// sampled entries, the one whose counters all expire first goes, but never
+// one of keep (the entries of the request being decided: with equal
+// expiries, as fixed windows have, it could otherwise drop what it just
+// counted). Requires sh.mu held.
+func (sh *shard) evict(budget int64, keep []*entry) {
 	for sh.bytes > budget && len(sh.entries) > 0 {
 		var vh uint64
 		var ve *entry
 		var vexp int64
 		n := 0
 		for h, e := range sh.entries { // map iteration starts at a random place
+			if slices.Contains(keep, e) {
+				continue
+			}
 			if exp := e.expires(); ve == nil || exp < vexp {
 				vh, ve, vexp = h, e, exp
 			}
 			if n++; n == 8 {
 				break
 			}
+		}
+		if ve == nil {
+			return // only this request's entries: over by at most them
 		}
 		sh.remove(vh, ve)
 	}
