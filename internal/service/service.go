@@ -369,6 +369,9 @@ func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item,
 				st.Limit = it.Limit
 				st.ResetAfter = it.Limit.Window
 			}
+			if headers != HeadersOff {
+				st.Limits = append(st.Limits, it.Limit) // every policy in the headers
+			}
 		}
 		resp.Headers = appendHeaders(nil, headers, resp)
 		return resp, nil

@@ -380,6 +380,9 @@ func TestStoreErrorPolicy(t *testing.T) {
 		if mode == HeadersBoth && (got[HeaderRetryAfter] != "1" || got[HeaderXRemaining] != "0" || got[HeaderRateLimit] == "") {
 			t.Errorf("policy deny, headers both: %v, want Retry-After 1 (the first window), remaining 0 and RateLimit", got)
 		}
+		if want := `"remote_address/1s";q=3;w=1, "remote_address/1m";q=5;w=60`; mode == HeadersBoth && got[HeaderPolicy] != want {
+			t.Errorf("policy deny: RateLimit-Policy %q, want every limit: %q", got[HeaderPolicy], want)
+		}
 	}
 }
 
