@@ -15,7 +15,7 @@ help: ## list the targets
 build: ## build bin/rls
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rls
 
-run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :8080)
+run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :8080), with rate-limit headers
 	./$(BIN) serve --config config/limits.yaml --response-headers both
 
 prereqs: ## install or name the programs the tests start (redis-server, nginx)
@@ -27,7 +27,7 @@ test: prereqs ## everything that must pass: vet, race tests (real Redis, Redis C
 	$(GO) test -race -count=1 -timeout 10m ./...
 	$(MAKE) fuzz-smoke
 
-test-short: ## unit tests only, no race detector
+test-short: ## the tests without the race detector and the fuzz smoke (Redis and nginx tests still run)
 	$(GO) test -count=1 ./...
 
 fuzz-smoke: ## run every fuzz target briefly (FUZZTIME each)
@@ -51,5 +51,5 @@ lint: ## vet and gofmt check
 fmt: ## gofmt everything
 	gofmt -w .
 
-clean:
+clean: ## remove bin/
 	rm -rf bin
