@@ -1,10 +1,10 @@
 // Package configwatch tells when the config files under a path have
 // changed: it watches the file's directory (or the directory and its
-// subdirectories) with
-// inotify, waits for a quiet moment, and reports a change only when the
-// content of the YAML files differs from the last report. Atomic renames,
-// editors' temporary files and Kubernetes ConfigMap symlink swaps are all
-// just events that lead to a content check. It knows nothing of parsing.
+// subdirectories) with inotify, waits for a quiet moment, and reports a
+// change only when the content of the YAML files differs from the last
+// report. Atomic renames, editors' temporary files and Kubernetes ConfigMap
+// symlink swaps are all just events that lead to a content check. It knows
+// nothing of parsing; which files count is descriptors.ListConfig's call.
 package configwatch
 
 import (
@@ -27,6 +27,10 @@ import (
 // error text.
 func Fingerprint(path string) [32]byte {
 	files, _, unreadable := descriptors.ListConfig(path)
+	return fingerprint(files, unreadable)
+}
+
+func fingerprint(files []string, unreadable []error) [32]byte {
 	h := sha256.New()
 	for _, err := range unreadable {
 		fmt.Fprintf(h, "unreadable: %v\x00", err)
@@ -73,9 +77,10 @@ func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logg
 		}
 	}
 
-	// Subdirectories are loaded too: watch each, and those that appear.
-	watchDirs := func() {
-		_, dirs, _ := descriptors.ListConfig(path)
+	// scan lists the files once: it watches every subdirectory (they are
+	// loaded too; new ones appear) and returns the fingerprint.
+	scan := func() [32]byte {
+		files, dirs, unreadable := descriptors.ListConfig(path)
 		for _, d := range dirs {
 			if d != dir {
 				if err := w.Add(d); err != nil {
@@ -83,10 +88,10 @@ func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logg
 				}
 			}
 		}
+		return fingerprint(files, unreadable)
 	}
-	watchDirs()
 
-	last := Fingerprint(path)
+	last := scan()
 	timer := time.NewTimer(quiet)
 	timer.Stop()
 	for {
@@ -106,8 +111,7 @@ func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logg
 			}
 			log.Warn("config watch", "error", err)
 		case <-timer.C:
-			watchDirs()
-			if fp := Fingerprint(path); fp != last {
+			if fp := scan(); fp != last {
 				last = fp
 				onChange()
 			}

@@ -195,17 +195,24 @@ func TestLoadLinkedDirectories(t *testing.T) {
 // TestLoadUnreadableSubdirectory: a subdirectory rls cannot read (a
 // lost+found owned by root at a volume's root) is passed over.
 func TestLoadUnreadableSubdirectory(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root reads any directory: the case cannot be made here")
-	}
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"a.yaml": domainDoc("a"), "lost+found/x": ""})
-	if err := os.Chmod(filepath.Join(dir, "lost+found"), 0); err != nil {
-		t.Fatal(err)
+	writeFiles(t, dir, map[string]string{"a.yaml": domainDoc("a"), "lost+found/x.yaml": domainDoc("x")})
+	// Not by chmod: root, as CI runs, reads any directory.
+	readDir = func(name string) ([]os.DirEntry, error) {
+		if filepath.Base(name) == "lost+found" || name == filepath.Join(dir, "unreadable") {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+		}
+		return os.ReadDir(name)
 	}
-	t.Cleanup(func() { os.Chmod(filepath.Join(dir, "lost+found"), 0o755) })
+	t.Cleanup(func() { readDir = os.ReadDir })
 	if c, err := Load(dir); err != nil || len(c.Domains()) != 1 {
-		t.Errorf("Load with an unreadable subdirectory: %v, want domain a", err)
+		t.Errorf("Load with an unreadable subdirectory: %v, want domain a only", err)
+	}
+	// The path itself unreadable is a problem.
+	writeFiles(t, dir, map[string]string{"unreadable/b.yaml": domainDoc("b")})
+	var list ErrorList
+	if _, err := Load(filepath.Join(dir, "unreadable")); !errors.As(err, &list) || len(list) != 1 || !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("Load(an unreadable directory) = %v, want one problem for it", err)
 	}
 }
 

@@ -74,6 +74,9 @@ func realPath(p string) string {
 	return p
 }
 
+// readDir is os.ReadDir; tests make it fail (root reads any directory).
+var readDir = os.ReadDir
+
 // ListConfig returns what a config path stands for: the file itself, or
 // every *.yaml and *.yml file (in any case) in the directory and, as
 // envoyproxy/ratelimit's loader does, in its subdirectories, in name order
@@ -100,7 +103,7 @@ func ListConfig(path string) (files, dirs []string, unreadable []error) {
 			return
 		}
 		visited[id] = true
-		entries, err := os.ReadDir(dir) // sorted by name
+		entries, err := readDir(dir) // sorted by name
 		if err != nil {
 			if dir == path {
 				unreadable = append(unreadable, err)

@@ -20,8 +20,9 @@ type nodePart struct {
 	bases    []string
 	results  []engine.Result
 	admitted bool
-	rest     []any // mode R, admitted: {undo log, unconsumed statuses}
-	undo     []any
+	rest     []any // mode R, admitted: the undo log and view, as the script returns them
+	undo     []any // what release.lua gives back
+	view     []any // per item remaining and reset µs before the request
 	err      error
 }
 
@@ -64,8 +65,9 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 	}
 	wg.Wait()
 	for _, p := range parts {
-		if len(p.rest) > 0 {
+		if len(p.rest) == 2 {
 			p.undo, _ = p.rest[0].([]any)
+			p.view, _ = p.rest[1].([]any)
 		}
 	}
 
@@ -217,16 +219,12 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 // what the script reported for the state before the request (remaining
 // and reset), as a request denied on one node reads.
 func unreserve(p *nodePart, results []engine.Result) {
-	if len(p.rest) < 2 {
+	if len(p.view) != 2*len(p.idx) {
 		return
 	}
-	view, _ := p.rest[1].([]any)
 	for j, i := range p.idx {
-		if len(view) < 2*j+2 {
-			return
-		}
-		rem, _ := view[2*j].(int64)
-		reset, _ := view[2*j+1].(int64)
+		rem, _ := p.view[2*j].(int64)
+		reset, _ := p.view[2*j+1].(int64)
 		results[i].Remaining = uint64(max(rem, 0))
 		results[i].Reset = time.Duration(reset) * time.Microsecond
 	}

@@ -42,6 +42,17 @@ func descsOnDistinctMasters(t *testing.T, c *redistest.Cluster, s *Store, l *des
 	return out
 }
 
+// oneHitEach returns an item of one hit for every limit of every descriptor.
+func oneHitEach(descs []string, limits []*descriptors.Limit) []engine.Item {
+	var items []engine.Item
+	for _, d := range descs {
+		for _, l := range limits {
+			items = append(items, engine.Item{Desc: d, Limit: l, Hits: 1})
+		}
+	}
+	return items
+}
+
 // TestClusterAllOrNothingAcrossMasters: a request whose descriptors live on
 // three masters, one of which denies, consumes nothing on the other two.
 func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
@@ -54,12 +65,7 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 		storetest.Limit(descriptors.SlidingLog, 5, time.Minute, 0),
 	}
 	descs := descsOnDistinctMasters(t, c, s, windows[0], 3)
-	var items []engine.Item
-	for _, d := range descs {
-		for _, l := range windows {
-			items = append(items, engine.Item{Desc: d, Limit: l, Hits: 1})
-		}
-	}
+	items := oneHitEach(descs, windows)
 	strict := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
 	strict.ID += ":6:strict"
 	ctx := context.Background()
@@ -122,12 +128,7 @@ func TestClusterDeniedStatuses(t *testing.T) {
 		storetest.Limit(descriptors.SlidingLog, 5, time.Minute, 0),
 	}
 	descs := descsOnDistinctMasters(t, c, cl, windows[0], 3)
-	var items []engine.Item
-	for _, d := range descs {
-		for _, l := range windows {
-			items = append(items, engine.Item{Desc: d, Limit: l, Hits: 1})
-		}
-	}
+	items := oneHitEach(descs, windows)
 	refund := engine.Item{Desc: descs[0], Limit: storetest.Limit(descriptors.FixedWindow, 9, time.Minute, 0), Hits: 2}
 	strict := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
 	strict.ID += ":6:strict"
@@ -212,18 +213,7 @@ func TestClusterReleaseAnnounced(t *testing.T) {
 	if ok, err := b.Apply(ctx, []engine.Item{{Desc: descs[0], Limit: override, Hits: 1}, {Desc: descs[1], Limit: strict, Hits: 1}}, res); err != nil || ok || !res[0].Admitted {
 		t.Fatalf("request denied on one master: %v %v %+v; want denied with descs[0]'s part reserved", ok, err, res)
 	}
-	for i := 0; ; i++ {
-		a.cache.mu.Lock()
-		n := len(a.cache.m)
-		a.cache.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if i == 500 {
-			t.Fatal("the release was not announced to the other process within 5 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCacheEmpty(t, a, "the release was not announced to the other process within 5 s")
 }
 
 // TestClusterDifferential: random requests over descriptors on three

@@ -45,9 +45,6 @@ type denial struct {
 	resetAt   time.Time // likewise, the limit's reset
 	hits      uint64
 	remaining uint64
-	// never: a limit of 0 on a sliding log or token bucket, which denies
-	// for good; the engine reports its retry a window after each ask.
-	never bool
 	// the limit it was computed under
 	rpu, burst uint32
 	window     time.Duration
@@ -96,20 +93,16 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 	}
 	for i := range items {
 		d := c.m[bases[i]]
-		r := engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: max(0, d.resetAt.Sub(now))}
-		if d.never {
-			r.RetryAfter, r.Reset = items[i].Limit.Window, 0
-		}
-		results[i] = r
+		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: d.resetAt.Sub(now)}
 	}
 	return true, c.epoch
 }
 
 // holds reports whether the cached status is still exact at now: before
-// the retry instant and, but for a limit of 0, before the reset (a sliding
-// window's reset moves to the next window's end; a log's to its next entry).
+// the retry instant and before the reset (a sliding window's reset moves to
+// the next window's end; a log's to its next entry).
 func (d *denial) holds(now time.Time) bool {
-	return now.Before(d.until) && (d.never || now.Before(d.resetAt))
+	return now.Before(d.until) && now.Before(d.resetAt)
 }
 
 func (d *denial) matches(it *engine.Item) bool {
@@ -140,9 +133,12 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 	if !c.live || c.liveAt > epoch || c.epoch-epoch > uint64(len(c.recent)) {
 		return
 	}
+	at := toMicro(sent)
 	for i := range items {
 		it, r := &items[i], &results[i]
-		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 || r.Remaining != 0 ||
+		// A denial with no reset ahead (a limit of 0 on a log or bucket, whose
+		// retry the engine puts a window after each ask) would never hold.
+		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 || r.Reset <= 0 || r.Remaining != 0 ||
 			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow {
 			continue
 		}
@@ -159,14 +155,10 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 			c.evict(sent)
 		}
 		l := it.Limit
-		d := denial{
-			until: toMicro(sent).Add(r.RetryAfter), resetAt: toMicro(sent).Add(r.Reset), hits: it.Hits, remaining: r.Remaining,
+		c.m[bases[i]] = denial{
+			until: at.Add(r.RetryAfter), resetAt: at.Add(r.Reset), hits: it.Hits, remaining: r.Remaining,
 			rpu: l.RequestsPerUnit, burst: l.Burst, window: l.Window,
 		}
-		if l.RequestsPerUnit == 0 && (l.Algorithm == descriptors.SlidingLog || l.Algorithm == descriptors.TokenBucket) {
-			d.never, d.until = true, toMicro(sent).Add(100*365*24*time.Hour)
-		}
-		c.m[bases[i]] = d
 	}
 }
 

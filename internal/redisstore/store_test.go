@@ -34,6 +34,22 @@ func newStore(t testing.TB, opts Options) *Store {
 	return s
 }
 
+// waitCacheEmpty waits until s's denial cache holds nothing, or fails
+// with msg after 5 s.
+func waitCacheEmpty(t testing.TB, s *Store, msg string) {
+	t.Helper()
+	for range 500 {
+		s.cache.mu.Lock()
+		n := len(s.cache.m)
+		s.cache.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal(msg)
+}
+
 // waitLive waits until the store follows the notices of freed hits, so
 // that its denial cache keeps entries.
 func waitLive(t testing.TB, s *Store) {
@@ -623,18 +639,7 @@ func TestDenyCacheSeesRefundElsewhere(t *testing.T) {
 		t.Fatal("want the third and fourth hits on a limit of 2 denied, the fourth from the cache")
 	}
 	hit(b, true) // b gives one back
-	for i := 0; ; i++ {
-		a.cache.mu.Lock()
-		n := len(a.cache.m)
-		a.cache.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if i == 500 {
-			t.Fatal("the cached denial was not dropped within 5 s of the refund elsewhere")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCacheEmpty(t, a, "the cached denial was not dropped within 5 s of the refund elsewhere")
 	if !hit(a, false) || results[0].Cached {
 		t.Error("after the refund elsewhere, the next hit was not admitted by Redis")
 	}
