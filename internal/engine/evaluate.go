@@ -10,71 +10,77 @@ import "time"
 //
 // Items are judged in order at the single instant now; an item sees the
 // consumption of earlier items of the same request on the same counter. The
-// Redis script implements the same rule step for step.
+// Redis script implements the same phases step for step.
 //
 // The caller guards the states; Evaluate only reads items.
 func Evaluate(now time.Time, items []Item, states []*State, results []Result) bool {
 	t := now.UnixMicro()
-	n := len(items)
 	var snapBuf [8]State
 	snaps := snapBuf[:0]
-	if n > len(snapBuf) {
-		snaps = make([]State, 0, n)
+	if len(items) > len(snapBuf) {
+		snaps = make([]State, 0, len(items))
 	}
-	snaps = snaps[:n]
+	snaps = snaps[:len(items)]
 
-	// Pass 1: judge each item, consuming tentatively in place.
-	for i := range items {
-		it, st := &items[i], states[i]
-		if first(states, i) {
-			normalize(it.Limit, st, t)
-			snaps[i] = *st
-		}
-		r := &results[i]
-		*r = Result{}
-		switch {
-		case it.Refund:
-			r.Admitted = true
-			giveBack(it.Limit, st, t, it.Hits)
-		case admits(it.Limit, st, t, it.Hits):
-			r.Admitted = true
-			consume(it.Limit, st, t, it.Hits)
-		default:
-			r.RetryAfter = micros(retryAt(it.Limit, st, t, it.Hits) - t)
-		}
-	}
-
-	admitted, quotaFail := decide(items, results)
-	if !admitted || quotaFail != nil {
-		// Undo pass 1. States shared by several items are restored from the
-		// snapshot of their first item.
+	judge(t, items, states, results, snaps)
+	admitted, over := Admit(items, results)
+	if !admitted || over != nil {
+		// Undo the judging pass. States shared by several items are restored
+		// from the snapshot of their first item.
 		for i := range items {
 			if first(states, i) {
 				*states[i] = snaps[i]
 			}
 		}
 	}
-	if admitted && quotaFail != nil {
-		// Consume again, without the admitting items of the quota groups
-		// that are over.
+	if admitted && over != nil {
+		// Consume again the admitting items, without the quota groups that
+		// are over.
 		for i := range items {
-			it := &items[i]
-			if !results[i].Admitted || quotaFail[it.Group] {
-				continue
-			}
-			if it.Refund {
-				giveBack(it.Limit, states[i], t, it.Hits)
-			} else {
-				consume(it.Limit, states[i], t, it.Hits)
+			if it := &items[i]; results[i].Admitted && !over[it.Group] {
+				take(algorithmOf(it.Limit), it, states[i], t)
 			}
 		}
 	}
 	for i := range items {
 		it, st, r := &items[i], states[i], &results[i]
-		r.Remaining = remaining(it.Limit, st, t)
-		r.Reset = micros(resetAt(it.Limit, st, t) - t)
+		alg := algorithmOf(it.Limit)
+		r.Remaining = alg.remaining(it.Limit, st, t)
+		r.Reset = micros(alg.resetAt(it.Limit, st, t) - t)
 	}
 	return admitted
+}
+
+// judge is the first pass: each item in order, its counter normalized and
+// snapshotted (the first time the request meets it), its verdict in
+// results[i], its hits consumed (or given back) tentatively when it admits.
+func judge(t int64, items []Item, states []*State, results []Result, snaps []State) {
+	for i := range items {
+		it, st := &items[i], states[i]
+		alg := algorithmOf(it.Limit)
+		if first(states, i) {
+			alg.normalize(it.Limit, st, t)
+			snaps[i] = *st
+		}
+		r := &results[i]
+		*r = Result{}
+		if it.Refund || alg.admits(it.Limit, st, t, it.Hits) {
+			r.Admitted = true
+			take(alg, it, st, t)
+		} else {
+			r.RetryAfter = micros(alg.retryAt(it.Limit, st, t, it.Hits) - t)
+		}
+	}
+}
+
+// take applies an admitted item to its counter: consumes its hits, or gives
+// them back for a refund.
+func take(alg algorithm, it *Item, st *State, t int64) {
+	if it.Refund {
+		alg.giveBack(it.Limit, st, t, it.Hits)
+	} else {
+		alg.consume(it.Limit, st, t, it.Hits)
+	}
 }
 
 // first reports whether states[i] is not shared with an earlier item.
@@ -87,56 +93,46 @@ func first(states []*State, i int) bool {
 	return true
 }
 
-// decide applies the all-or-nothing rule to the verdicts of pass 1. It returns
-// whether the request is admitted and, when some admitting items must not be
-// consumed because their quota group is over, the set of such groups (nil
-// otherwise).
-func decide(items []Item, results []Result) (admitted bool, quotaFail map[int32]bool) {
+// Admit is the all-or-nothing rule, applied to the verdicts of the judging
+// pass (results[i].Admitted for items[i]): the request is admitted when every
+// item that is neither shadow nor in a quota group admits, and, when there
+// are quota groups, at least one of them admits entirely (a group is over
+// when one of its non-shadow items does not admit). When the request is
+// admitted but some quota groups are over, over holds them: their items are
+// not consumed. Otherwise over is nil.
+//
+// The Redis script applies the same rule (decide.lua, "the rule"); a
+// cluster applies it to the verdicts gathered from its nodes.
+func Admit(items []Item, results []Result) (admitted bool, over map[int32]bool) {
 	admitted = true
 	quota := false
 	for i := range items {
 		it := &items[i]
-		if it.Group != 0 {
+		switch {
+		case it.Group != 0:
 			quota = true
-			continue
-		}
-		if !it.Shadow && !results[i].Admitted {
+			if !it.Shadow && !results[i].Admitted {
+				if over == nil {
+					over = make(map[int32]bool)
+				}
+				over[it.Group] = true
+			}
+		case !it.Shadow && !results[i].Admitted:
 			admitted = false
 		}
 	}
 	if !quota {
 		return admitted, nil
 	}
-	over := GroupsOver(items, results)
-	anyPass := false
+	pass := false
 	for i := range items {
 		if g := items[i].Group; g != 0 && !over[g] {
-			anyPass = true
+			pass = true
+			break
 		}
 	}
-	if !anyPass {
-		admitted = false
-	}
-	if !admitted {
+	if !admitted || !pass {
 		return false, nil
 	}
-	for i := range items {
-		if g := items[i].Group; g != 0 && over[g] && results[i].Admitted {
-			return true, over
-		}
-	}
-	return true, nil
-}
-
-// GroupsOver returns the quota groups in which some non-shadow item does not
-// admit.
-func GroupsOver(items []Item, results []Result) map[int32]bool {
-	over := make(map[int32]bool)
-	for i := range items {
-		it := &items[i]
-		if it.Group != 0 && !it.Shadow && !results[i].Admitted {
-			over[it.Group] = true
-		}
-	}
-	return over
+	return true, over
 }

@@ -178,7 +178,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Apply implements engine.Store.
+// Apply implements engine.Store. Its phases: find the shards of the items'
+// descriptors and lock them in order; make sure every counter exists; hand
+// their states to engine.Evaluate; then settle: record expiries, drop what
+// has expired, account sizes, and evict while a shard is over budget.
 func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -188,49 +191,82 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	var entryBuf [16]*entry
 	var hashBuf [16]uint64
 	var indexBuf [16]int
-	order := shardBuf[:0]
-	states, entries, hashes, indexes := stateBuf[:0], entryBuf[:0], hashBuf[:0], indexBuf[:0]
-	if len(items) > len(stateBuf) {
-		states = make([]*engine.State, 0, len(items))
-		entries = make([]*entry, 0, len(items))
-		hashes = make([]uint64, 0, len(items))
-		indexes = make([]int, 0, len(items))
+	n := len(items)
+	c := applyCall{items: items}
+	if n <= len(stateBuf) {
+		c.states, c.entries, c.hashes, c.indexes = stateBuf[:n], entryBuf[:n], hashBuf[:n], indexBuf[:n]
+	} else {
+		c.states, c.entries, c.hashes, c.indexes = make([]*engine.State, n), make([]*entry, n), make([]uint64, n), make([]int, n)
 	}
-	for i := range items {
-		// Windows of one descriptor come one after the other: hash once.
-		if i > 0 && items[i].Desc == items[i-1].Desc {
-			hashes = append(hashes, hashes[i-1])
-			continue
-		}
-		h := maphash.String(s.seed, items[i].Desc)
-		hashes = append(hashes, h)
-		order = insertSorted(order, uint8(h%numShards))
-	}
+	c.order = c.hash(s.seed, shardBuf[:0])
 	now := s.now()
 	t := now.UnixMicro()
-	for _, i := range order {
+	for _, i := range c.order {
 		s.shards[i].mu.Lock()
 	}
 	defer func() {
-		for _, i := range order {
+		for _, i := range c.order {
 			s.shards[i].mu.Unlock()
 		}
 	}()
+	c.locate(s)
+	c.load(t)
+	admitted := engine.Evaluate(now, items, c.states, results)
+	c.settle(s, t)
+	for _, i := range c.order {
+		s.shards[i].evict(s.shardBytes, c.entries)
+	}
+	return admitted, nil
+}
 
-	// First make sure every counter exists (appending may move a counter
-	// slice), then take the states' addresses.
+// applyCall is the working set of one Apply: per item, its descriptor's
+// hash, entry, counter index and state; and the shards to lock, in order.
+type applyCall struct {
+	items   []engine.Item
+	order   []uint8 // shard indexes, sorted: the locking order
+	hashes  []uint64
+	entries []*entry
+	indexes []int // counter index in the item's entry
+	states  []*engine.State
+}
+
+func (c *applyCall) shard(s *Store, i int) *shard { return &s.shards[c.hashes[i]%numShards] }
+
+// hash finds each item's descriptor hash, and returns the shards to lock
+// appended to order. (Methods fill the call's slices by index, never by
+// append, so that Apply's buffers stay on its stack.)
+func (c *applyCall) hash(seed maphash.Seed, order []uint8) []uint8 {
+	items := c.items
+	for i := range items {
+		// Windows of one descriptor come one after the other: hash once.
+		if i > 0 && items[i].Desc == items[i-1].Desc {
+			c.hashes[i] = c.hashes[i-1]
+			continue
+		}
+		h := maphash.String(seed, items[i].Desc)
+		c.hashes[i] = h
+		order = insertSorted(order, uint8(h%numShards))
+	}
+	return order
+}
+
+// locate makes sure every item's entry and counter exist (appending may
+// move a counter slice, so states are taken afterwards, by load). Requires
+// the shards locked.
+func (c *applyCall) locate(s *Store) {
+	items := c.items
 	for i := range items {
 		it := &items[i]
-		sh := &s.shards[hashes[i]%numShards]
+		sh := c.shard(s, i)
 		var ent *entry
 		if i > 0 && it.Desc == items[i-1].Desc {
-			ent = entries[i-1]
-		} else if ent = sh.find(hashes[i], it.Desc); ent == nil {
+			ent = c.entries[i-1]
+		} else if ent = sh.find(c.hashes[i], it.Desc); ent == nil {
 			// Keys may alias the caller's buffers; keep copies.
-			ent = &entry{desc: strings.Clone(it.Desc), next: sh.entries[hashes[i]]}
-			sh.entries[hashes[i]] = ent
+			ent = &entry{desc: strings.Clone(it.Desc), next: sh.entries[c.hashes[i]]}
+			sh.entries[c.hashes[i]] = ent
 		}
-		entries = append(entries, ent)
+		c.entries[i] = ent
 		j := counterIndex(ent, it.Limit.ID)
 		if j < 0 {
 			j = len(ent.counters)
@@ -241,38 +277,45 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		if it.Limit.Algorithm == descriptors.SlidingLog {
 			ent.resize = true // the log's capacity may change
 		}
-		indexes = append(indexes, j)
+		c.indexes[i] = j
 	}
-	for i := range items {
-		c := &entries[i].counters[indexes[i]]
-		if c.expires <= t {
-			// Expired: equivalent to a fresh counter.
-			c.st = engine.State{Log: c.st.Log[:0]}
+}
+
+// load takes the items' states; an expired one starts afresh. Requires the
+// shards locked.
+func (c *applyCall) load(t int64) {
+	for i := range c.items {
+		ctr := &c.entries[i].counters[c.indexes[i]]
+		if ctr.expires <= t {
+			ctr.st = engine.State{Log: ctr.st.Log[:0]}
 		}
-		c.limit = items[i].Limit
-		states = append(states, &c.st)
+		ctr.limit = c.items[i].Limit
+		c.states[i] = &ctr.st
 	}
+}
 
-	admitted := engine.Evaluate(now, items, states, results)
-
-	for i, ent := range entries {
-		if ent.removed || (i > 0 && entries[i-1] == ent) {
+// settle records each touched entry's expiries after the decision, drops
+// its expired counters (and the entry when none is left) and accounts its
+// size. Requires the shards locked.
+func (c *applyCall) settle(s *Store, t int64) {
+	for i, ent := range c.entries {
+		if ent.removed || (i > 0 && c.entries[i-1] == ent) {
 			continue // done with the previous item
 		}
-		sh := &s.shards[hashes[i]%numShards]
+		sh := c.shard(s, i)
 		expired := 0
 		for j := range ent.counters {
-			c := &ent.counters[j]
-			if c.expires = engine.Expiry(c.limit, &c.st); c.expires <= t {
+			ctr := &ent.counters[j]
+			if ctr.expires = engine.Expiry(ctr.limit, &ctr.st); ctr.expires <= t {
 				expired++
 			}
 		}
 		if expired > 0 {
 			ent.resize = true
 			live := ent.counters[:0]
-			for _, c := range ent.counters {
-				if c.expires > t {
-					live = append(live, c)
+			for _, ctr := range ent.counters {
+				if ctr.expires > t {
+					live = append(live, ctr)
 				}
 			}
 			sh.counters -= expired
@@ -281,7 +324,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		}
 		if len(ent.counters) == 0 {
 			// Nothing worth keeping (for example a denied first request).
-			sh.remove(hashes[i], ent)
+			sh.remove(c.hashes[i], ent)
 			continue
 		}
 		if ent.resize {
@@ -291,10 +334,6 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 			ent.size = size
 		}
 	}
-	for _, i := range order {
-		s.shards[i].evict(s.shardBytes, entries)
-	}
-	return admitted, nil
 }
 
 // counterIndex returns the index of the counter with limit ID id, -1 if

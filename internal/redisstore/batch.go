@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,14 +16,13 @@ import (
 // them in one round trip, so that under load a round trip carries many
 // decisions. With little load a call goes alone and waits for nobody.
 //
-// On a single node the calls of a round trip share EVALSHAs too: the decide
-// script takes several requests (up to perScript) and decides them one after
-// the other, so Redis pays a script's fixed cost once for all of them. In a
-// cluster, where each call goes to the node of its keys, every call is an
-// EVALSHA of its own in a pipeline.
+// On a single node the calls of a round trip share FCALLs too: the decide
+// function takes several requests (up to perScript) and decides them one
+// after the other, so Redis pays a call's fixed cost once for all of them.
+// In a cluster, where each call goes to the node of its keys, every call is
+// an FCALL of its own in a pipeline.
 type batcher struct {
 	client    redis.UniversalClient
-	script    *redis.Script
 	queue     chan *call
 	maxBatch  int
 	perScript int
@@ -46,10 +44,9 @@ type call struct {
 	err   error
 }
 
-func newBatcher(client redis.UniversalClient, script *redis.Script, maxBatch, perScript, workers int, timeout time.Duration) *batcher {
+func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, timeout time.Duration) *batcher {
 	b := &batcher{
 		client:    client,
-		script:    script,
 		queue:     make(chan *call, 16*maxBatch),
 		maxBatch:  maxBatch,
 		perScript: perScript,
@@ -113,9 +110,10 @@ func (b *batcher) work() {
 	}
 }
 
-// send runs a batch in one pipeline of EVALSHAs, each deciding up to
-// perScript calls; scripts the server does not know yet (a restarted Redis,
-// a new cluster node) are sent again with EVAL, which also loads them.
+// send runs a batch in one pipeline of FCALLs, each deciding up to
+// perScript calls; when a node does not have the function library (a
+// restarted Redis, a new cluster node), nothing ran: the library is loaded
+// and those FCALLs are sent again.
 func (b *batcher) send(batch []*call) {
 	// A call whose caller gave up while it waited is not sent: nobody would
 	// read its answer, and it would consume.
@@ -155,30 +153,35 @@ func (b *batcher) send(batch []*call) {
 		}
 		scripts = append(scripts, script{calls: calls, args: args})
 	}
-	pipe := b.client.Pipeline()
-	for i := range scripts {
-		sc := &scripts[i]
-		sc.cmd = b.script.EvalSha(ctx, pipe, sc.calls[0].keys, sc.args...)
-	}
-	pipe.Exec(ctx) // errors are per command
-	b.roundTrips.Add(1)
-	b.scripts.Add(uint64(len(scripts)))
-
-	var retry []int
-	for i := range scripts {
-		if err := scripts[i].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
+	run := func(which []int) {
 		pipe := b.client.Pipeline()
-		for _, i := range retry {
+		for _, i := range which {
 			sc := &scripts[i]
-			sc.cmd = b.script.Eval(ctx, pipe, sc.calls[0].keys, sc.args...)
+			sc.cmd = pipe.FCall(ctx, lib.decide, sc.calls[0].keys, sc.args...)
 		}
-		pipe.Exec(ctx)
+		pipe.Exec(ctx) // errors are per command
 		b.roundTrips.Add(1)
-		b.scripts.Add(uint64(len(retry)))
+		b.scripts.Add(uint64(len(which)))
+	}
+	all := make([]int, len(scripts))
+	for i := range all {
+		all[i] = i
+	}
+	run(all)
+	var again []int
+	for i := range scripts {
+		if notLoaded(scripts[i].cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		if err := lib.load(ctx, b.client); err != nil {
+			for _, i := range again {
+				scripts[i].cmd.SetErr(err)
+			}
+		} else {
+			run(again)
+		}
 	}
 	for i := range scripts {
 		sc := &scripts[i]

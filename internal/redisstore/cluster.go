@@ -49,9 +49,9 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		return false, err
 	}
 	if len(parts) == 1 {
-		mode := "F" // its keys may sit in several slots of that master: read one by one
+		mode := modeFinal // its keys may sit in several slots of that master: read one by one
 		if oneSlot(items) {
-			mode = "M"
+			mode = modeFinalMGET
 		}
 		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, mode, items, bases, results, nil) })
 	}
@@ -59,7 +59,7 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 	for _, p := range parts {
 		wg.Go(func() {
 			p.admitted, p.err = s.retryMoved(ctx, func() (bool, error) {
-				return s.applyNode(ctx, "R", p.items, p.bases, p.results, &p.rest)
+				return s.applyNode(ctx, modeReserve, p.items, p.bases, p.results, &p.rest)
 			})
 		})
 	}
@@ -71,30 +71,19 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		}
 	}
 
-	admitted := true
 	var firstErr error
 	for _, p := range parts {
 		if p.err != nil && firstErr == nil {
 			firstErr = p.err
 		}
-		admitted = admitted && p.err == nil && p.admitted
 		for j, i := range p.idx {
 			results[i] = p.results[j]
 		}
 	}
-	if admitted {
-		// Quota groups: each is one descriptor, hence on one node, and was
-		// judged there; the request needs at least one that is not over.
-		over := engine.GroupsOver(items, results)
-		quota, pass := false, false
-		for i := range items {
-			if g := items[i].Group; g != 0 {
-				quota = true
-				pass = pass || !over[g]
-			}
-		}
-		admitted = !quota || pass
-	}
+	// Each node judged its part whole (a quota group is one descriptor,
+	// hence on one node); the rule over all the verdicts decides.
+	admitted, _ := engine.Admit(items, results)
+	admitted = admitted && firstErr == nil
 	if !admitted {
 		// Wait for the releases while the call's time lasts, so that the
 		// next request sees nothing consumed; past it, they go on alone.
@@ -183,12 +172,12 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 					continue
 				}
 				switch f[0] {
-				case "I", "T":
+				case undoIncrBy, undoTAT:
 					args = append(args, f...)
-				case "Z":
+				case undoZRem:
 					args = append(args, f[0], f[1], len(f)-2)
 					args = append(args, f[2:]...)
-				case "A":
+				case undoZAdd:
 					args = append(args, f[0], f[1], f[2], len(f)-3)
 					args = append(args, f[3:]...)
 				}
@@ -197,10 +186,10 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 			// denial that the reservation caused.
 			for j, b := range p.bases {
 				if !slices.Contains(p.bases[:j], b) {
-					args = append(args, "P", b)
+					args = append(args, undoPublish, b)
 				}
 			}
-			if err := s.release.Run(ctx, s.client, []string{p.bases[0]}, args...).Err(); err != nil && err != redis.Nil {
+			if err := lib.fcall(ctx, s.client, lib.release, []string{p.bases[0]}, args...).Err(); err != nil && err != redis.Nil {
 				s.log.Warn("redis cluster: releasing a reservation failed; its counters stay consumed until they expire", "error", err)
 				return
 			}

@@ -233,13 +233,13 @@ func TestClusterDifferential(t *testing.T) {
 	t.Cleanup(func() { mem.Close() })
 
 	var limits []*descriptors.Limit
-	for alg := range 4 {
+	for _, alg := range storetest.Algorithms() {
 		for _, rpu := range []uint32{1, 3, 10} {
 			burst := uint32(0)
-			if alg == int(descriptors.TokenBucket) {
+			if alg == descriptors.TokenBucket {
 				burst = rpu + uint32(rng.IntN(3))
 			}
-			l := storetest.Limit(descriptors.Algorithm(alg), rpu, time.Minute, burst)
+			l := storetest.Limit(alg, rpu, time.Minute, burst)
 			if rpu >= 3 {
 				l.ID += ":shared" // the 3 and the 10 share a counter, as an override does
 			}

@@ -1,10 +1,17 @@
-// Package redisstore is the engine.Store on Redis or Redis Cluster: one Lua
-// script (scripts/decide.lua) judges every limit of a request at Redis's
-// clock and consumes all of them or none, in one EVALSHA per node the
-// request touches. Concurrent requests share round trips (pipelining) and,
-// on a single node, EVALSHAs: one script call decides up to PerScript
-// requests one after the other, each whole, so that Redis pays a call's
-// fixed cost (TIME, the script's closures and tables) once for all of them.
+// Package redisstore is the engine.Store on Redis (7.0 or newer) or Redis
+// Cluster: one Lua function (scripts/decide.lua, in a Redis Functions
+// library with release.lua and the shared prelude.lua) judges every limit of
+// a request at Redis's clock and consumes all of them or none, in one FCALL
+// per node the request touches. The library is loaded on each node once
+// (FUNCTION LOAD) and again when a node answers that it lacks it. Concurrent
+// requests share round trips (pipelining) and, on a single node, FCALLs: one
+// call decides up to PerScript requests one after the other, each whole, so
+// that Redis pays a call's fixed cost (TIME, its tables) once for all of
+// them.
+//
+// The scripts mirror the engine's algorithms section by section; the wire
+// contract between Go and Lua (argument and reply layouts, codes) is named
+// once on each side, in wire.go and scripts/prelude.lua.
 // Denials whose end Redis computed are answered from memory until then, or
 // until Redis announces on <prefix>freed that hits of that counter were
 // given back (a refund, a released cluster reservation). It knows nothing

@@ -18,12 +18,6 @@ import (
 	"github.com/rlsproject/rls/internal/engine"
 )
 
-//go:embed scripts/decide.lua
-var decideSource string
-
-//go:embed scripts/release.lua
-var releaseSource string
-
 // Options configure a Store.
 type Options struct {
 	// URL is a redis:// or rediss:// (TLS) URL, with user and password in
@@ -54,9 +48,9 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxBatch bounds the requests sent in one round trip (default 128).
 	MaxBatch int
-	// PerScript bounds the requests one EVALSHA decides on a single node
-	// (default 32; 1 sends every request as its own EVALSHA). In cluster
-	// mode every request is its own EVALSHA.
+	// PerScript bounds the requests one FCALL decides on a single node
+	// (default 32; 1 sends every request as its own FCALL). In cluster mode
+	// every request is its own FCALL.
 	PerScript int
 	// Workers is the number of pipelines in flight at once (default 4).
 	// Fewer workers put more decisions in each round trip.
@@ -66,7 +60,7 @@ type Options struct {
 // Stats are the store's counters since it started.
 type Stats struct {
 	Decisions  uint64 // Apply calls answered by Redis
-	Scripts    uint64 // EVALSHA (or EVAL) calls sent
+	Scripts    uint64 // FCALLs sent (decide)
 	RoundTrips uint64 // pipelines sent
 	CacheHits  uint64 // Apply calls answered from the denial cache
 	Releases   uint64 // cluster reservations undone
@@ -79,8 +73,6 @@ type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil for a single node
 	opts    Options
-	decide  *redis.Script
-	release *redis.Script
 	b       *batcher
 	cache   *denyCache
 	log     *slog.Logger
@@ -160,10 +152,8 @@ func New(opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{
-		opts:    opts,
-		decide:  redis.NewScript(decideSource),
-		release: redis.NewScript(releaseSource),
-		log:     opts.Logger,
+		opts: opts,
+		log:  opts.Logger,
 	}
 	if len(opts.ClusterSeeds) > 0 {
 		s.cluster = redis.NewClusterClient(&redis.ClusterOptions{
@@ -189,7 +179,7 @@ func New(opts Options) (*Store, error) {
 	if s.cluster != nil {
 		perScript = 1
 	}
-	s.b = newBatcher(s.client, s.decide, opts.MaxBatch, perScript, opts.Workers, io)
+	s.b = newBatcher(s.client, opts.MaxBatch, perScript, opts.Workers, io)
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
 	if opts.DenyCache {
 		s.cache = newDenyCache(opts.DenyCacheSize)
@@ -277,7 +267,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	var admitted bool
 	var err error
 	if s.cluster == nil {
-		admitted, err = s.applyNode(ctx, "M", items, bases, results, nil) // one node: any keys in one MGET
+		admitted, err = s.applyNode(ctx, modeFinalMGET, items, bases, results, nil) // one node: any keys in one MGET
 	} else {
 		admitted, err = s.applyCluster(ctx, items, bases, results)
 	}
@@ -293,60 +283,12 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 }
 
 // applyNode runs the decide script over items (all on one node) and writes
-// their results. In mode "R" it also returns the rest of the reply (the undo
+// their results. In modeReserve it also returns the rest of the reply (the undo
 // log and the unconsumed statuses) through rest.
 func (s *Store) applyNode(ctx context.Context, mode string, items []engine.Item, bases []string, results []engine.Result, rest *[]any) (bool, error) {
-	reply, err := s.b.do(ctx, []string{bases[0]}, s.requestArgs(mode, items, bases))
+	reply, err := s.b.do(ctx, []string{bases[0]}, requestArgs(mode, s.nowArg(), items, bases))
 	if err != nil {
 		return false, err
 	}
 	return readReply(reply, items, results, rest)
-}
-
-// requestArgs returns the decide script's arguments for one request.
-func (s *Store) requestArgs(mode string, items []engine.Item, bases []string) []any {
-	args := make([]any, 0, 3+8*len(items))
-	args = append(args, mode, s.nowArg(), len(items))
-	for i := range items {
-		it := &items[i]
-		l := it.Limit
-		flags := 0
-		if it.Refund {
-			flags |= 1
-		}
-		if it.Shadow {
-			flags |= 2
-		}
-		args = append(args, bases[i], int(l.Algorithm), l.Window.Microseconds(), l.RequestsPerUnit, l.Burst, it.Hits, flags, it.Group)
-	}
-	return args
-}
-
-// readReply writes the results of the decide script's reply for one
-// request and returns whether it was admitted; rest, when not nil, gets
-// what follows the items (mode "R": the undo log and the unconsumed
-// statuses).
-func readReply(reply any, items []engine.Item, results []engine.Result, rest *[]any) (bool, error) {
-	vals, ok := reply.([]any)
-	if !ok || len(vals) < 2+4*len(items) {
-		return false, fmt.Errorf("redis: unexpected decide reply %v", reply)
-	}
-	num := func(i int) int64 {
-		n, _ := vals[i].(int64)
-		return n
-	}
-	for i := range items {
-		k := 2 + 4*i
-		results[i] = engine.Result{
-			Admitted:   num(k) == 1,
-			Remaining:  uint64(max(num(k+1), 0)),
-			Reset:      time.Duration(num(k+2)) * time.Microsecond,
-			RetryAfter: time.Duration(num(k+3)) * time.Microsecond,
-		}
-	}
-	admitted := num(0) == 1
-	if rest != nil {
-		*rest = vals[2+4*len(items):]
-	}
-	return admitted, nil
 }

@@ -102,14 +102,14 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 
 	windows := []time.Duration{time.Second, 2 * time.Second, time.Minute, time.Hour}
 	var limits []*descriptors.Limit
-	for alg := range 4 {
+	for _, alg := range storetest.Algorithms() {
 		for _, w := range windows {
 			for _, rpu := range []uint32{0, 1, 3, 10, 1000} {
 				burst := uint32(0)
-				if alg == int(descriptors.TokenBucket) {
+				if alg == descriptors.TokenBucket {
 					burst = rpu * uint32(1+rng.IntN(3))
 				}
-				l := storetest.Limit(descriptors.Algorithm(alg), rpu, w, burst)
+				l := storetest.Limit(alg, rpu, w, burst)
 				if rpu != 3 {
 					// One counter per limit variant, except that the 3 and 10
 					// variants share one, as an override shares the counter of
@@ -200,14 +200,15 @@ func describe(items []engine.Item) string {
 	return b.String()
 }
 
-func evalshaCalls(t *testing.T, addr string) int {
+// fcallCalls returns the FCALLs the server has run.
+func fcallCalls(t *testing.T, addr string) int {
 	t.Helper()
 	out, err := redistest.Command(addr, "INFO", "commandstats")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(out, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_fcall:calls="); ok {
 			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
 			return n
 		}
@@ -215,9 +216,9 @@ func evalshaCalls(t *testing.T, addr string) int {
 	return 0
 }
 
-// TestOneEvalshaPerRequest: whatever the windows and descriptors, a request
-// is one EVALSHA.
-func TestOneEvalshaPerRequest(t *testing.T) {
+// TestOneCallPerRequest: whatever the windows and descriptors, a request
+// is one FCALL.
+func TestOneCallPerRequest(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL()})
 	var items []engine.Item
@@ -232,8 +233,8 @@ func TestOneEvalshaPerRequest(t *testing.T) {
 		}
 	}
 	results := make([]engine.Result, len(items))
-	s.Apply(context.Background(), items, results) // loads the script (EVALSHA, then EVAL)
-	before := evalshaCalls(t, srv.Addr())
+	s.Apply(context.Background(), items, results) // loads the library (FCALL, FUNCTION LOAD, FCALL)
+	before := fcallCalls(t, srv.Addr())
 	const requests = 50
 	for i := range requests {
 		ok, err := s.Apply(context.Background(), items, results)
@@ -241,25 +242,28 @@ func TestOneEvalshaPerRequest(t *testing.T) {
 			t.Fatalf("request %d with 3 descriptors × 4 windows: %v %v", i, ok, err)
 		}
 	}
-	if got := evalshaCalls(t, srv.Addr()) - before; got != requests {
-		t.Errorf("INFO commandstats: %d evalsha calls for %d requests of 12 limits each, want %d", got, requests, requests)
+	if got := fcallCalls(t, srv.Addr()) - before; got != requests {
+		t.Errorf("INFO commandstats: %d fcall calls for %d requests of 12 limits each, want %d", got, requests, requests)
 	}
 }
 
-func TestNoscriptAfterFlush(t *testing.T) {
+// TestLibraryReloadedAfterFlush: a Redis that lost the function library
+// (FUNCTION FLUSH, or a restart without persistence) gets it again, and the
+// request that found it missing is decided once.
+func TestLibraryReloadedAfterFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL()})
 	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
 	results := make([]engine.Result, 1)
 	for i := range 3 {
 		if i == 1 {
-			if _, err := redistest.Command(srv.Addr(), "SCRIPT", "FLUSH"); err != nil {
+			if _, err := redistest.Command(srv.Addr(), "FUNCTION", "FLUSH"); err != nil {
 				t.Fatal(err)
 			}
 		}
 		ok, err := s.Apply(context.Background(), items, results)
 		if err != nil || !ok || results[0].Remaining != uint64(9-i) {
-			t.Fatalf("request %d (script cache flushed before request 1): %v %v remaining %d, want true, nil, %d", i, ok, err, results[0].Remaining, 9-i)
+			t.Fatalf("request %d (functions flushed before request 1): %v %v remaining %d, want true, nil, %d", i, ok, err, results[0].Remaining, 9-i)
 		}
 	}
 }
@@ -459,7 +463,7 @@ func BenchmarkApply(b *testing.B) {
 			st := s.Stats()
 			if d := st.Decisions - before.Decisions; d > 0 {
 				b.ReportMetric(float64(d)/float64(st.RoundTrips-before.RoundTrips), "decisions/roundtrip")
-				b.ReportMetric(float64(st.Scripts-before.Scripts)/float64(d), "evalsha/decision")
+				b.ReportMetric(float64(st.Scripts-before.Scripts)/float64(d), "fcall/decision")
 				b.ReportMetric((redisCPU(b, srv.Addr())-cpu0)*1e6/float64(d), "redis-cpu-µs/decision")
 			}
 		})
@@ -532,8 +536,8 @@ func TestDenyCacheBounded(t *testing.T) {
 	}
 }
 
-// TestMergedScripts: requests that one EVALSHA decides together get the
-// answers they get one EVALSHA each, in the same order: the script decides
+// TestMergedScripts: requests that one FCALL decides together get the
+// answers they get one FCALL each, in the same order: the function decides
 // them one after the other, each whole. Reading keys with one MGET (mode M)
 // or one GET each (mode F, for keys in several cluster slots) agrees too.
 func TestMergedScripts(t *testing.T) {
@@ -572,16 +576,16 @@ func TestMergedScripts(t *testing.T) {
 		reqs = append(reqs, r)
 	}
 	// the merged requests read their keys with one MGET, the others one GET each
-	mode := map[*Store]string{merged: "M", alone: "F"}
+	mode := map[*Store]string{merged: modeFinalMGET, alone: modeFinal}
 	calls := func(s *Store) []*call {
 		var out []*call
 		for _, r := range reqs {
-			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], args: s.requestArgs(mode[s], r.items, r.bases[s]), done: make(chan struct{})})
+			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], args: requestArgs(mode[s], s.nowArg(), r.items, r.bases[s]), done: make(chan struct{})})
 		}
 		return out
 	}
-	if err := merged.decide.Load(context.Background(), merged.client).Err(); err != nil {
-		t.Fatal(err) // loaded first, so that no NOSCRIPT retry counts as a script
+	if err := lib.load(context.Background(), merged.client); err != nil {
+		t.Fatal(err) // loaded first, so that no reload counts as a call
 	}
 	together := calls(merged)
 	merged.b.send(together)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,16 +67,28 @@ func Limit(alg descriptors.Algorithm, rpu uint32, window time.Duration, burst ui
 	}
 }
 
-// Run runs the whole suite against stores made by newStore.
+// Algorithms returns every algorithm the config knows, for tests that draw
+// limits of all of them.
+func Algorithms() []descriptors.Algorithm {
+	var algs []descriptors.Algorithm
+	for a := descriptors.Algorithm(0); a.String() != "unknown"; a++ {
+		algs = append(algs, a)
+	}
+	return algs
+}
+
+// Run runs the whole suite against stores made by newStore. The timelines
+// below are the one table of each algorithm's behaviour: the engine runs
+// them against a plain reference store, memstore and redisstore against
+// themselves.
 func Run(t *testing.T, newStore NewStore) {
-	t.Run("FixedWindow", func(t *testing.T) { testTimeline(t, newStore, fixedWindow) })
-	t.Run("SlidingWindow", func(t *testing.T) { testTimeline(t, newStore, slidingWindow) })
-	t.Run("SlidingWindowNextWindow", func(t *testing.T) { testTimeline(t, newStore, slidingWindowNext) })
-	t.Run("SlidingLog", func(t *testing.T) { testTimeline(t, newStore, slidingLog) })
-	t.Run("TokenBucket", func(t *testing.T) { testTimeline(t, newStore, tokenBucket) })
-	t.Run("ZeroLimit", func(t *testing.T) { testTimeline(t, newStore, zeroLimit) })
+	for _, tl := range timelines {
+		t.Run(tl.name, func(t *testing.T) { testTimeline(t, newStore, tl) })
+	}
+	t.Run("HugeHits", func(t *testing.T) { testHugeHits(t, newStore) })
 	t.Run("AllOrNothingWindows", func(t *testing.T) { testAllOrNothingWindows(t, newStore) })
 	t.Run("AllOrNothingDescriptors", func(t *testing.T) { testAllOrNothingDescriptors(t, newStore) })
+	t.Run("DeniedRequestLeavesStateAsItWas", func(t *testing.T) { testDeniedRestores(t, newStore) })
 	t.Run("Shadow", func(t *testing.T) { testShadow(t, newStore) })
 	t.Run("QuotaGroups", func(t *testing.T) { testQuota(t, newStore) })
 	t.Run("SameCounterTwice", func(t *testing.T) { testSameCounterTwice(t, newStore) })
@@ -97,71 +110,87 @@ type step struct {
 }
 
 type timeline struct {
+	name  string
 	limit *descriptors.Limit
 	steps []step
 }
 
-var fixedWindow = timeline{Limit(descriptors.FixedWindow, 3, time.Minute, 0), []step{
-	{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
-	{at: 1 * sec, hits: 2, ok: true, remaining: 0, reset: 59 * sec},
-	{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: 58 * sec, retry: 58 * sec},
-	{at: 2 * sec, hits: 0, ok: true, remaining: 0, reset: 58 * sec},
-	{at: 60*sec - ms, hits: 1, ok: false, remaining: 0, reset: ms, retry: ms},
-	{at: 60 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
-	{at: 61 * sec, hits: 4, ok: false, remaining: 2, reset: 59 * sec, retry: 59 * sec},
-	{at: 62 * sec, hits: 2, ok: true, remaining: 0, reset: 58 * sec},
-	{at: 63 * sec, hits: 2, refund: true, ok: true, remaining: 2, reset: 57 * sec},
-	{at: 64 * sec, hits: 9, refund: true, ok: true, remaining: 3, reset: 56 * sec},
-}}
-
-var slidingWindow = timeline{Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
-	{at: -30 * sec, hits: 10, ok: true, remaining: 0, reset: 30 * sec},
-	{at: 0, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 6*sec - us},
-	{at: 6*sec - ms, hits: 1, ok: false, remaining: 0, reset: 54*sec + ms, retry: ms - us},
-	{at: 6 * sec, hits: 1, ok: true, remaining: 0, reset: 54 * sec},
-	{at: 30 * sec, hits: 0, ok: true, remaining: 4, reset: 30 * sec},
-	{at: 30 * sec, hits: 5, ok: false, remaining: 4, reset: 30 * sec, retry: 6*sec - us},
-	{at: 30 * sec, hits: 4, ok: true, remaining: 0, reset: 30 * sec},
-	{at: 120 * sec, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
-	{at: 121 * sec, hits: 3, refund: true, ok: true, remaining: 3, reset: 59 * sec},
-}}
-
-var slidingWindowNext = timeline{Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
-	{at: 0, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
-	{at: 10 * sec, hits: 5, ok: false, remaining: 0, reset: 50 * sec, retry: 80*sec - us},
-	{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
-	{at: 91 * sec, hits: 11, ok: false, remaining: 0, reset: 29 * sec, retry: 29 * sec},
-}}
-
-var slidingLog = timeline{Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
-	{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
-	{at: 10 * sec, hits: 1, ok: true, remaining: 1, reset: 50 * sec},
-	{at: 20 * sec, hits: 1, ok: true, remaining: 0, reset: 40 * sec},
-	{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 30 * sec, retry: 30 * sec},
-	{at: 30 * sec, hits: 2, ok: false, remaining: 0, reset: 30 * sec, retry: 40 * sec},
-	{at: 60*sec - ms, hits: 1, ok: false, remaining: 0, reset: ms, retry: ms},
-	{at: 60 * sec, hits: 1, ok: true, remaining: 0, reset: 10 * sec},
-	{at: 61 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 9 * sec},
-	{at: 61 * sec, hits: 4, ok: false, remaining: 1, reset: 9 * sec, retry: 60 * sec},
-	{at: 200 * sec, hits: 0, ok: true, remaining: 3, reset: 0},
-}}
-
-var tokenBucket = timeline{Limit(descriptors.TokenBucket, 10, time.Second, 20), []step{
-	{at: 0, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
-	{at: 0, hits: 1, ok: false, remaining: 0, reset: 2 * sec, retry: 100 * ms},
-	{at: 100 * ms, hits: 1, ok: true, remaining: 0, reset: 2 * sec},
-	{at: 1100 * ms, hits: 0, ok: true, remaining: 10, reset: sec},
-	{at: 1100 * ms, hits: 21, ok: false, remaining: 10, reset: sec, retry: sec},
-	{at: 1100 * ms, hits: 11, ok: false, remaining: 10, reset: sec, retry: 100 * ms},
-	{at: 1100 * ms, hits: 5, refund: true, ok: true, remaining: 15, reset: 500 * ms},
-	{at: 1100 * ms, hits: 500, refund: true, ok: true, remaining: 20, reset: 0},
-	{at: 10 * sec, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
-}}
-
-var zeroLimit = timeline{Limit(descriptors.FixedWindow, 0, time.Second, 0), []step{
-	{at: 0, hits: 1, ok: false, remaining: 0, reset: sec, retry: sec},
-	{at: 0, hits: 0, ok: true, remaining: 0, reset: sec},
-}}
+var timelines = []timeline{
+	{"FixedWindow", Limit(descriptors.FixedWindow, 3, time.Minute, 0), []step{
+		{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
+		{at: 1 * sec, hits: 2, ok: true, remaining: 0, reset: 59 * sec},
+		{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: 58 * sec, retry: 58 * sec},
+		{at: 2 * sec, hits: 0, ok: true, remaining: 0, reset: 58 * sec}, // a look at the limit is OK
+		{at: 60*sec - us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
+		{at: 60 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec}, // new window
+		{at: 61 * sec, hits: 4, ok: false, remaining: 2, reset: 59 * sec, retry: 59 * sec},
+		{at: 62 * sec, hits: 2, ok: true, remaining: 0, reset: 58 * sec}, // the denial cost nothing
+		{at: 63 * sec, hits: 2, refund: true, ok: true, remaining: 2, reset: 57 * sec},
+		{at: 64 * sec, hits: 9, refund: true, ok: true, remaining: 3, reset: 56 * sec}, // never below zero
+	}},
+	{"FixedWindowZeroLimit", Limit(descriptors.FixedWindow, 0, time.Second, 0), []step{
+		{at: 0, hits: 1, ok: false, remaining: 0, reset: sec, retry: sec},
+		{at: 0, hits: 0, ok: true, remaining: 0, reset: sec},
+	}},
+	{"SlidingWindow", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+		{at: -30 * sec, hits: 10, ok: true, remaining: 0, reset: 30 * sec},
+		// At T0 the previous window still weighs fully: 10 of 10.
+		{at: 0, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 6*sec - us},
+		{at: 6*sec - us, hits: 1, ok: false, remaining: 0, reset: 54*sec + us, retry: us},
+		// At T0+6s the previous window weighs 54/60: 9 of 10.
+		{at: 6 * sec, hits: 1, ok: true, remaining: 0, reset: 54 * sec},
+		// At T0+30s: 10×0.5 + 1 = 6.
+		{at: 30 * sec, hits: 0, ok: true, remaining: 4, reset: 30 * sec},
+		{at: 30 * sec, hits: 5, ok: false, remaining: 4, reset: 30 * sec, retry: 6*sec - us},
+		{at: 30 * sec, hits: 4, ok: true, remaining: 0, reset: 30 * sec},
+		// Two windows later everything is forgotten.
+		{at: 120 * sec, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
+		{at: 121 * sec, hits: 3, refund: true, ok: true, remaining: 3, reset: 59 * sec},
+	}},
+	// The current window alone is full: only the next window, where it
+	// becomes the previous one and decays, can admit.
+	{"SlidingWindowNextWindow", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+		{at: 0, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
+		// 10×(60-e)/60 + 5 ≤ 10 from e = 30s of the next window.
+		{at: 10 * sec, hits: 5, ok: false, remaining: 0, reset: 50 * sec, retry: 80*sec - us},
+		{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
+		{at: 91 * sec, hits: 11, ok: false, remaining: 0, reset: 29 * sec, retry: 29 * sec},
+	}},
+	{"SlidingLog", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
+		{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
+		{at: 10 * sec, hits: 1, ok: true, remaining: 1, reset: 50 * sec},
+		{at: 20 * sec, hits: 1, ok: true, remaining: 0, reset: 40 * sec},
+		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 30 * sec, retry: 30 * sec},
+		{at: 30 * sec, hits: 2, ok: false, remaining: 0, reset: 30 * sec, retry: 40 * sec},
+		{at: 60*sec - us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
+		{at: 60 * sec, hits: 1, ok: true, remaining: 0, reset: 10 * sec}, // the hit of T0 left
+		{at: 61 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 9 * sec},
+		{at: 61 * sec, hits: 4, ok: false, remaining: 1, reset: 9 * sec, retry: 60 * sec},
+		{at: 200 * sec, hits: 0, ok: true, remaining: 3, reset: 0},
+	}},
+	// 10 per second (one token per 100ms), capacity 20.
+	{"TokenBucket", Limit(descriptors.TokenBucket, 10, time.Second, 20), []step{
+		{at: 0, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
+		{at: 0, hits: 1, ok: false, remaining: 0, reset: 2 * sec, retry: 100 * ms},
+		{at: 100 * ms, hits: 1, ok: true, remaining: 0, reset: 2 * sec},
+		{at: 1100 * ms, hits: 0, ok: true, remaining: 10, reset: sec},
+		{at: 1100 * ms, hits: 21, ok: false, remaining: 10, reset: sec, retry: sec},
+		{at: 1100 * ms, hits: 11, ok: false, remaining: 10, reset: sec, retry: 100 * ms},
+		{at: 1100 * ms, hits: 5, refund: true, ok: true, remaining: 15, reset: 500 * ms},
+		{at: 1100 * ms, hits: 500, refund: true, ok: true, remaining: 20, reset: 0},
+		{at: 10 * sec, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
+	}},
+	// 3 per second: the interval is ceil(1s/3) = 333334µs.
+	{"TokenBucketRoundsIntervalUp", Limit(descriptors.TokenBucket, 3, time.Second, 1), []step{
+		{at: 0, hits: 1, ok: true, remaining: 0, reset: 333334 * us},
+		{at: 333333 * us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
+		{at: 333334 * us, hits: 1, ok: true, remaining: 0, reset: 333334 * us},
+	}},
+	{"TokenBucketZeroLimit", Limit(descriptors.TokenBucket, 0, time.Second, 0), []step{
+		{at: 0, hits: 1, ok: false, remaining: 0, reset: 0, retry: sec},
+		{at: 0, hits: 0, ok: true, remaining: 0, reset: 0},
+	}},
+}
 
 func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 	clock := NewClock(T0)
@@ -171,7 +200,7 @@ func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 	for i, st := range tl.steps {
 		clock.Set(T0.Add(st.at))
 		items[0].Hits, items[0].Refund = st.hits, st.refund
-		call := fmt.Sprintf("step %d: Apply(%s %d/%s, T0%+v, hits=%d, refund=%v)", i, tl.limit.Algorithm, tl.limit.RequestsPerUnit, tl.limit.Window, st.at, st.hits, st.refund)
+		call := fmt.Sprintf("step %d: Apply(%s %d/%s burst %d, T0%+v, hits=%d, refund=%v)", i, tl.limit.Algorithm, tl.limit.RequestsPerUnit, tl.limit.Window, tl.limit.Burst, st.at, st.hits, st.refund)
 		ok, err := s.Apply(context.Background(), items, results)
 		if err != nil {
 			t.Fatalf("%s: %v", call, err)
@@ -214,6 +243,79 @@ func apply(t *testing.T, s engine.Store, items []engine.Item) (bool, []engine.Re
 		t.Fatalf("Apply(%d items): %v", len(items), err)
 	}
 	return ok, results
+}
+
+// testHugeHits: the most hits a request may carry (engine.MaxHits) are
+// judged without arithmetic that could wrap (the reference sent hits of 2^63
+// as a negative INCRBY): consumed whole where the limit is that large, else
+// denied with nothing consumed; and given back.
+func testHugeHits(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	century := 100 * 365 * 24 * time.Hour
+	for _, tc := range []struct {
+		limit *descriptors.Limit
+		ok    bool
+	}{
+		{Limit(descriptors.FixedWindow, math.MaxUint32, century, 0), true},
+		{Limit(descriptors.SlidingWindow, math.MaxUint32, century, 0), true},
+		{Limit(descriptors.FixedWindow, 10, time.Minute, 0), false},
+		{Limit(descriptors.SlidingWindow, 10, time.Minute, 0), false},
+		{Limit(descriptors.SlidingLog, 100_000, time.Hour, 0), false},
+		{Limit(descriptors.TokenBucket, 1_000_000, time.Second, 1_000_000), false},
+	} {
+		l := tc.limit
+		item := engine.Item{Desc: uniqueDesc(t, "k=v"), Limit: l, Hits: engine.MaxHits}
+		ok, res := apply(t, s, []engine.Item{item})
+		want := uint64(l.RequestsPerUnit)
+		if tc.ok {
+			want = 0
+		}
+		if ok != tc.ok || res[0].Remaining != want {
+			t.Errorf("%s %d/%s: Apply(hits=%d) = %v remaining %d, want %v remaining %d", l.Algorithm, l.RequestsPerUnit, l.Window, item.Hits, ok, res[0].Remaining, tc.ok, want)
+		}
+		item.Refund = true
+		ok, res = apply(t, s, []engine.Item{item})
+		if !ok || res[0].Remaining != uint64(l.RequestsPerUnit) {
+			t.Errorf("%s %d/%s: refund of %d = %v remaining %d, want true remaining %d", l.Algorithm, l.RequestsPerUnit, l.Window, item.Hits, ok, res[0].Remaining, l.RequestsPerUnit)
+		}
+	}
+}
+
+// testDeniedRestores: a denied request leaves every counter exactly as it
+// was, even one that the request both refunded and consumed from.
+func testDeniedRestores(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	never := Limit(descriptors.FixedWindow, 0, time.Minute, 0)
+	for _, l := range []*descriptors.Limit{
+		Limit(descriptors.FixedWindow, 5, time.Minute, 0),
+		Limit(descriptors.SlidingWindow, 5, time.Minute, 0),
+		Limit(descriptors.SlidingLog, 5, time.Minute, 0),
+		Limit(descriptors.TokenBucket, 5, time.Minute, 5),
+	} {
+		desc := uniqueDesc(t, "k=v")
+		for i := range 3 {
+			clock.Set(T0.Add(time.Duration(i) * sec))
+			if ok, _ := apply(t, s, []engine.Item{{Desc: desc, Limit: l, Hits: 1}}); !ok {
+				t.Fatalf("%s: setup hit %d denied", l.Algorithm, i)
+			}
+		}
+		clock.Set(T0.Add(3 * sec))
+		look := []engine.Item{{Desc: desc, Limit: l}}
+		_, before := apply(t, s, look)
+		ok, _ := apply(t, s, []engine.Item{
+			{Desc: desc, Limit: l, Hits: 2, Refund: true},
+			{Desc: desc, Limit: l, Hits: 4},
+			{Desc: uniqueDesc(t, "other=x"), Limit: never, Hits: 1},
+		})
+		if ok {
+			t.Fatalf("%s: a request with a limit of 0 admitted", l.Algorithm)
+		}
+		if _, after := apply(t, s, look); after[0] != before[0] {
+			t.Errorf("%s: a look after a denied request = %+v, before it %+v: the denied request changed the counter", l.Algorithm, after[0], before[0])
+		}
+	}
 }
 
 func testAllOrNothingWindows(t *testing.T, newStore NewStore) {

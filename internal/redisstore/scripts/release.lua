@@ -1,78 +1,75 @@
 -- release.lua: undoes what decide.lua reserved on one cluster node when the
 -- request, spread over several nodes, turned out to be denied elsewhere.
 -- Every operation is a delta, so consumption by other requests since the
--- reservation stays counted.
+-- reservation stays counted. Part of the library with prelude.lua.
 --
--- KEYS[1]: a key of the node (routing only).
--- ARGV: the instant in microseconds or "", then operations, each as
---   "I" key delta            INCRBY delta if the key still exists (never below 0)
---   "T" key delta            token bucket TAT (now when absent or past) += delta µs
---                            (dropped when not in the future)
---   "Z" key count members... ZREM the members
---   "A" key window count (score member)... ZADD back popped entries
---   "P" base                 PUBLISH base on <prefix>freed (after the others:
---                            other processes drop their cached denials of it)
+-- keys[1]: a key of the node (routing only).
+-- args: the instant in microseconds or "", then operations (the UNDO_*
+-- codes of the prelude), each as
+--   UNDO_INCRBY key delta            INCRBY delta if the key still exists (never below 0)
+--   UNDO_TAT key delta               token bucket TAT (now when absent or past) += delta µs
+--                                    (dropped when not in the future)
+--   UNDO_ZREM key count members...   ZREM the members
+--   UNDO_ZADD key window count (score member)...
+--                                    ZADD back popped entries still in the window
+--   UNDO_PUBLISH base                PUBLISH base on <prefix>freed (after the others:
+--                                    other processes drop their cached denials of it)
 -- where count is the number of following arguments of the operation.
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- release_entry is the FCALL entry point.
+local function release_entry(_, args)
+  bind()
+  local now = instant(args[1])
 
-local function fmt(x)
-  return string.format('%.0f', x)
-end
-
-local i = 2
-while i <= #ARGV do
-  local op, key = ARGV[i], ARGV[i + 1]
-  if op == 'I' then
-    if redis.call('EXISTS', key) == 1 then
-      local v = redis.call('INCRBY', key, ARGV[i + 2])
-      if v < 0 then
-        redis.call('SET', key, 0, 'KEEPTTL')
+  local i = 2
+  while i <= #args do
+    local op, key = args[i], args[i + 1]
+    if op == UNDO_INCRBY then
+      if call('EXISTS', key) == 1 then
+        if call('INCRBY', key, args[i + 2]) < 0 then
+          call('SET', key, 0, 'KEEPTTL')
+        end
       end
-    end
-    i = i + 3
-  elseif op == 'T' then
-    -- An absent or past TAT is a full bucket, i.e. now (as decide.lua
-    -- loads it): undoing a refund that filled the bucket starts from there.
-    local tat = math.max(tonumber(redis.call('GET', key) or '0'), now) + tonumber(ARGV[i + 2])
-    if tat > now then
-      redis.call('SET', key, fmt(tat), 'PX', fmt(math.max(1, math.floor((tat - now + 999) / 1000))))
+      i = i + 3
+    elseif op == UNDO_TAT then
+      -- An absent or past TAT is a full bucket, i.e. now (as decide.lua
+      -- loads it): undoing a refund that filled the bucket starts from there.
+      local tat = max(tonumber(call('GET', key) or '0'), now) + tonumber(args[i + 2])
+      if tat > now then
+        call('SET', key, fmt(tat), 'PX', ttl_ms(tat, now))
+      else
+        call('DEL', key)
+      end
+      i = i + 3
+    elseif op == UNDO_ZREM then
+      local count = tonumber(args[i + 2])
+      for j = 1, count do
+        call('ZREM', key, args[i + 2 + j])
+      end
+      i = i + 3 + count
+    elseif op == UNDO_ZADD then
+      local w, count = tonumber(args[i + 2]), tonumber(args[i + 3])
+      local newest = 0
+      for j = 1, count, 2 do
+        local score = tonumber(args[i + 3 + j])
+        if score > now - w then
+          call('ZADD', key, score, args[i + 4 + j])
+          newest = max(newest, score)
+        end
+      end
+      if newest > 0 then
+        local want = max(1, idiv(newest + w - now + 999, 1000))
+        if call('PTTL', key) < want then
+          call('PEXPIRE', key, fmt(want))
+        end
+      end
+      i = i + 4 + count
+    elseif op == UNDO_PUBLISH then
+      freed(key)
+      i = i + 2
     else
-      redis.call('DEL', key)
+      return redis.error_reply('rls: unknown release operation ' .. tostring(op))
     end
-    i = i + 3
-  elseif op == 'Z' then
-    local count = tonumber(ARGV[i + 2])
-    for j = 1, count do
-      redis.call('ZREM', key, ARGV[i + 2 + j])
-    end
-    i = i + 3 + count
-  elseif op == 'P' then
-    redis.pcall('PUBLISH', string.match(key, '^[^{]*') .. 'freed', key) -- see decide.lua's freed
-    i = i + 2
-  else -- 'A'
-    local w, count = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-    local newest = 0
-    for j = 1, count, 2 do
-      local score = tonumber(ARGV[i + 3 + j])
-      if score > now - w then
-        redis.call('ZADD', key, score, ARGV[i + 4 + j])
-        newest = math.max(newest, score)
-      end
-    end
-    if newest > 0 then
-      local want = math.max(1, math.floor((newest + w - now + 999) / 1000))
-      if redis.call('PTTL', key) < want then
-        redis.call('PEXPIRE', key, fmt(want))
-      end
-    end
-    i = i + 4 + count
   end
+  return 1
 end
-return 1

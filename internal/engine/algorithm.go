@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+)
+
+// State is the stored state of one counter: one limit of one descriptor.
+// The zero value is a counter that has seen nothing. Which fields are used
+// depends on the limit's algorithm; each algorithm's file says which.
+//
+// All instants are microseconds since the Unix epoch. A State is not safe
+// for concurrent use; stores guard it.
+type State struct {
+	Start int64   // window start (fixed and sliding windows)
+	Count uint64  // hits in the window starting at Start (windows)
+	Prev  uint64  // hits in the window before Start (sliding window)
+	TAT   int64   // theoretical arrival time (token bucket)
+	Log   []int64 // instants of the admitted hits, oldest first (sliding log)
+}
+
+// algorithm is one way of counting, whole: how it judges, consumes and gives
+// back hits on a State, and the instants it reports. t is the decision's
+// instant in microseconds since the epoch; every method but normalize and
+// expiry takes st normalized to t. Implementations are stateless values.
+//
+// The Redis script (internal/redisstore/scripts/decide.lua) holds the same
+// functions, section by section, with the same arithmetic: a differential
+// test holds the two to identical answers.
+type algorithm interface {
+	// normalize brings st to t without changing what it means (window
+	// rollover, expired log entries dropped, a TAT not in the past); a store
+	// may keep the normalized state whether or not the request is admitted.
+	normalize(l *descriptors.Limit, st *State, t int64)
+	// admits reports whether hits fit at t. With 0 hits it reports whether
+	// the limit is not exceeded (a look that consumes nothing).
+	admits(l *descriptors.Limit, st *State, t int64, hits uint64) bool
+	// consume takes hits at t without checking the limit.
+	consume(l *descriptors.Limit, st *State, t int64, hits uint64)
+	// giveBack refunds hits at t; a counter never goes below zero and a
+	// bucket never holds more than its burst.
+	giveBack(l *descriptors.Limit, st *State, t int64, hits uint64)
+	// remaining returns the hits the limit still admits at t.
+	remaining(l *descriptors.Limit, st *State, t int64) uint64
+	// resetAt returns the instant reported as the limit's reset (see
+	// Result.Reset).
+	resetAt(l *descriptors.Limit, st *State, t int64) int64
+	// retryAt returns an instant no later than the first one at which hits
+	// would be admitted, nothing else being consumed meanwhile, for a request
+	// denied at t. Hits that can never be admitted give the end of the current
+	// window (or t + the window), after which the caller asks again.
+	retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64
+	// expiry returns the instant from which st is equivalent to the zero
+	// State: a store may forget it then. 0 means it already is.
+	expiry(l *descriptors.Limit, st *State) int64
+}
+
+// algorithms holds the implementation of each descriptors.Algorithm.
+var algorithms = [...]algorithm{
+	descriptors.FixedWindow:   fixedWindow{},
+	descriptors.SlidingWindow: slidingWindow{},
+	descriptors.SlidingLog:    slidingLog{},
+	descriptors.TokenBucket:   tokenBucket{},
+}
+
+// algorithmOf returns the implementation of l's algorithm. The config
+// admits no other algorithm, so an unknown one is a programmer error.
+func algorithmOf(l *descriptors.Limit) algorithm {
+	return algorithms[l.Algorithm]
+}
+
+// Expiry returns the instant from which st is equivalent to the zero State
+// for limit l: a store may forget it then. 0 means it already is.
+func Expiry(l *descriptors.Limit, st *State) int64 {
+	return algorithmOf(l).expiry(l, st)
+}
+
+// window returns the limit's window in microseconds (≥ 1 for a valid limit).
+func window(l *descriptors.Limit) int64 { return l.Window.Microseconds() }
+
+// windowStart returns the start of the epoch-aligned window holding t.
+func windowStart(t, w int64) int64 { return t - t%w }
+
+func micros(us int64) time.Duration {
+	if us < 0 {
+		return 0
+	}
+	return time.Duration(us) * time.Microsecond
+}

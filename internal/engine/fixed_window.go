@@ -1,0 +1,47 @@
+package engine
+
+import "github.com/rlsproject/rls/internal/descriptors"
+
+// fixedWindow counts hits per window, windows aligned to the Unix epoch (as
+// envoyproxy/ratelimit). State: Count hits in the window that starts at
+// Start.
+type fixedWindow struct{}
+
+func (fixedWindow) normalize(l *descriptors.Limit, st *State, t int64) {
+	if ws := windowStart(t, window(l)); st.Start != ws {
+		st.Start, st.Count = ws, 0
+	}
+}
+
+func (fixedWindow) admits(l *descriptors.Limit, st *State, _ int64, hits uint64) bool {
+	limit := uint64(l.RequestsPerUnit)
+	return hits <= limit && st.Count+hits <= limit // hits ≤ limit first: no overflow
+}
+
+func (fixedWindow) consume(_ *descriptors.Limit, st *State, _ int64, hits uint64) {
+	st.Count += hits
+}
+
+func (fixedWindow) giveBack(_ *descriptors.Limit, st *State, _ int64, hits uint64) {
+	st.Count -= min(st.Count, hits)
+}
+
+func (fixedWindow) remaining(l *descriptors.Limit, st *State, _ int64) uint64 {
+	limit := uint64(l.RequestsPerUnit)
+	return limit - min(limit, st.Count)
+}
+
+func (fixedWindow) resetAt(l *descriptors.Limit, st *State, _ int64) int64 {
+	return st.Start + window(l)
+}
+
+func (fixedWindow) retryAt(l *descriptors.Limit, st *State, _ int64, _ uint64) int64 {
+	return st.Start + window(l)
+}
+
+func (fixedWindow) expiry(l *descriptors.Limit, st *State) int64 {
+	if st.Count == 0 {
+		return 0
+	}
+	return st.Start + window(l)
+}

@@ -1,0 +1,106 @@
+-- prelude.lua: what decide.lua and release.lua share. The three files make
+-- one Redis Functions library (see library in wire.go): loaded once per
+-- node with FUNCTION LOAD, its top level runs once, and each request is an
+-- FCALL of an entry point (decide_entry, release_entry), which creates no
+-- closures. A script sent with EVALSHA would create all of its functions
+-- again at every call.
+--
+-- The wire contract is named once on each side: these constants here, the
+-- same names in internal/redisstore/wire.go, and TestWireContract fails
+-- when the two differ.
+
+-- Algorithm codes: descriptors.Algorithm.
+local ALG_FIXED_WINDOW = 0
+local ALG_SLIDING_WINDOW = 1
+local ALG_SLIDING_LOG = 2
+local ALG_TOKEN_BUCKET = 3
+
+-- decide.lua's arguments: ARGV[1] is the number of requests, then each
+-- request is REQUEST_HEAD fields (mode, instant in µs or "" for Redis TIME,
+-- item count) followed by ITEM_FIELDS fields per item, at these positions.
+local REQUEST_HEAD = 3
+local ITEM_FIELDS = 8
+local ITEM_BASE = 1 -- the counter's key, or the prefix of its window keys
+local ITEM_ALGORITHM = 2
+local ITEM_WINDOW = 3 -- µs
+local ITEM_LIMIT = 4
+local ITEM_BURST = 5
+local ITEM_HITS = 6
+local ITEM_FLAGS = 7 -- sum of FLAG_*
+local ITEM_GROUP = 8 -- quota group, 0 for none
+local FLAG_REFUND = 1
+local FLAG_SHADOW = 2
+
+-- Modes: the whole request, its keys read one by one (several cluster
+-- slots); the whole request, its keys read with one MGET (one node or one
+-- slot); this node's part of a request spread over cluster nodes (reserve).
+local MODE_FINAL = 'F'
+local MODE_FINAL_MGET = 'M'
+local MODE_RESERVE = 'R'
+
+-- decide.lua's reply, per request: REPLY_HEAD fields (admitted 0|1, the
+-- instant), then REPLY_ITEM_FIELDS per item (admitted 0|1, remaining,
+-- reset µs, retry µs); then, in MODE_RESERVE when admitted, the undo log
+-- (operations for release.lua) and per item the remaining and reset µs of
+-- the state before the request.
+local REPLY_HEAD = 2
+local REPLY_ITEM_FIELDS = 4
+
+-- release.lua's operations (written by decide.lua in MODE_RESERVE):
+local UNDO_INCRBY = 'I' -- key delta: INCRBY if the key still exists, never below 0
+local UNDO_TAT = 'T' -- key delta: token bucket TAT += delta µs
+local UNDO_ZREM = 'Z' -- key count members...: remove log entries
+local UNDO_ZADD = 'A' -- key window count (score member)...: put back log entries
+local UNDO_PUBLISH = 'P' -- base: announce hits given back (see freed)
+
+-- The standard functions the scripts use. A library's top level runs
+-- before Redis gives it any (not even tonumber), so each entry point calls
+-- bind first.
+local floor, min, max, tonumber, tostring, unpack, format, match, call, pcall_redis
+local function bind()
+  floor, min, max = math.floor, math.min, math.max
+  tonumber, tostring, unpack = _G.tonumber, _G.tostring, _G.unpack
+  format, match = string.format, string.match
+  call, pcall_redis = redis.call, redis.pcall
+end
+
+-- exact floor(a / b) for non-negative integers below 2^53
+local function idiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- an integer below 2^53 as Redis arguments want it (no exponent)
+local function fmt(x)
+  return format('%.0f', x)
+end
+
+-- the instant in µs: the argument, or Redis TIME when it is ""
+local function instant(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- ttl_ms returns the milliseconds from now to the instant us (at least 1).
+-- Expiries are relative (PX, PEXPIRE) rather than absolute: the instant may
+-- come from the test clock, which is not Redis's.
+local function ttl_ms(us, now)
+  return fmt(max(1, idiv(us - now + 999, 1000)))
+end
+
+-- freed announces that hits of the counter base were given back, on the
+-- channel <prefix>freed: other rls processes drop their cached denials of
+-- that counter (the prefix is what precedes the hash tag). pcall: an account
+-- without the channel's permission must not fail the script halfway through
+-- its writes (their caches then stay off, see freed.go).
+local function freed(base)
+  pcall_redis('PUBLISH', match(base, '^[^{]*') .. 'freed', base)
+end

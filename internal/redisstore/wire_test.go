@@ -1,0 +1,109 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+// TestWireContract: every constant of the wire contract has the same value
+// in Go (wire.go) and in Lua (scripts/prelude.lua), and neither side has a
+// name the other lacks.
+func TestWireContract(t *testing.T) {
+	goSide := map[string]string{
+		"ALG_FIXED_WINDOW":   strconv.Itoa(algFixedWindow),
+		"ALG_SLIDING_WINDOW": strconv.Itoa(algSlidingWindow),
+		"ALG_SLIDING_LOG":    strconv.Itoa(algSlidingLog),
+		"ALG_TOKEN_BUCKET":   strconv.Itoa(algTokenBucket),
+		"REQUEST_HEAD":       strconv.Itoa(requestHead),
+		"ITEM_FIELDS":        strconv.Itoa(itemFields),
+		"ITEM_BASE":          strconv.Itoa(itemBase),
+		"ITEM_ALGORITHM":     strconv.Itoa(itemAlgorithm),
+		"ITEM_WINDOW":        strconv.Itoa(itemWindow),
+		"ITEM_LIMIT":         strconv.Itoa(itemLimit),
+		"ITEM_BURST":         strconv.Itoa(itemBurst),
+		"ITEM_HITS":          strconv.Itoa(itemHits),
+		"ITEM_FLAGS":         strconv.Itoa(itemFlags),
+		"ITEM_GROUP":         strconv.Itoa(itemGroup),
+		"FLAG_REFUND":        strconv.Itoa(flagRefund),
+		"FLAG_SHADOW":        strconv.Itoa(flagShadow),
+		"MODE_FINAL":         strconv.Quote(modeFinal),
+		"MODE_FINAL_MGET":    strconv.Quote(modeFinalMGET),
+		"MODE_RESERVE":       strconv.Quote(modeReserve),
+		"REPLY_HEAD":         strconv.Itoa(replyHead),
+		"REPLY_ITEM_FIELDS":  strconv.Itoa(replyItemFields),
+		"UNDO_INCRBY":        strconv.Quote(undoIncrBy),
+		"UNDO_TAT":           strconv.Quote(undoTAT),
+		"UNDO_ZREM":          strconv.Quote(undoZRem),
+		"UNDO_ZADD":          strconv.Quote(undoZAdd),
+		"UNDO_PUBLISH":       strconv.Quote(undoPublish),
+	}
+	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|[0-9]+)`)
+	luaSide := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(preludeSource))
+	for sc.Scan() {
+		if m := constant.FindStringSubmatch(sc.Text()); m != nil {
+			v := m[2]
+			if strings.HasPrefix(v, "'") {
+				v = strconv.Quote(strings.Trim(v, "'"))
+			}
+			luaSide[m[1]] = v
+		}
+	}
+	for name, want := range goSide {
+		got, ok := luaSide[name]
+		switch {
+		case !ok:
+			t.Errorf("prelude.lua has no constant %s (Go: %s)", name, want)
+		case got != want:
+			t.Errorf("prelude.lua: %s = %s, Go has %s", name, got, want)
+		}
+	}
+	for name, v := range luaSide {
+		if _, ok := goSide[name]; !ok {
+			t.Errorf("prelude.lua's %s = %s has no Go counterpart in wire.go (add it to both and to this test)", name, v)
+		}
+	}
+	// Every algorithm the config knows has a code, named after it, and an
+	// entry in decide.lua's dispatch table.
+	for alg := descriptors.Algorithm(0); alg.String() != "unknown"; alg++ {
+		name := "ALG_" + strings.ToUpper(alg.String())
+		if luaSide[name] != strconv.Itoa(int(alg)) {
+			t.Errorf("algorithm %s (%d): prelude.lua's %s = %q", alg, alg, name, luaSide[name])
+		}
+		if !strings.Contains(decideSource, "["+name+"] =") {
+			t.Errorf("decide.lua's algorithms table has no entry for %s", name)
+		}
+	}
+}
+
+// TestUnknownAlgorithmCode: a code the scripts do not know is an error, and
+// nothing of the call is decided (not even its earlier requests).
+func TestUnknownAlgorithmCode(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Prefix: "unknown:"})
+	good := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0), Hits: 1}}
+	bad := []engine.Item{{Desc: "d/k=w", Limit: storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0), Hits: 1}}
+	args := []any{2}
+	args = append(args, requestArgs(modeFinalMGET, "", good, []string{s.base(&good[0])})...)
+	badArgs := requestArgs(modeFinalMGET, "", bad, []string{s.base(&bad[0])})
+	badArgs[requestHead+itemAlgorithm-1] = 9
+	args = append(args, badArgs...)
+	err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()
+	if err == nil || !strings.Contains(err.Error(), "unknown algorithm code 9") {
+		t.Fatalf("decide with algorithm code 9 = %v, want an error naming the code", err)
+	}
+	keys, err := s.client.Keys(context.Background(), "unknown:*").Result()
+	if err != nil || len(keys) != 0 {
+		t.Errorf("keys after the refused call: %v (%v), want none", keys, err)
+	}
+}
