@@ -21,18 +21,28 @@ type State struct {
 }
 
 // algorithm is one way of counting, whole: how it judges, consumes and gives
-// back hits on a State, and the instants it reports. t is the decision's
-// instant in microseconds since the epoch; every method but normalize and
-// expiry takes st normalized to t. Implementations are stateless values.
+// back hits on a State, and the instants it reports. Instants are
+// microseconds since the epoch. normalize turns the decision's instant into
+// the counter's own (see below); every other method but expiry takes st
+// normalized and that instant. Implementations are stateless values.
+//
+// Time can go backwards (an NTP step, another process's clock): a counter
+// never resets or refills on a backward step. normalize returns the
+// counter's instant, never earlier than what its state has seen (the start
+// of its current window, its newest logged hit), and the other methods
+// judge at that instant, as if no time had passed (x/time/rate does the
+// same).
 //
 // The Redis script (internal/redisstore/scripts/decide.lua) holds the same
 // functions, section by section, with the same arithmetic: a differential
 // test holds the two to identical answers.
 type algorithm interface {
-	// normalize brings st to t without changing what it means (window
-	// rollover, expired log entries dropped, a TAT not in the past); a store
-	// may keep the normalized state whether or not the request is admitted.
-	normalize(l *descriptors.Limit, st *State, t int64)
+	// normalize brings st to the decision's instant t without changing what
+	// it means (window rollover, expired log entries dropped, a TAT not in
+	// the past) and returns the counter's instant: t, or later when the
+	// state has seen later instants. A store keeps the normalized state
+	// whether or not the request is admitted.
+	normalize(l *descriptors.Limit, st *State, t int64) int64
 	// admits reports whether hits fit at t. With 0 hits it reports whether
 	// the limit is not exceeded (a look that consumes nothing).
 	admits(l *descriptors.Limit, st *State, t int64, hits uint64) bool

@@ -8,21 +8,23 @@ import "time"
 // admitted; the states hold the outcome: consumed when admitted, unchanged
 // (up to normalization, which changes no meaning) otherwise.
 //
-// Items are judged in order at the single instant now; an item sees the
-// consumption of earlier items of the same request on the same counter. The
-// Redis script implements the same phases step for step.
+// Items are judged in order at the decision's instant now, each counter at
+// its own instant (never earlier than what its state has seen: see
+// algorithm); an item sees the consumption of earlier items of the same
+// request on the same counter. The Redis script implements the same phases
+// step for step.
 //
 // The caller guards the states; Evaluate only reads items.
 func Evaluate(now time.Time, items []Item, states []*State, results []Result) bool {
-	t := now.UnixMicro()
 	var snapBuf [8]State
-	snaps := snapBuf[:0]
+	var timeBuf [8]int64
+	snaps, times := snapBuf[:0], timeBuf[:0]
 	if len(items) > len(snapBuf) {
-		snaps = make([]State, 0, len(items))
+		snaps, times = make([]State, 0, len(items)), make([]int64, 0, len(items))
 	}
-	snaps = snaps[:len(items)]
+	snaps, times = snaps[:len(items)], times[:len(items)]
 
-	judge(t, items, states, results, snaps)
+	judge(now.UnixMicro(), items, states, results, snaps, times)
 	admitted, over := Admit(items, results)
 	if !admitted || over != nil {
 		// Undo the judging pass. States shared by several items are restored
@@ -38,12 +40,12 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 		// are over.
 		for i := range items {
 			if it := &items[i]; results[i].Admitted && !over[it.Group] {
-				take(algorithmOf(it.Limit), it, states[i], t)
+				take(algorithmOf(it.Limit), it, states[i], times[i])
 			}
 		}
 	}
 	for i := range items {
-		it, st, r := &items[i], states[i], &results[i]
+		it, st, r, t := &items[i], states[i], &results[i], times[i]
 		alg := algorithmOf(it.Limit)
 		r.Remaining = alg.remaining(it.Limit, st, t)
 		r.Reset = micros(alg.resetAt(it.Limit, st, t) - t)
@@ -51,30 +53,34 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 	return admitted
 }
 
-// judge is the first pass: each item in order, its counter normalized and
-// snapshotted (the first time the request meets it), its verdict in
+// judge is the first pass: each item in order, its counter normalized to t
+// and snapshotted the first time the request meets it (times[i] is then the
+// counter's own instant, shared by the later items on it), its verdict in
 // results[i], its hits consumed (or given back) tentatively when it admits.
-func judge(t int64, items []Item, states []*State, results []Result, snaps []State) {
+func judge(t int64, items []Item, states []*State, results []Result, snaps []State, times []int64) {
 	for i := range items {
 		it, st := &items[i], states[i]
 		alg := algorithmOf(it.Limit)
-		if first(states, i) {
-			alg.normalize(it.Limit, st, t)
+		if j := firstOf(states, i); j == i {
+			times[i] = alg.normalize(it.Limit, st, t)
 			snaps[i] = *st
+		} else {
+			times[i] = times[j]
 		}
+		tc := times[i]
 		r := &results[i]
 		*r = Result{}
-		if it.Refund || alg.admits(it.Limit, st, t, it.Hits) {
+		if it.Refund || alg.admits(it.Limit, st, tc, it.Hits) {
 			r.Admitted = true
-			take(alg, it, st, t)
+			take(alg, it, st, tc)
 		} else {
-			r.RetryAfter = micros(alg.retryAt(it.Limit, st, t, it.Hits) - t)
+			r.RetryAfter = micros(alg.retryAt(it.Limit, st, tc, it.Hits) - tc)
 		}
 	}
 }
 
-// take applies an admitted item to its counter: consumes its hits, or gives
-// them back for a refund.
+// take applies an admitted item to its counter at the counter's instant t:
+// consumes its hits, or gives them back for a refund.
 func take(alg algorithm, it *Item, st *State, t int64) {
 	if it.Refund {
 		alg.giveBack(it.Limit, st, t, it.Hits)
@@ -83,15 +89,18 @@ func take(alg algorithm, it *Item, st *State, t int64) {
 	}
 }
 
-// first reports whether states[i] is not shared with an earlier item.
-func first(states []*State, i int) bool {
+// firstOf returns the first item whose state is states[i].
+func firstOf(states []*State, i int) int {
 	for j := range i {
 		if states[j] == states[i] {
-			return false
+			return j
 		}
 	}
-	return true
+	return i
 }
+
+// first reports whether states[i] is not shared with an earlier item.
+func first(states []*State, i int) bool { return firstOf(states, i) == i }
 
 // Admit is the all-or-nothing rule, applied to the verdicts of the judging
 // pass (results[i].Admitted for items[i]): the request is admitted when every

@@ -7,10 +7,15 @@ import "github.com/rlsproject/rls/internal/descriptors"
 // Start.
 type fixedWindow struct{}
 
-func (fixedWindow) normalize(l *descriptors.Limit, st *State, t int64) {
-	if ws := windowStart(t, window(l)); st.Start != ws {
+func (fixedWindow) normalize(l *descriptors.Limit, st *State, t int64) int64 {
+	ws := windowStart(t, window(l))
+	switch {
+	case ws > st.Start:
 		st.Start, st.Count = ws, 0
+	case ws < st.Start:
+		return st.Start // a later window was seen: no time passes before it
 	}
+	return t
 }
 
 func (fixedWindow) admits(l *descriptors.Limit, st *State, _ int64, hits uint64) bool {

@@ -6,7 +6,10 @@ import "github.com/rlsproject/rls/internal/descriptors"
 // those of the last window. State: Log, the instants, oldest first.
 type slidingLog struct{}
 
-func (slidingLog) normalize(l *descriptors.Limit, st *State, t int64) {
+func (slidingLog) normalize(l *descriptors.Limit, st *State, t int64) int64 {
+	if n := len(st.Log); n > 0 {
+		t = max(t, st.Log[n-1]) // never before the newest hit
+	}
 	// An entry at instant e counts while t - e < w.
 	w := window(l)
 	i := 0
@@ -14,6 +17,7 @@ func (slidingLog) normalize(l *descriptors.Limit, st *State, t int64) {
 		i++
 	}
 	st.Log = st.Log[i:]
+	return t
 }
 
 func (slidingLog) admits(l *descriptors.Limit, st *State, _ int64, hits uint64) bool {

@@ -12,16 +12,19 @@ import (
 // that starts at Start, Prev hits in the window before it.
 type slidingWindow struct{}
 
-func (slidingWindow) normalize(l *descriptors.Limit, st *State, t int64) {
+func (slidingWindow) normalize(l *descriptors.Limit, st *State, t int64) int64 {
 	w := window(l)
 	ws := windowStart(t, w)
-	switch st.Start {
-	case ws:
-	case ws - w:
+	switch {
+	case ws < st.Start:
+		return st.Start // a later window was seen: no time passes before it
+	case ws == st.Start:
+	case ws-w == st.Start:
 		st.Start, st.Prev, st.Count = ws, st.Count, 0
 	default:
 		st.Start, st.Prev, st.Count = ws, 0, 0
 	}
+	return t
 }
 
 // estimate is the hits in the sliding window ending at t. The Lua script

@@ -8,6 +8,10 @@ import "github.com/rlsproject/rls/internal/descriptors"
 // interval later. A limit of 0 admits nothing (and keeps no state).
 type tokenBucket struct{}
 
+// A backward step of the clock leaves the TAT as it is, so the bucket seems
+// emptier by the step (it never refills): the GCRA state has no instant of
+// its own to hold the counter's time to.
+
 // interval returns the emission interval ceil(window/limit) in microseconds,
 // for a limit > 0. The config guarantees it is ≥ 1 and that Burst × interval
 // stays far below 2^53.
@@ -16,8 +20,9 @@ func (tokenBucket) interval(l *descriptors.Limit) int64 {
 	return (w + r - 1) / r
 }
 
-func (tokenBucket) normalize(_ *descriptors.Limit, st *State, t int64) {
+func (tokenBucket) normalize(_ *descriptors.Limit, st *State, t int64) int64 {
 	st.TAT = max(st.TAT, t)
+	return t
 }
 
 func (a tokenBucket) admits(l *descriptors.Limit, st *State, t int64, hits uint64) bool {

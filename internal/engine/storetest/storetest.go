@@ -168,6 +168,40 @@ var timelines = []timeline{
 		{at: 61 * sec, hits: 4, ok: false, remaining: 1, reset: 9 * sec, retry: 60 * sec},
 		{at: 200 * sec, hits: 0, ok: true, remaining: 3, reset: 0},
 	}},
+	// The clock steps back (NTP, another process): a counter that has seen
+	// a later window stays in it, as if no time passed (the review's bug: a
+	// limit of 3 admitted 6 within one minute).
+	{"FixedWindowClockStepsBack", Limit(descriptors.FixedWindow, 3, time.Minute, 0), []step{
+		{at: 61 * sec, hits: 2, ok: true, remaining: 1, reset: 59 * sec},
+		{at: 59 * sec, hits: 1, ok: true, remaining: 0, reset: 60 * sec},
+		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 60 * sec},
+		{at: 62 * sec, hits: 0, ok: true, remaining: 0, reset: 58 * sec},
+		{at: 120 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
+	}},
+	{"SlidingWindowClockStepsBack", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+		{at: 0, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
+		{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
+		// Back in the first window: judged at the start of the second one,
+		// where the first still weighs fully.
+		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 36*sec - us},
+		{at: 90 * sec, hits: 0, ok: true, remaining: 0, reset: 30 * sec},
+	}},
+	{"SlidingLogClockStepsBack", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
+		{at: 10 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
+		{at: 20 * sec, hits: 1, ok: true, remaining: 1, reset: 50 * sec},
+		// Back before the newest hit: logged at its instant, the log stays
+		// in order.
+		{at: 5 * sec, hits: 1, ok: true, remaining: 0, reset: 50 * sec},
+		{at: 15 * sec, hits: 1, ok: false, remaining: 0, reset: 50 * sec, retry: 50 * sec},
+		{at: 70 * sec, hits: 1, ok: true, remaining: 0, reset: 10 * sec},
+	}},
+	// The bucket never refills on a backward step: it seems emptier by the
+	// step, as its state has no instant of its own.
+	{"TokenBucketClockStepsBack", Limit(descriptors.TokenBucket, 10, time.Second, 10), []step{
+		{at: 1 * sec, hits: 10, ok: true, remaining: 0, reset: sec},
+		{at: 500 * ms, hits: 1, ok: false, remaining: 0, reset: 1500 * ms, retry: 600 * ms},
+		{at: 1100 * ms, hits: 1, ok: true, remaining: 0, reset: sec},
+	}},
 	// 10 per second (one token per 100ms), capacity 20.
 	{"TokenBucket", Limit(descriptors.TokenBucket, 10, time.Second, 20), []step{
 		{at: 0, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
