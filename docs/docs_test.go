@@ -241,3 +241,39 @@ func TestMakeInstall(t *testing.T) {
 		t.Errorf("make uninstall left %s (%v)", bin, err)
 	}
 }
+
+// TestBaseImageNamed: the docs name the image the Dockerfile builds on, as
+// the Dockerfile writes it, and no other distroless image.
+func TestBaseImageNamed(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base string
+	for _, l := range strings.Split(string(src), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && strings.EqualFold(f[0], "FROM") {
+			base = f[1]
+			if strings.HasPrefix(base, "--") && len(f) >= 3 {
+				base = f[2]
+			}
+		}
+	}
+	if !strings.Contains(base, "distroless") {
+		t.Fatalf("Dockerfile's final FROM is %q; update this test and the docs", base)
+	}
+	other := regexp.MustCompile(`(?:gcr\.io/)?distroless/[a-z0-9-]+(?::[a-z0-9-]+)?`)
+	for _, f := range []string{"README.md", "docs/docker.md"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), base) {
+			t.Errorf("%s does not name the Dockerfile's base image %s", f, base)
+		}
+		for _, m := range other.FindAllString(string(b), -1) {
+			if m != base {
+				t.Errorf("%s names %s; the Dockerfile builds on %s", f, m, base)
+			}
+		}
+	}
+}
