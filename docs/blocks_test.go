@@ -287,11 +287,14 @@ func trimLines(s string) string {
 	return strings.TrimRight(strings.Join(out, "\n"), "\n")
 }
 
-// repoFiles lists the files git sees in the repository, untracked and
-// ignored ones included, bin/ aside.
+// repoFiles lists the files and directories git sees at the top of the
+// repository, untracked and ignored ones included, bin/ aside. The blocks
+// run in the root, where what they leave lands; other packages' tests, which
+// may run meanwhile, work in their own directories.
 func repoFiles(t *testing.T) map[string]bool {
 	t.Helper()
-	cmd := exec.Command("git", "status", "--porcelain", "--ignored", "--untracked-files=all")
+	// untracked-files=normal shows a new directory as one "dir/" entry.
+	cmd := exec.Command("git", "status", "--porcelain", "--ignored", "--untracked-files=normal")
 	cmd.Dir = repoRoot
 	out, err := cmd.Output()
 	if err != nil {
@@ -299,9 +302,14 @@ func repoFiles(t *testing.T) map[string]bool {
 	}
 	files := map[string]bool{}
 	for _, l := range strings.Split(string(out), "\n") {
-		if len(l) > 3 && !strings.HasPrefix(l[3:], "bin/") {
-			files[l[3:]] = true
+		if len(l) <= 3 {
+			continue
 		}
+		path := strings.Trim(l[3:], `"`)
+		if strings.Contains(strings.TrimSuffix(path, "/"), "/") || path == "bin/" {
+			continue // inside a directory of the repository, or the binary
+		}
+		files[path] = true
 	}
 	return files
 }
