@@ -1,19 +1,40 @@
 # rls: `make run` serves config/limits.yaml on the embedded store; `make test`
 # runs everything that must pass (it installs redis-server and nginx first
-# when it can).
+# when it can). Go 1.26 or newer (go.mod); deploy/ is a module of its own
+# (Kubernetes, Grafana and Prometheus files and their tests) that needs 1.26.7.
 GO       ?= go
 BIN      := bin/rls
+PREFIX   ?= /usr/local
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
 
-.PHONY: help run build test test-short fuzz-smoke bench soak lint fmt prereqs clean
+.PHONY: help run build install uninstall test test-short docs-check deploy-check fuzz-smoke bench soak lint fmt prereqs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/rls
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rls
+# A first build downloads the modules cmd/rls needs and compiles about 400
+# packages (gRPC and the Envoy protos are most of it): a few minutes on two
+# cores, silent without -v. Later builds take seconds and list nothing.
+build: ## build bin/rls (the first build downloads modules and compiles gRPC and the Envoy protos: a few minutes)
+	@GOPROXY=off $(GO) list -deps ./cmd/rls >/dev/null 2>&1 || \
+		echo "$(BIN): downloading the Go modules it needs (first build only; this prints nothing until it is done)"
+	@echo "$(BIN): compiling; go build -v names each package it compiles (about 400 on a first build, a few minutes; none when cached)"
+	CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rls
+
+# Rust's rustup also installs a program called rls (its old language server),
+# often first on PATH: the note below says which one `rls` runs.
+install: build ## install bin/rls as $(PREFIX)/bin/rls (PREFIX=/usr/local; DESTDIR for packaging)
+	install -d '$(DESTDIR)$(PREFIX)/bin'
+	install -m 0755 $(BIN) '$(DESTDIR)$(PREFIX)/bin/rls'
+	@found=$$(command -v rls 2>/dev/null || true); \
+	if [ -z "$(DESTDIR)" ] && [ "$$found" != "$(PREFIX)/bin/rls" ]; then \
+		echo "note: 'rls' on your PATH is $${found:-nothing}, not $(PREFIX)/bin/rls (rustup installs a Rust 'rls'): run $(PREFIX)/bin/rls"; \
+	fi
+
+uninstall: ## remove $(PREFIX)/bin/rls
+	rm -f '$(DESTDIR)$(PREFIX)/bin/rls'
 
 run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :8080), with rate-limit headers
 	./$(BIN) serve --config config/limits.yaml --response-headers both
@@ -21,14 +42,28 @@ run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :80
 prereqs: ## install or name the programs the tests start (redis-server, nginx)
 	@./scripts/prereqs.sh
 
-test: prereqs ## everything that must pass: vet, race tests (real Redis, Redis Cluster, nginx), fuzz smoke
+test: prereqs ## everything that must pass: vet, race tests (real Redis, Redis Cluster, nginx, the README's blocks), deploy/ checks, fuzz smoke
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l . | grep -v '^vendor/')" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test -race -count=1 -timeout 10m ./...
+	$(MAKE) deploy-check
 	$(MAKE) fuzz-smoke
+
+# The README's and docs/'s runnable blocks, run as written against a fresh
+# bin/rls (and Redis, nginx), each group in its own network and process
+# namespace; and every relative link and anchor of the Markdown files.
+# Also part of `go test ./...`.
+docs-check: ## run the README's runnable blocks and check the docs' links
+	$(GO) test -count=1 ./docs/
+
+# deploy/ is its own Go module (its tests import Kubernetes and Prometheus
+# packages that rls itself does not need).
+deploy-check: ## check deploy/: Kubernetes manifests, Prometheus rules and the Grafana dashboard against a running rls
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 test-short: ## the tests without the race detector and the fuzz smoke (Redis and nginx tests still run)
 	$(GO) test -count=1 ./...
+	$(MAKE) deploy-check
 
 fuzz-smoke: ## run every fuzz target briefly (FUZZTIME each)
 	@set -e; for spec in $$($(GO) run ./scripts/fuzztargets); do \
@@ -46,6 +81,7 @@ soak: ## about a minute of distinct client addresses: no growth of goroutines or
 
 lint: ## vet and gofmt check
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 
 fmt: ## gofmt everything

@@ -1,9 +1,12 @@
 // Package nginx_test proves nginx/nginx.conf: it runs that file with the
 // real nginx binary in front of a freshly built rls and a Go backend, all on
 // 127.0.0.1, and checks what clients get. The file is used as shipped except
-// for the rows of confEdits (addresses, paths, and the commented lines that a
-// test enables); every row must match exactly once, so the test breaks when
-// the example changes shape instead of silently testing something else.
+// for the rows of confEdits (addresses, and the commented lines that a test
+// enables); every row must match exactly once, so the test breaks when the
+// example changes shape instead of silently testing something else. nginx is
+// started the way the README's try-it block starts it: a scratch prefix
+// (-p) for its logs and temporary files, the file by absolute path (-c), the
+// pid file in -g.
 package nginx_test
 
 import (
@@ -440,6 +443,33 @@ func TestShippedLimits(t *testing.T) {
 	}
 }
 
+// TestStandInBackend: nginx.conf as the try-it block runs it, with its own
+// stand-in backend (the last server block) and config/limits.yaml: the
+// request is limited and answered by the stand-in, which names it. One
+// request, so the per-second window cannot roll over mid-test.
+func TestStandInBackend(t *testing.T) {
+	rls := startRLS(t, shippedLimits, "127.0.0.1:0")
+	_, base := startNginx(t, findNginx(t), rls.addr, "", false)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	resp, err := c.Get(base + "/api/v1/users?page=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "backend: GET /api/v1/users?page=2\n"; resp.StatusCode != 200 || string(body) != want {
+		t.Errorf("GET /api/v1/users?page=2 = %d %q, want 200 %q (the stand-in's answer)", resp.StatusCode, body, want)
+	}
+	if got := resp.Header.Get("X-RateLimit-Remaining"); got != "9" {
+		t.Errorf("GET /api/v1/users?page=2: X-RateLimit-Remaining = %q, want 9 (10/s per address)", got)
+	}
+}
+
 // TestRLSDown: what clients get while rls is stopped or stuck, with the file
 // as shipped (fail closed: 500, the backend protected) and with its
 // fail-open line enabled (the backend answers, without rate-limit headers);
@@ -499,7 +529,7 @@ func TestConfEditsApplyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, failOpen := range []bool{false, true} {
-		if _, err := render(src, confEdits("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "/tmp/x", failOpen)); err != nil {
+		if _, err := render(src, confEdits("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4", failOpen)); err != nil {
 			t.Errorf("render(failOpen=%v): %v", failOpen, err)
 		}
 	}
@@ -509,18 +539,16 @@ func TestConfEditsApplyOnce(t *testing.T) {
 type edit struct{ old, new string }
 
 // confEdits are the only differences between the shipped nginx.conf and
-// what the tests run: where things listen, where files go, realip trusting
-// the test's 127.0.0.1 "load balancer", and optionally the fail-open line.
-func confEdits(listen, rlsAddr, backendAddr, dir string, failOpen bool) []edit {
-	temp := ""
-	for _, d := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
-		temp += fmt.Sprintf("    %s_temp_path %s;\n", d, filepath.Join(dir, d+"_temp"))
-	}
+// what the tests run: where things listen (free ports instead of 8888, 8080
+// and 9000, so that tests run side by side), realip trusting the test's
+// 127.0.0.1 "load balancer", and optionally the fail-open line. Files go
+// where the shipped file puts them: under the prefix.
+func confEdits(listen, standIn, rlsAddr, backendAddr string, failOpen bool) []edit {
 	edits := []edit{
-		{"listen 80;", "listen " + listen + ";"},
+		{"listen 8888;", "listen " + listen + ";"},
+		{"listen 127.0.0.1:9000;", "listen " + standIn + ";"},
 		{"server 127.0.0.1:8080;", "server " + rlsAddr + ";"},
 		{"server 127.0.0.1:9000;", "server " + backendAddr + ";"},
-		{"access_log /var/log/nginx/access.log ratelimit;", "access_log " + filepath.Join(dir, "access.log") + " ratelimit;\n" + temp},
 		{"# set_real_ip_from 10.0.0.0/8;", "set_real_ip_from 127.0.0.1;"},
 		{"# real_ip_header X-Forwarded-For;", "real_ip_header X-Forwarded-For;"},
 		{"# real_ip_recursive on;", "real_ip_recursive on;"},
@@ -543,8 +571,9 @@ func render(src []byte, edits []edit) ([]byte, error) {
 }
 
 // startNginx runs the edited nginx.conf in the foreground with its own
-// prefix directory. The port is picked free just before, so a lost race
-// (another process took it) is retried with a new port.
+// prefix directory. The ports are picked free just before, so a lost race
+// (another process took one) is retried with new ports. backendAddr ""
+// sends the requests to the file's own stand-in backend.
 func startNginx(t *testing.T, bin, rlsAddr, backendAddr string, failOpen bool) (*proc, string) {
 	t.Helper()
 	src, err := os.ReadFile(exampleConf)
@@ -563,8 +592,12 @@ func startNginx(t *testing.T, bin, rlsAddr, backendAddr string, failOpen bool) (
 	}
 	conf := filepath.Join(dir, "nginx.conf")
 	for attempt := 1; ; attempt++ {
-		listen := freeAddr(t)
-		out, err := render(src, confEdits(listen, rlsAddr, backendAddr, dir, failOpen))
+		listen, standIn := freeAddr(t), freeAddr(t)
+		upstream := backendAddr
+		if upstream == "" {
+			upstream = standIn
+		}
+		out, err := render(src, confEdits(listen, standIn, rlsAddr, upstream, failOpen))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Makes sure the programs the tests start are installed: redis-server and
-# redis-cli (Redis store and Redis Cluster tests) and nginx (auth_request
-# end-to-end test). On Debian/Ubuntu as root it installs what is missing;
-# otherwise it says exactly what to install and fails.
+# redis-cli (Redis store and Redis Cluster tests), nginx (auth_request
+# end-to-end test), and curl, ip (iproute2) and unshare (util-linux) for the
+# README's blocks that `make docs-check` runs. On Debian/Ubuntu as root it
+# installs what is missing; otherwise it says exactly what to install and
+# fails.
 set -euo pipefail
 
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 missing=()
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+have redis-server || missing+=(redis-server)
+have redis-cli || missing+=(redis-tools)
+have nginx || missing+=(nginx)
+have curl || missing+=(curl)
+have ip || missing+=(iproute2)
+have unshare || missing+=(util-linux)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 # redis-server pulls redis-tools; ask for the server package names only.
@@ -33,8 +39,8 @@ fi
 cat >&2 <<MSG
 prereqs: missing ${pkgs[*]}.
 The tests start real Redis and nginx processes on 127.0.0.1. Install them:
-  Debian/Ubuntu:  sudo apt-get install -y redis-server nginx
-  macOS:          brew install redis nginx
+  Debian/Ubuntu:  sudo apt-get install -y ${pkgs[*]}
+  (make docs-check runs the README's blocks in Linux namespaces: Linux only)
 then run make test again.
 MSG
 exit 1
