@@ -11,8 +11,9 @@ import "time"
 // Items are judged in order at the decision's instant now, each counter at
 // its own instant (never earlier than what its state has seen: see
 // algorithm); an item sees the consumption of earlier items of the same
-// request on the same counter. The Redis script implements the same phases
-// step for step.
+// request on the same counter. Reset and retry durations are counted from
+// now, so that they name the same instants whatever the counter's own. The
+// Redis script implements the same phases step for step.
 //
 // The caller guards the states; Evaluate only reads items.
 func Evaluate(now time.Time, items []Item, states []*State, results []Result) bool {
@@ -24,7 +25,8 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 	}
 	snaps, times = snaps[:len(items)], times[:len(items)]
 
-	judge(now.UnixMicro(), items, states, results, snaps, times)
+	t := now.UnixMicro()
+	judge(t, items, states, results, snaps, times)
 	admitted, over := Admit(items, results)
 	if !admitted || over != nil {
 		// Undo the judging pass. States shared by several items are restored
@@ -45,10 +47,10 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 		}
 	}
 	for i := range items {
-		it, st, r, t := &items[i], states[i], &results[i], times[i]
+		it, st, r, tc := &items[i], states[i], &results[i], times[i]
 		alg := algorithmOf(it.Limit)
-		r.Remaining = alg.remaining(it.Limit, st, t)
-		r.Reset = micros(alg.resetAt(it.Limit, st, t) - t)
+		r.Remaining = alg.remaining(it.Limit, st, tc)
+		r.Reset = micros(alg.resetAt(it.Limit, st, tc) - t)
 	}
 	return admitted
 }
@@ -74,7 +76,7 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 			r.Admitted = true
 			take(alg, it, st, tc)
 		} else {
-			r.RetryAfter = micros(alg.retryAt(it.Limit, st, tc, it.Hits) - tc)
+			r.RetryAfter = micros(alg.retryAt(it.Limit, st, tc, it.Hits) - t)
 		}
 	}
 }

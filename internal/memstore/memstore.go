@@ -86,6 +86,7 @@ type counter struct {
 	limit   *descriptors.Limit
 	st      engine.State
 	expires int64 // µs since the epoch; the state is zero from then on
+	touched bool  // by the Apply in progress
 }
 
 func (e *entry) computeSize() int64 {
@@ -294,33 +295,37 @@ func (c *applyCall) load(t int64) {
 	}
 }
 
-// settle records each touched entry's expiries after the decision, drops
-// its expired counters (and the entry when none is left) and accounts its
-// size. Requires the shards locked.
+// settle records the expiry of each counter the request touched, drops
+// those that are equivalent to no state (and their entry when none is
+// left), and accounts the entries' sizes. Counters of the same entries that
+// the request did not touch stay as they are until the sweeper: forgetting
+// a counter is only unseen while time goes forward, and Redis too forgets
+// only what a request touches (or what its TTL ends). Requires the shards
+// locked.
 func (c *applyCall) settle(s *Store, t int64) {
 	for i, ent := range c.entries {
+		ctr := &ent.counters[c.indexes[i]]
+		ctr.expires = engine.Expiry(ctr.limit, &ctr.st)
+		ctr.touched = true
+	}
+	for i, ent := range c.entries {
 		if ent.removed || (i > 0 && c.entries[i-1] == ent) {
-			continue // done with the previous item
+			continue // done with the previous item (a later visit finds nothing to do)
 		}
 		sh := c.shard(s, i)
-		expired := 0
-		for j := range ent.counters {
-			ctr := &ent.counters[j]
-			if ctr.expires = engine.Expiry(ctr.limit, &ctr.st); ctr.expires <= t {
-				expired++
+		live := ent.counters[:0]
+		for _, ctr := range ent.counters {
+			if ctr.touched && ctr.expires <= t {
+				continue
 			}
+			ctr.touched = false
+			live = append(live, ctr)
 		}
-		if expired > 0 {
-			ent.resize = true
-			live := ent.counters[:0]
-			for _, ctr := range ent.counters {
-				if ctr.expires > t {
-					live = append(live, ctr)
-				}
-			}
-			sh.counters -= expired
+		if dropped := len(ent.counters) - len(live); dropped > 0 {
+			sh.counters -= dropped
 			clear(ent.counters[len(live):])
 			ent.counters = live
+			ent.resize = true
 		}
 		if len(ent.counters) == 0 {
 			// Nothing worth keeping (for example a denied first request).

@@ -172,7 +172,7 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 					continue
 				}
 				switch f[0] {
-				case undoIncrBy, undoTAT:
+				case undoWindow, undoTAT:
 					args = append(args, f...)
 				case undoZRem:
 					args = append(args, f[0], f[1], len(f)-2)

@@ -41,6 +41,7 @@ type denyCache struct {
 }
 
 type denial struct {
+	at        time.Time // when the request left, on the store's local clock
 	until     time.Time // on the store's local clock, never after Redis's instant
 	resetAt   time.Time // likewise, the limit's reset
 	hits      uint64
@@ -100,9 +101,11 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 
 // holds reports whether the cached status is still exact at now: before
 // the retry instant and before the reset (a sliding window's reset moves to
-// the next window's end; a log's to its next entry).
+// the next window's end; a log's to its next entry), and not before the
+// denial was learnt (a clock that steps back may find a counter with no
+// state, a limit of 0, in an earlier window).
 func (d *denial) holds(now time.Time) bool {
-	return now.Before(d.until) && now.Before(d.resetAt)
+	return !now.Before(d.at) && now.Before(d.until) && now.Before(d.resetAt)
 }
 
 func (d *denial) matches(it *engine.Item) bool {
@@ -156,7 +159,7 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 		}
 		l := it.Limit
 		c.m[bases[i]] = denial{
-			until: at.Add(r.RetryAfter), resetAt: at.Add(r.Reset), hits: it.Hits, remaining: r.Remaining,
+			at: at, until: at.Add(r.RetryAfter), resetAt: at.Add(r.Reset), hits: it.Hits, remaining: r.Remaining,
 			rpu: l.RequestsPerUnit, burst: l.Burst, window: l.Window,
 		}
 	}

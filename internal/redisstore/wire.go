@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -104,22 +105,27 @@ const (
 	algTokenBucket   = int(descriptors.TokenBucket)
 )
 
-// decide.lua's arguments (decide_entry): the number of requests, then per request
-// requestHead fields (mode, instant, item count) and itemFields per item, at
-// the item* positions (from 1).
+// decide.lua's arguments (decide_entry): the number of requests, then per
+// request requestHead fields at the request* positions and itemFields per
+// item at the item* positions (from 1).
 const (
-	requestHead   = 3
-	itemFields    = 8
-	itemBase      = 1
-	itemAlgorithm = 2
-	itemWindow    = 3
-	itemLimit     = 4
-	itemBurst     = 5
-	itemHits      = 6
-	itemFlags     = 7
-	itemGroup     = 8
-	flagRefund    = 1
-	flagShadow    = 2
+	requestHead      = 5
+	requestMode      = 1
+	requestInstant   = 2
+	requestDeadline  = 3
+	requestUndoAfter = 4
+	requestItems     = 5
+	itemFields       = 8
+	itemBase         = 1
+	itemAlgorithm    = 2
+	itemWindow       = 3
+	itemLimit        = 4
+	itemBurst        = 5
+	itemHits         = 6
+	itemFlags        = 7
+	itemGroup        = 8
+	flagRefund       = 1
+	flagShadow       = 2
 )
 
 // Modes of a request; see prelude.lua.
@@ -129,27 +135,38 @@ const (
 	modeReserve   = "R"
 )
 
-// decide.lua's reply per request: replyHead fields, then replyItemFields per
-// item; in modeReserve when admitted, the undo log and the view after them.
+// decide.lua's reply per request: replyHead fields (verdict, instant), then
+// unless expired replyItemFields per item; then the undo log (modeReserve
+// when admitted; the other modes when decided after the undo instant) and,
+// in modeReserve when admitted, the view.
 const (
 	replyHead       = 2
 	replyItemFields = 4
+	verdictDenied   = 0
+	verdictAdmitted = 1
+	verdictExpired  = 2
 )
 
 // release.lua's operations.
 const (
-	undoIncrBy  = "I"
+	undoWindow  = "W"
 	undoTAT     = "T"
 	undoZRem    = "Z"
 	undoZAdd    = "A"
 	undoPublish = "P"
 )
 
-// requestArgs returns the decide script's arguments for one request: its
-// items' counters are bases[i], at instant now ("" for Redis TIME).
+// requestArgs returns the decide function's arguments for one request:
+// its items' counters are bases[i], at instant now ("" for Redis TIME). The
+// deadline and undo instants are left empty for the batcher to fill in when
+// it sends the request (setDeadline).
 func requestArgs(mode, now string, items []engine.Item, bases []string) []any {
-	args := make([]any, 0, requestHead+itemFields*len(items))
-	args = append(args, mode, now, len(items))
+	args := make([]any, requestHead, requestHead+itemFields*len(items))
+	args[requestMode-1] = mode
+	args[requestInstant-1] = now
+	args[requestDeadline-1] = ""
+	args[requestUndoAfter-1] = ""
+	args[requestItems-1] = len(items)
 	for i := range items {
 		it := &items[i]
 		l := it.Limit
@@ -174,13 +191,58 @@ func requestArgs(mode, now string, items []engine.Item, bases []string) []any {
 	return args
 }
 
-// readReply writes the results of the decide script's reply for one
+// setDeadline sets a request's deadline and undo instants (µs of Redis's
+// clock; "" for none) in its arguments.
+func setDeadline(args []any, deadline, undoAfter string) {
+	args[requestDeadline-1] = deadline
+	args[requestUndoAfter-1] = undoAfter
+}
+
+// errExpired is the error of a request that Redis refused to decide because
+// its deadline had passed: nothing was consumed.
+var errExpired = errors.New("redis: the request reached Redis after its deadline (not decided, nothing consumed)")
+
+// reply is one request's reply, split: its verdict and instant, the rest.
+type reply struct {
+	verdict int64
+	now     int64 // µs of the script's clock
+	vals    []any
+}
+
+func parseReply(r any) (reply, error) {
+	vals, ok := r.([]any)
+	if !ok || len(vals) < replyHead {
+		return reply{}, fmt.Errorf("redis: unexpected decide reply %v", r)
+	}
+	verdict, _ := vals[0].(int64)
+	now, _ := vals[1].(int64)
+	return reply{verdict: verdict, now: now, vals: vals}, nil
+}
+
+// undo returns the reply's undo log, nil when it has none, for a request
+// of n items in mode.
+func (r reply) undo(n int, mode string) []any {
+	if r.verdict != verdictAdmitted || len(r.vals) <= replyHead+replyItemFields*n {
+		return nil
+	}
+	undo, _ := r.vals[replyHead+replyItemFields*n].([]any)
+	return undo
+}
+
+// readReply writes the results of the decide function's reply for one
 // request and returns whether it was admitted; rest, when not nil, gets
-// what follows the items (modeReserve: the undo log and the view).
-func readReply(reply any, items []engine.Item, results []engine.Result, rest *[]any) (bool, error) {
-	vals, ok := reply.([]any)
-	if !ok || len(vals) < replyHead+replyItemFields*len(items) {
-		return false, fmt.Errorf("redis: unexpected decide reply %v", reply)
+// what follows the items (the undo log, the view).
+func readReply(r any, items []engine.Item, results []engine.Result, rest *[]any) (bool, error) {
+	rep, err := parseReply(r)
+	if err != nil {
+		return false, err
+	}
+	if rep.verdict == verdictExpired {
+		return false, errExpired
+	}
+	vals := rep.vals
+	if len(vals) < replyHead+replyItemFields*len(items) {
+		return false, fmt.Errorf("redis: unexpected decide reply %v", r)
 	}
 	num := func(i int) int64 {
 		n, _ := vals[i].(int64)
@@ -198,5 +260,5 @@ func readReply(reply any, items []engine.Item, results []engine.Result, rest *[]
 	if rest != nil {
 		*rest = vals[replyHead+replyItemFields*len(items):]
 	}
-	return num(0) == 1, nil
+	return rep.verdict == verdictAdmitted, nil
 }

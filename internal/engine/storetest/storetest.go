@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,6 +67,23 @@ func Limit(alg descriptors.Algorithm, rpu uint32, window time.Duration, burst ui
 		UnitMultiplier:  uint32(window / time.Second),
 		ID:              fmt.Sprintf("%s%ds", [...]string{"fw", "sw", "sl", "tb"}[alg], window/time.Second),
 	}
+}
+
+// Seed returns the seed of a randomized test: RLS_TEST_SEED when set (to
+// replay a failure), else a fresh one. It logs it, and the test's failure
+// messages print it too.
+func Seed(t testing.TB) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("RLS_TEST_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("RLS_TEST_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (replay with RLS_TEST_SEED=%d)", seed, seed)
+	return seed
 }
 
 // Algorithms returns every algorithm the config knows, for tests that draw
@@ -173,8 +192,8 @@ var timelines = []timeline{
 	// limit of 3 admitted 6 within one minute).
 	{"FixedWindowClockStepsBack", Limit(descriptors.FixedWindow, 3, time.Minute, 0), []step{
 		{at: 61 * sec, hits: 2, ok: true, remaining: 1, reset: 59 * sec},
-		{at: 59 * sec, hits: 1, ok: true, remaining: 0, reset: 60 * sec},
-		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 60 * sec},
+		{at: 59 * sec, hits: 1, ok: true, remaining: 0, reset: 61 * sec},
+		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 90 * sec, retry: 90 * sec},
 		{at: 62 * sec, hits: 0, ok: true, remaining: 0, reset: 58 * sec},
 		{at: 120 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
 	}},
@@ -183,7 +202,7 @@ var timelines = []timeline{
 		{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
 		// Back in the first window: judged at the start of the second one,
 		// where the first still weighs fully.
-		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 36*sec - us},
+		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 90 * sec, retry: 66*sec - us},
 		{at: 90 * sec, hits: 0, ok: true, remaining: 0, reset: 30 * sec},
 	}},
 	{"SlidingLogClockStepsBack", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
@@ -191,8 +210,8 @@ var timelines = []timeline{
 		{at: 20 * sec, hits: 1, ok: true, remaining: 1, reset: 50 * sec},
 		// Back before the newest hit: logged at its instant, the log stays
 		// in order.
-		{at: 5 * sec, hits: 1, ok: true, remaining: 0, reset: 50 * sec},
-		{at: 15 * sec, hits: 1, ok: false, remaining: 0, reset: 50 * sec, retry: 50 * sec},
+		{at: 5 * sec, hits: 1, ok: true, remaining: 0, reset: 65 * sec},
+		{at: 15 * sec, hits: 1, ok: false, remaining: 0, reset: 55 * sec, retry: 55 * sec},
 		{at: 70 * sec, hits: 1, ok: true, remaining: 0, reset: 10 * sec},
 	}},
 	// The bucket never refills on a backward step: it seems emptier by the

@@ -19,7 +19,7 @@
 -- table per item) that every request of the call reuses.
 
 local argv -- the call's arguments
-local now -- the current request's instant
+local now -- the current request's instant (the decision's, engine.Evaluate's now)
 local redis_now -- Redis TIME, taken once per call
 
 -- Items (index k): ctr = its counter's index; ok, retry = the judging
@@ -29,18 +29,19 @@ local n
 local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry = {}, {}, {}, {}, {}, {}, {}
 local i_lim, i_burst = {}, {}
 
--- Counters (index c), each loaded once per request and normalized to now:
--- base, alg (its section below), w; then the state its section uses:
--- key, pkey (window keys), ws (window start), count, prev (windows), tat
--- (bucket), card, add, pop (log: entries stored, pending, to remove). The
--- *0 arrays keep the loaded values, for undoing the judging pass and for
--- the writes.
-local c_base, c_alg, c_w = {}, {}, {}
-local c_key, c_pkey, c_ws, c_count, c_prev, c_count0 = {}, {}, {}, {}, {}, {}
-local c_tat, c_tat0, c_card, c_add, c_pop = {}, {}, {}, {}, {}
+-- Counters (index c), each loaded once per request and normalized: base
+-- (its key), alg, w, impl (its section below), t (the counter's instant:
+-- now, or later when its state has seen later instants, see
+-- engine/algorithm.go); then the state its section uses: ws, count, prev
+-- (windows), tat (bucket), card, add, pop, newest (log: entries stored,
+-- pending, to remove, the newest's instant). The *0 arrays keep the loaded
+-- values, for undoing the judging pass and for the writes.
+local c_base, c_alg, c_w, c_impl, c_t = {}, {}, {}, {}, {}
+local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
+local c_tat, c_tat0, c_card, c_add, c_pop, c_newest = {}, {}, {}, {}, {}, {}
 local by_base, nc
 
--- String keys (window counts, bucket TATs) are read once per call: kv[key]
+-- String keys (window counters, bucket TATs) are read once per call: kv[key]
 -- is the value that the requests decided so far left (false: absent), so a
 -- key that several requests of a call share is read once. A request's keys
 -- that the call has not read yet are gathered in mk[1..nk] and read at once.
@@ -54,55 +55,60 @@ local function need(key)
   end
 end
 
--- Window keys end with the window's start in seconds; every request of a
--- call shares the instant, so each suffix is formatted once.
-local suffixes
-local function window_key(base, ws)
-  local sfx = suffixes[ws]
-  if not sfx then
-    sfx = tostring(ws / 1000000)
-    suffixes[ws] = sfx
-  end
-  return base .. ':' .. sfx
-end
-
--- A window counter's write (fixed and sliding windows): INCRBY the delta,
--- or create the key expiring at expires; undo logs the inverse.
-local function write_window(c, expires, undo)
-  local delta = c_count[c] - c_count0[c]
-  if delta < 0 then
-    freed(c_base[c])
-  end
-  if delta == 0 then
+-- write_string sets a string key to value, expiring at the instant
+-- expires, or deletes it when value is false; unless it already holds it.
+local function write_string(key, value, expires)
+  if value == kv[key] then
     return
   end
-  local key = c_key[c]
-  if kv[key] then
-    call('INCRBY', key, delta)
+  if value then
+    call('SET', key, value, 'PX', ttl_ms(expires, now))
   else
-    call('SET', key, c_count[c], 'PX', ttl_ms(expires, now))
+    call('DEL', key)
   end
-  kv[key] = c_count[c]
-  if undo then
-    undo[#undo + 1] = { UNDO_INCRBY, key, -delta }
+  kv[key] = value
+end
+
+-- A window counter's write (fixed and sliding windows): its state, or
+-- nothing once it is equivalent to no state (expires is not after now:
+-- memstore forgets such a counter too); undo logs the request's delta. A
+-- count weighs for span windows from its window's start.
+local function write_window(c, span, undo)
+  local expires = 0
+  if c_count[c] > 0 then
+    expires = c_ws[c] + span * c_w[c]
+  elseif c_prev[c] > 0 then
+    expires = c_ws[c] + c_w[c]
+  end
+  local key, delta = c_base[c], c_count[c] - c_count0[c]
+  if delta < 0 then
+    freed(key)
+  end
+  write_string(key, expires > now and window_encode(c_ws[c], c_count[c], c_prev[c]), expires)
+  if undo and delta ~= 0 then
+    undo[#undo + 1] = { UNDO_WINDOW, key, fmt(c_ws[c]), fmt(c_w[c]), span, delta }
   end
 end
 
 ---------------------------------------------------------------------------
--- fixed_window (engine/fixed_window.go): the key base:<window start in s>
--- holds the count of that window, until the window ends.
+-- fixed_window (engine/fixed_window.go): the key holds the counter's
+-- window start and count, until the window ends.
 
 local fixed = {}
 
 function fixed.locate(c)
-  local ws = idiv(now, c_w[c]) * c_w[c]
-  c_ws[c], c_key[c] = ws, window_key(c_base[c], ws)
-  need(c_key[c])
+  need(c_base[c])
 end
 
 function fixed.load(c)
-  local count = tonumber(kv[c_key[c]] or 0)
-  c_count[c], c_count0[c], c_prev[c] = count, count, 0
+  local start, count = window_decode(kv[c_base[c]])
+  local ws, t = idiv(now, c_w[c]) * c_w[c], now
+  if not start or ws > start then
+    start, count = ws, 0
+  elseif ws < start then
+    t = start -- a later window was seen: no time passes before it
+  end
+  c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, 0, t
 end
 
 function fixed.admits(c, hits, limit)
@@ -130,31 +136,39 @@ function fixed.retry_at(c)
 end
 
 function fixed.write(c, undo)
-  write_window(c, c_ws[c] + c_w[c], undo)
+  write_window(c, 1, undo)
 end
 
 ---------------------------------------------------------------------------
--- sliding_window (engine/sliding_window.go): two fixed-window keys, the
--- current one and the previous, which expire one window after they end.
+-- sliding_window (engine/sliding_window.go): the key holds the counter's
+-- window start, count and the previous window's count, until the previous
+-- window no longer weighs.
 
 local sliding = {}
 
-function sliding.locate(c)
-  local w = c_w[c]
-  local ws = idiv(now, w) * w
-  c_ws[c], c_key[c], c_pkey[c] = ws, window_key(c_base[c], ws), window_key(c_base[c], ws - w)
-  need(c_key[c])
-  need(c_pkey[c])
-end
+sliding.locate = fixed.locate
 
 function sliding.load(c)
-  local count = tonumber(kv[c_key[c]] or 0)
-  c_count[c], c_count0[c], c_prev[c] = count, count, tonumber(kv[c_pkey[c]] or 0)
+  local start, count, prev = window_decode(kv[c_base[c]])
+  local w = c_w[c]
+  local ws, t = idiv(now, w) * w, now
+  if not start then
+    start, count, prev = ws, 0, 0
+  elseif ws < start then
+    t = start -- a later window was seen: no time passes before it
+  elseif ws == start then
+    -- as it is
+  elseif ws - w == start then
+    start, count, prev = ws, 0, count
+  else
+    start, count, prev = ws, 0, 0
+  end
+  c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, prev, t
 end
 
 local function estimate(c)
   local w = c_w[c]
-  local weight = (w - (now - c_ws[c])) / w
+  local weight = (w - (c_t[c] - c_ws[c])) / w
   local est = c_prev[c] * weight
   return est + c_count[c]
 end
@@ -188,7 +202,7 @@ function sliding.retry_at(c, hits, limit)
     -- The previous window's weight has to decay.
     local a = limit - count - hits
     local e = w - a * w / c_prev[c]
-    return max(now + 1, min(ending, ws + floor(e) - 1))
+    return max(c_t[c] + 1, min(ending, ws + floor(e) - 1))
   end
   -- Only in the next window, where this window becomes the previous one.
   local a = limit - hits
@@ -197,20 +211,27 @@ function sliding.retry_at(c, hits, limit)
 end
 
 function sliding.write(c, undo)
-  write_window(c, c_ws[c] + 2 * c_w[c], undo)
+  write_window(c, 2, undo)
 end
 
 ---------------------------------------------------------------------------
 -- sliding_log (engine/sliding_log.go): a sorted set of the admitted hits,
 -- scored by their instant, members "<instant>-<seq>"; it expires one window
 -- after its newest entry. Entries of the request are pending (add) until
--- the writes; refunds remove the newest (pop).
+-- the writes, at the counter's instant; refunds remove the newest (pop).
 
 local log = {}
 
 function log.locate(c)
-  call('ZREMRANGEBYSCORE', c_base[c], '-inf', fmt(now - c_w[c]))
-  c_card[c] = call('ZCARD', c_base[c])
+  local base, w = c_base[c], c_w[c]
+  local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')[2]
+  local t = now
+  if newest then
+    newest = tonumber(newest)
+    t = max(now, newest) -- never before the newest hit
+  end
+  call('ZREMRANGEBYSCORE', base, '-inf', fmt(t - w))
+  c_card[c], c_newest[c], c_t[c] = call('ZCARD', base), newest, t
 end
 
 function log.load(c)
@@ -222,12 +243,12 @@ local function log_len(c)
 end
 
 -- the k-th oldest entry (from 0): stored entries first (without the popped
--- newest), then the pending ones at now
+-- newest), then the pending ones
 local function log_kth(c, k)
   if k < c_card[c] - c_pop[c] then
     return tonumber(call('ZRANGE', c_base[c], k, k, 'WITHSCORES')[2])
   end
-  return now
+  return c_t[c]
 end
 
 function log.admits(c, hits, limit)
@@ -250,7 +271,7 @@ end
 
 function log.reset_at(c)
   if log_len(c) == 0 then
-    return now
+    return c_t[c]
   end
   return log_kth(c, 0) + c_w[c]
 end
@@ -258,7 +279,7 @@ end
 function log.retry_at(c, hits, limit)
   local len = log_len(c)
   if hits > limit or len + hits <= limit then
-    return now + c_w[c]
+    return c_t[c] + c_w[c]
   end
   return log_kth(c, len + hits - limit - 1) + c_w[c]
 end
@@ -271,6 +292,7 @@ function log.write(c, undo)
   if pop > add then
     freed(base)
   end
+  local newest = c_newest[c]
   if pop > 0 then
     local popped = call('ZPOPMAX', base, pop)
     if undo then
@@ -281,11 +303,12 @@ function log.write(c, undo)
       end
       undo[#undo + 1] = op
     end
+    newest = tonumber(call('ZRANGE', base, -1, -1, 'WITHSCORES')[2])
   end
   if add > 0 then
     local op = undo and { UNDO_ZREM, base }
     local seq = c_card[c] - pop
-    local stamp = fmt(now)
+    local stamp = fmt(c_t[c])
     for _ = 1, add do
       local member
       repeat
@@ -299,16 +322,16 @@ function log.write(c, undo)
     if op then
       undo[#undo + 1] = op
     end
+    newest = c_t[c]
   end
-  local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')
-  if #newest > 0 then
-    call('PEXPIRE', base, ttl_ms(tonumber(newest[2]) + w, now))
+  if newest then
+    call('PEXPIRE', base, ttl_ms(newest + w, now))
   end
 end
 
 ---------------------------------------------------------------------------
--- token_bucket (engine/token_bucket.go): the key base holds the TAT in µs
--- and expires at it (an absent or past TAT is a full bucket). A limit of 0
+-- token_bucket (engine/token_bucket.go): the key holds the TAT in µs and
+-- expires at it (an absent or past TAT is a full bucket). A limit of 0
 -- admits nothing and keeps no state.
 
 local bucket = {}
@@ -317,14 +340,11 @@ local function interval(c, limit)
   return idiv(c_w[c] + limit - 1, limit)
 end
 
-function bucket.locate(c)
-  c_key[c] = c_base[c]
-  need(c_key[c])
-end
+bucket.locate = fixed.locate
 
 function bucket.load(c)
-  local tat = max(tonumber(kv[c_key[c]] or 0), now)
-  c_tat[c], c_tat0[c] = tat, tat
+  local tat = max(tonumber(kv[c_base[c]] or 0), now)
+  c_tat[c], c_tat0[c], c_t[c] = tat, tat, now
 end
 
 function bucket.admits(c, hits, limit, burst)
@@ -383,20 +403,11 @@ end
 
 function bucket.write(c, undo)
   local base, tat, tat0 = c_base[c], c_tat[c], c_tat0[c]
-  if tat == tat0 then
-    return
-  end
   if tat < tat0 then
     freed(base)
   end
-  if tat > now then
-    call('SET', base, fmt(tat), 'PX', ttl_ms(tat, now))
-    kv[base] = tat
-  else
-    call('DEL', base)
-    kv[base] = false
-  end
-  if undo then
+  write_string(base, tat > now and fmt(tat), tat)
+  if undo and tat ~= tat0 then
     undo[#undo + 1] = { UNDO_TAT, base, fmt(tat0 - tat) }
   end
 end
@@ -410,7 +421,6 @@ local algorithms = {
   [ALG_SLIDING_LOG] = log,
   [ALG_TOKEN_BUCKET] = bucket,
 }
-local c_impl = {}
 
 -- undo the judging pass on counter c (every section's state)
 local function restore(c)
@@ -420,17 +430,10 @@ end
 ---------------------------------------------------------------------------
 -- The phases of one request (engine.Evaluate).
 
--- parse reads the request whose arguments start at argv[a]: its instant,
--- its items, and its counters, each once, with the keys they need read.
+-- parse reads the items of the request whose arguments start at argv[a]
+-- and finds their counters, each once, with the keys they need read.
 local function parse(a)
-  local arg = argv[a + 1]
-  if arg ~= '' then
-    now = tonumber(arg)
-  else
-    redis_now = redis_now or instant('')
-    now = redis_now
-  end
-  n, nc, nk, by_base = tonumber(argv[a + 2]), 0, 0, {}
+  n, nc, nk, by_base = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, {}
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
     local base = argv[f + ITEM_BASE]
@@ -549,7 +552,8 @@ local function settle(admitted, over)
   end
 end
 
--- statuses appends per item: admitted, remaining, reset and retry µs.
+-- statuses appends per item: admitted, remaining, reset and retry µs (from
+-- the decision's instant, whatever the counter's own).
 local function statuses(out)
   for k = 1, n do
     local c = i_ctr[k]
@@ -584,27 +588,46 @@ local function view()
 end
 
 -- decide judges the request whose arguments start at argv[a] and returns
--- its reply and where the next request's arguments start.
+-- its reply and where the next request's arguments start. A request past
+-- its deadline is not decided: its caller has stopped waiting, or will
+-- before the reply can reach it.
 local function decide(a)
-  local mode = argv[a]
+  local head = a - 1 -- request field j is argv[head + j]
+  local mode, instant = argv[head + REQUEST_MODE], argv[head + REQUEST_INSTANT]
+  local deadline, undo_after = argv[head + REQUEST_DEADLINE], argv[head + REQUEST_UNDO_AFTER]
+  local next_a = a + REQUEST_HEAD + ITEM_FIELDS * tonumber(argv[head + REQUEST_ITEMS])
+  if instant ~= '' then
+    now = tonumber(instant)
+  else
+    redis_now = redis_now or instant_of('')
+    now = redis_now
+  end
+  if deadline ~= '' and now > tonumber(deadline) then
+    return { VERDICT_EXPIRED, now }, next_a
+  end
   parse(a)
   load(mode)
   judge()
   local admitted, over = rule(mode)
   settle(admitted, over)
-  local out = { admitted and 1 or 0, now }
+  local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
   statuses(out)
   local reserve = mode == MODE_RESERVE and admitted
   local v = reserve and view()
-  local undo = reserve and {} or nil
+  local undo
+  if reserve or (admitted and undo_after ~= '' and now > tonumber(undo_after)) then
+    undo = {}
+  end
   for c = 1, nc do
     c_impl[c].write(c, undo)
   end
-  if reserve then
+  if undo then
     out[#out + 1] = undo
+  end
+  if reserve then
     out[#out + 1] = v
   end
-  return out, a + REQUEST_HEAD + ITEM_FIELDS * n
+  return out, next_a
 end
 
 -- decide_entry is the FCALL entry point: it decides args[1] requests and
@@ -613,10 +636,10 @@ end
 -- made).
 local function decide_entry(_, args)
   bind()
-  argv, redis_now, kv, suffixes = args, nil, {}, {}
+  argv, redis_now, kv = args, nil, {}
   local a = 2
   for _ = 1, tonumber(argv[1]) do
-    local items = tonumber(argv[a + 2])
+    local items = tonumber(argv[a + REQUEST_ITEMS - 1])
     for k = 1, items do
       local code = argv[a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS + ITEM_ALGORITHM - 1]
       if not algorithms[tonumber(code)] then

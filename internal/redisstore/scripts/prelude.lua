@@ -15,12 +15,17 @@ local ALG_SLIDING_WINDOW = 1
 local ALG_SLIDING_LOG = 2
 local ALG_TOKEN_BUCKET = 3
 
--- decide.lua's arguments: ARGV[1] is the number of requests, then each
--- request is REQUEST_HEAD fields (mode, instant in µs or "" for Redis TIME,
--- item count) followed by ITEM_FIELDS fields per item, at these positions.
-local REQUEST_HEAD = 3
+-- decide.lua's arguments: args[1] is the number of requests, then each
+-- request is REQUEST_HEAD fields at the REQUEST_* positions, followed by
+-- ITEM_FIELDS fields per item at the ITEM_* positions.
+local REQUEST_HEAD = 5
+local REQUEST_MODE = 1 -- MODE_*
+local REQUEST_INSTANT = 2 -- µs, or "" for Redis TIME
+local REQUEST_DEADLINE = 3 -- µs of Redis's clock after which the request is not decided, or ""
+local REQUEST_UNDO_AFTER = 4 -- µs after which the reply carries its undo log, or ""
+local REQUEST_ITEMS = 5 -- the number of items
 local ITEM_FIELDS = 8
-local ITEM_BASE = 1 -- the counter's key, or the prefix of its window keys
+local ITEM_BASE = 1 -- the counter's key
 local ITEM_ALGORITHM = 2
 local ITEM_WINDOW = 3 -- µs
 local ITEM_LIMIT = 4
@@ -38,16 +43,22 @@ local MODE_FINAL = 'F'
 local MODE_FINAL_MGET = 'M'
 local MODE_RESERVE = 'R'
 
--- decide.lua's reply, per request: REPLY_HEAD fields (admitted 0|1, the
--- instant), then REPLY_ITEM_FIELDS per item (admitted 0|1, remaining,
--- reset µs, retry µs); then, in MODE_RESERVE when admitted, the undo log
--- (operations for release.lua) and per item the remaining and reset µs of
--- the state before the request.
+-- decide.lua's reply, per request: REPLY_HEAD fields (the verdict, one of
+-- VERDICT_*, and the instant), then, unless expired, REPLY_ITEM_FIELDS per
+-- item (admitted 0|1, remaining, reset µs, retry µs); then the undo log
+-- (operations for release.lua) in MODE_RESERVE when admitted, and in the
+-- other modes when the request was decided after its REQUEST_UNDO_AFTER
+-- instant; then, in MODE_RESERVE when admitted, per item the remaining and
+-- reset µs of the state before the request.
 local REPLY_HEAD = 2
 local REPLY_ITEM_FIELDS = 4
+local VERDICT_DENIED = 0
+local VERDICT_ADMITTED = 1
+local VERDICT_EXPIRED = 2 -- past its deadline: nothing decided, nothing consumed
 
--- release.lua's operations (written by decide.lua in MODE_RESERVE):
-local UNDO_INCRBY = 'I' -- key delta: INCRBY if the key still exists, never below 0
+-- release.lua's operations (the undo log written by decide.lua):
+local UNDO_WINDOW = 'W' -- key start window span delta: take delta hits off the window
+                        -- that started at start (or, a window later, off the previous one)
 local UNDO_TAT = 'T' -- key delta: token bucket TAT += delta µs
 local UNDO_ZREM = 'Z' -- key count members...: remove log entries
 local UNDO_ZADD = 'A' -- key window count (score member)...: put back log entries
@@ -81,7 +92,7 @@ local function fmt(x)
 end
 
 -- the instant in µs: the argument, or Redis TIME when it is ""
-local function instant(arg)
+local function instant_of(arg)
   if arg ~= '' then
     return tonumber(arg)
   end
@@ -103,4 +114,19 @@ end
 -- its writes (their caches then stay off, see freed.go).
 local function freed(base)
   pcall_redis('PUBLISH', match(base, '^[^{]*') .. 'freed', base)
+end
+
+-- A window counter (fixed and sliding windows) is one string key holding
+-- "<start µs>:<count>:<prev>": the start of the counter's current window,
+-- its hits, and (sliding window) the previous window's hits.
+local function window_decode(v)
+  if not v then
+    return nil
+  end
+  local start, count, prev = match(v, '^(%-?%d+):(%d+):(%d+)$')
+  return tonumber(start), tonumber(count), tonumber(prev)
+end
+
+local function window_encode(start, count, prev)
+  return fmt(start) .. ':' .. fmt(count) .. ':' .. fmt(prev)
 end

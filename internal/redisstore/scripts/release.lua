@@ -6,7 +6,11 @@
 -- keys[1]: a key of the node (routing only).
 -- args: the instant in microseconds or "", then operations (the UNDO_*
 -- codes of the prelude), each as
---   UNDO_INCRBY key delta            INCRBY delta if the key still exists (never below 0)
+--   UNDO_WINDOW key start window span delta
+--                                    take delta hits off the window counter's count when
+--                                    its window still starts at start, off its previous
+--                                    window's when it starts a window later (never below 0);
+--                                    a count expires span windows after its window starts
 --   UNDO_TAT key delta               token bucket TAT (now when absent or past) += delta µs
 --                                    (dropped when not in the future)
 --   UNDO_ZREM key count members...   ZREM the members
@@ -19,18 +23,36 @@
 -- release_entry is the FCALL entry point.
 local function release_entry(_, args)
   bind()
-  local now = instant(args[1])
+  local now = instant_of(args[1])
 
   local i = 2
   while i <= #args do
     local op, key = args[i], args[i + 1]
-    if op == UNDO_INCRBY then
-      if call('EXISTS', key) == 1 then
-        if call('INCRBY', key, args[i + 2]) < 0 then
-          call('SET', key, 0, 'KEEPTTL')
-        end
+    if op == UNDO_WINDOW then
+      local start, w, span, delta = tonumber(args[i + 2]), tonumber(args[i + 3]), tonumber(args[i + 4]), tonumber(args[i + 5])
+      local s, count, prev = window_decode(call('GET', key))
+      if not s then
+        s, count, prev = start, 0, 0 -- deleted by the request (a refund emptied it) or expired since
       end
-      i = i + 3
+      if s == start then
+        count = max(0, count - delta)
+      elseif s == start + w then
+        prev = max(0, prev - delta)
+      end
+      local expires = 0
+      if count > 0 then
+        expires = s + span * w
+      elseif prev > 0 then
+        expires = s + w
+      end
+      if s ~= start and s ~= start + w then
+        -- that window is over: nothing is left to give back
+      elseif expires > now then
+        call('SET', key, window_encode(s, count, prev), 'PX', ttl_ms(expires, now))
+      else
+        call('DEL', key)
+      end
+      i = i + 6
     elseif op == UNDO_TAT then
       -- An absent or past TAT is a full bucket, i.e. now (as decide.lua
       -- loads it): undoing a refund that filled the bucket starts from there.
