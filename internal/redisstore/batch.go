@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher sends the scripts of concurrent requests together: each of its
+// batcher sends the decisions of concurrent requests together: each of its
 // workers takes every call queued at that moment (up to maxBatch) and sends
 // them in one round trip, so that under load a round trip carries many
 // decisions. With little load a call goes alone and waits for nobody.
@@ -21,12 +22,28 @@ import (
 // after the other, so Redis pays a call's fixed cost once for all of them.
 // In a cluster, where each call goes to the node of its keys, every call is
 // an FCALL of its own in a pipeline.
+//
+// Deadlines. A call is sent with a deadline in the node's clock (see
+// redisClock): its send instant plus the store timeout, or earlier when its
+// caller's own deadline comes first (less the reply's way back, grace).
+// Past it the script decides nothing (verdict expired). Its caller waits
+// for the reply until the deadline plus grace, or its own deadline; a reply
+// that arrives after its caller stopped waiting is late: what it consumed is
+// given back with its undo log, which the script attaches to requests it
+// decides within the last undoWindow before their deadline, the only ones
+// whose replies can be late unless the way back takes longer than a whole
+// timeout. A late admitted reply without an undo log, and a call whose
+// reply never came (the connection failed or stayed silent), are counted as
+// indeterminate: the store cannot tell or undo what they consumed.
 type batcher struct {
 	client    redis.UniversalClient
 	queue     chan *call
 	maxBatch  int
 	perScript int
-	timeout   time.Duration // bound of one pipeline
+	clock     *redisClock // nil: no deadlines (the scripts run on a test clock)
+	timeout   time.Duration
+	late      func(c *call, r reply) // a reply whose caller stopped waiting
+	unknown   func(c *call, err error)
 
 	scripts, roundTrips atomic.Uint64
 
@@ -34,23 +51,59 @@ type batcher struct {
 	wg   sync.WaitGroup
 }
 
+// grace is how long a caller waits for a reply past its request's deadline
+// in Redis, for the reply's way back; undoWindow is how long before its
+// deadline a decision carries its undo log.
+func (b *batcher) grace() time.Duration      { return b.timeout / 2 }
+func (b *batcher) undoWindow() time.Duration { return b.timeout / 2 }
+
+// pipelineBound is how long a worker waits for a pipeline's replies: far
+// past the callers' wait, so that late replies are read and given back.
+func pipelineBound(timeout time.Duration) time.Duration { return max(5*timeout, 100*time.Millisecond) }
+
+// A call's state: it is answered once, by the worker (a reply or an
+// error), by the wait timer, or abandoned by its caller.
+const (
+	pending int32 = iota
+	answered
+	abandoned
+)
+
 type call struct {
-	ctx  context.Context
-	keys []string
-	args []any // the request's arguments: mode, instant, items (see decide.lua)
-	done chan struct{}
-	// written by the worker before done is closed
+	ctx   context.Context
+	node  string // the node's address for its clock ("" on a single node)
+	keys  []string
+	args  []any // the request's arguments (see wire.go)
+	mode  string
+	items int
+	done  chan struct{} // closed when answered
+	state atomic.Int32
+	// written by whoever answers, before done is closed
 	reply any
 	err   error
 }
 
-func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, timeout time.Duration) *batcher {
+// answer delivers reply or err to the caller, unless it has already been
+// answered or abandoned; it reports whether it did.
+func (c *call) answer(reply any, err error) bool {
+	if !c.state.CompareAndSwap(pending, answered) {
+		return false
+	}
+	c.reply, c.err = reply, err
+	close(c.done)
+	return true
+}
+
+func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, timeout time.Duration, clock *redisClock) *batcher {
 	b := &batcher{
 		client:    client,
 		queue:     make(chan *call, 16*maxBatch),
 		maxBatch:  maxBatch,
 		perScript: perScript,
+		clock:     clock,
 		timeout:   timeout,
+		late:      func(*call, reply) {},
+		unknown:   func(*call, error) {},
 		stop:      make(chan struct{}),
 	}
 	for range workers {
@@ -67,9 +120,14 @@ func (b *batcher) close() {
 // errClosed is returned by calls on a closed store.
 var errClosed = errors.New("redis store closed")
 
-// do decides one request (keys, args) and returns the script's reply for it.
-func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error) {
-	c := &call{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
+// errNoReply is the error of a call whose reply did not come within its
+// deadline and grace: it may or may not have been decided.
+var errNoReply = errors.New("redis: no reply within the store timeout")
+
+// do decides one request (keys, args, of n items in mode) on node and
+// returns the script's reply for it.
+func (b *batcher) do(ctx context.Context, node, mode string, n int, keys []string, args []any) (any, error) {
+	c := &call{ctx: ctx, node: node, keys: keys, args: args, mode: mode, items: n, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -81,9 +139,13 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) (any, error
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		// The worker may still send it; the Store contract allows that
-		// (the caller cannot tell what was consumed).
-		return nil, fmt.Errorf("redis: %w", ctx.Err())
+		if c.state.CompareAndSwap(pending, abandoned) {
+			// Not sent yet, it never will be; sent, its reply will be
+			// late and given back.
+			return nil, fmt.Errorf("redis: %w", ctx.Err())
+		}
+		<-c.done // answered meanwhile
+		return c.reply, c.err
 	}
 }
 
@@ -119,9 +181,11 @@ func (b *batcher) send(batch []*call) {
 	// read its answer, and it would consume.
 	live := batch[:0]
 	for _, c := range batch {
+		if c.state.Load() != pending {
+			continue
+		}
 		if err := c.ctx.Err(); err != nil {
-			c.err = fmt.Errorf("redis: %w", err)
-			close(c.done)
+			c.answer(nil, fmt.Errorf("redis: %w", err))
 			continue
 		}
 		live = append(live, c)
@@ -130,7 +194,16 @@ func (b *batcher) send(batch []*call) {
 	if len(batch) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	sent := time.Now()
+	b.setDeadlines(batch, sent)
+	// The callers stop waiting at their deadline plus grace.
+	wait := time.AfterFunc(b.timeout+b.grace(), func() {
+		for _, c := range batch {
+			c.answer(nil, errNoReply)
+		}
+	})
+	defer wait.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), pipelineBound(b.timeout))
 	defer cancel()
 
 	type script struct {
@@ -139,9 +212,9 @@ func (b *batcher) send(batch []*call) {
 		cmd   *redis.Cmd
 	}
 	scripts := make([]script, 0, (len(batch)+b.perScript-1)/b.perScript)
-	for len(batch) > 0 {
-		calls := batch[:min(len(batch), b.perScript)]
-		batch = batch[len(calls):]
+	for rest := batch; len(rest) > 0; {
+		calls := rest[:min(len(rest), b.perScript)]
+		rest = rest[len(calls):]
 		size := 1
 		for _, c := range calls {
 			size += len(c.args)
@@ -183,20 +256,60 @@ func (b *batcher) send(batch []*call) {
 			run(again)
 		}
 	}
+	recv := time.Now()
 	for i := range scripts {
 		sc := &scripts[i]
-		reply, err := sc.cmd.Result()
-		replies, ok := reply.([]any)
+		result, err := sc.cmd.Result()
+		replies, ok := result.([]any)
 		if err == nil && (!ok || len(replies) != len(sc.calls)) {
-			err = fmt.Errorf("unexpected decide reply %v", reply)
+			err = fmt.Errorf("unexpected decide reply %v", result)
 		}
 		for j, c := range sc.calls {
 			if err != nil {
-				c.err = fmt.Errorf("redis: %w", err)
-			} else {
-				c.reply = replies[j]
+				if mayHaveRun(err) {
+					b.unknown(c, err)
+				}
+				c.answer(nil, fmt.Errorf("redis: %w", err))
+				continue
 			}
-			close(c.done)
+			if r, perr := parseReply(replies[j]); perr == nil {
+				if b.clock != nil && j == 0 {
+					b.clock.sample(c.node, r.now, recv)
+				}
+				if !c.answer(replies[j], nil) {
+					b.late(c, r)
+				}
+				continue
+			}
+			c.answer(replies[j], nil) // readReply says what is wrong with it
 		}
 	}
+}
+
+// setDeadlines writes each call's deadline and undo instant, in its node's
+// clock, into its arguments.
+func (b *batcher) setDeadlines(calls []*call, sent time.Time) {
+	if b.clock == nil {
+		return
+	}
+	for _, c := range calls {
+		d := sent.Add(b.timeout)
+		if cd, ok := c.ctx.Deadline(); ok && cd.Add(-b.grace()).Before(d) {
+			d = cd.Add(-b.grace())
+		}
+		rd, ok := b.clock.toRedis(c.node, d)
+		if !ok {
+			continue // no reply of the node seen yet: Apply waits for one, so only a new node
+		}
+		setDeadline(c.args, strconv.FormatInt(rd, 10), strconv.FormatInt(rd-b.undoWindow().Microseconds(), 10))
+	}
+}
+
+// mayHaveRun reports whether a call that failed with err may have been
+// decided: it was sent, and no reply says what happened (a timeout, a
+// broken connection). An error reply from Redis means the script did not
+// decide (a moved slot, an unknown function, a refused argument).
+func mayHaveRun(err error) bool {
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
 }

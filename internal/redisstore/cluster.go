@@ -15,7 +15,8 @@ import (
 
 // nodePart is the share of a request that one cluster master holds.
 type nodePart struct {
-	idx      []int // positions in the request
+	addr     string // the master's address
+	idx      []int  // positions in the request
 	items    []engine.Item
 	bases    []string
 	results  []engine.Result
@@ -53,13 +54,17 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		if oneSlot(items) {
 			mode = modeFinalMGET
 		}
-		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, mode, items, bases, results, nil) })
+		var addr string
+		for a := range parts {
+			addr = a
+		}
+		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, addr, mode, items, bases, results, nil) })
 	}
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		wg.Go(func() {
 			p.admitted, p.err = s.retryMoved(ctx, func() (bool, error) {
-				return s.applyNode(ctx, modeReserve, p.items, p.bases, p.results, &p.rest)
+				return s.applyNode(ctx, p.addr, modeReserve, p.items, p.bases, p.results, &p.rest)
 			})
 		})
 	}
@@ -114,7 +119,7 @@ func (s *Store) split(ctx context.Context, items []engine.Item, bases []string) 
 		addr := node.Options().Addr
 		p := parts[addr]
 		if p == nil {
-			p = &nodePart{}
+			p = &nodePart{addr: addr}
 			parts[addr] = p
 		}
 		p.idx = append(p.idx, i)
@@ -163,34 +168,9 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 		s.releasing.Add(1)
 		wg.Go(func() {
 			defer s.releasing.Done()
-			ctx, cancel := context.WithTimeout(s.releaseCtx, 10*s.opts.Timeout)
-			defer cancel()
-			args := []any{s.nowArg()}
-			for _, op := range p.undo {
-				f, _ := op.([]any)
-				if len(f) < 2 {
-					continue
-				}
-				switch f[0] {
-				case undoWindow, undoTAT:
-					args = append(args, f...)
-				case undoZRem:
-					args = append(args, f[0], f[1], len(f)-2)
-					args = append(args, f[2:]...)
-				case undoZAdd:
-					args = append(args, f[0], f[1], f[2], len(f)-3)
-					args = append(args, f[3:]...)
-				}
-			}
-			// Then announce the counters: another process may have cached a
-			// denial that the reservation caused.
-			for j, b := range p.bases {
-				if !slices.Contains(p.bases[:j], b) {
-					args = append(args, undoPublish, b)
-				}
-			}
-			if err := lib.fcall(ctx, s.client, lib.release, []string{p.bases[0]}, args...).Err(); err != nil && err != redis.Nil {
+			if err := s.release(p.bases[0], p.undo, p.bases); err != nil {
 				s.log.Warn("redis cluster: releasing a reservation failed; its counters stay consumed until they expire", "error", err)
+				s.indeterminate.Add(1)
 				return
 			}
 			s.releases.Add(1)
@@ -202,6 +182,40 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 		close(done)
 	}()
 	return done
+}
+
+// release runs release.lua with an undo log that decide.lua wrote (on the
+// node of key), then announces bases: another process may have cached a
+// denial that what is given back caused. It has a deadline of its own.
+func (s *Store) release(key string, undo []any, bases []string) error {
+	ctx, cancel := context.WithTimeout(s.releaseCtx, 10*s.opts.Timeout)
+	defer cancel()
+	args := []any{s.nowArg()}
+	for _, op := range undo {
+		f, _ := op.([]any)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case undoWindow, undoTAT:
+			args = append(args, f...)
+		case undoZRem:
+			args = append(args, f[0], f[1], len(f)-2)
+			args = append(args, f[2:]...)
+		case undoZAdd:
+			args = append(args, f[0], f[1], f[2], len(f)-3)
+			args = append(args, f[3:]...)
+		}
+	}
+	for j, b := range bases {
+		if !slices.Contains(bases[:j], b) {
+			args = append(args, undoPublish, b)
+		}
+	}
+	if err := lib.fcall(ctx, s.client, lib.release, []string{key}, args...).Err(); err != nil && err != redis.Nil {
+		return err
+	}
+	return nil
 }
 
 // unreserve sets the statuses of a part whose reservation was released to

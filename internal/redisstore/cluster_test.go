@@ -1,10 +1,10 @@
 package redisstore
 
 import (
-	"os"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"

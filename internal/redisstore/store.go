@@ -3,7 +3,7 @@ package redisstore
 import (
 	"context"
 	"crypto/x509"
-	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 
 	"github.com/rlsproject/rls/internal/engine"
 )
@@ -34,8 +35,11 @@ type Options struct {
 	// PoolSize is the number of connections per node; 0 means go-redis's
 	// default (10 per CPU).
 	PoolSize int
-	// Timeout bounds one Apply (default 10ms): the call returns an error
-	// wrapping context.DeadlineExceeded after it.
+	// Timeout is how long Redis has to decide a request once it is sent
+	// (default 10ms): past it the script decides nothing, and the caller
+	// waits for the reply half as long again at most. Time queued in the
+	// process before sending does not count; a caller's context deadline
+	// bounds everything.
 	Timeout time.Duration
 	// DenyCache answers requests that Redis said are denied until an exact
 	// instant from memory until then.
@@ -65,6 +69,17 @@ type Stats struct {
 	CacheHits  uint64 // Apply calls answered from the denial cache
 	Releases   uint64 // cluster reservations undone
 	Errors     uint64 // Apply calls that failed
+	// Expired counts requests that Redis did not decide because they
+	// reached it after their deadline: nothing consumed.
+	Expired uint64
+	// GivenBack counts decisions whose replies came after their callers
+	// had stopped waiting, and whose consumption was given back.
+	GivenBack uint64
+	// Indeterminate counts requests that may have consumed without their
+	// callers hearing of it and that the store could not give back: sent
+	// with no reply (a broken or silent connection), or a late reply
+	// decided too early to carry its undo log, or a give-back that failed.
+	Indeterminate uint64
 }
 
 // Store is the Redis engine.Store. It is safe for concurrent use; Close
@@ -77,7 +92,11 @@ type Store struct {
 	cache   *denyCache
 	log     *slog.Logger
 
+	clock *redisClock // nil when the scripts run on the test clock (Options.Now)
+
 	decisions, cacheHits, releases, errs atomic.Uint64
+	expired, givenBack, indeterminate    atomic.Uint64
+	faultLog                             rate.Sometimes // late and indeterminate outcomes
 	closeOnce                            sync.Once
 
 	// releases of cluster reservations run after Apply returns
@@ -124,14 +143,15 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis URL: %w", err)
 	}
-	// A call must fail within its timeout even when Redis hangs. No
-	// retries: go-redis retries a pipeline after a read error or timeout,
-	// and a script that Redis did run would then run twice (counted twice).
-	// Stale connections after a Redis restart are caught by the pool's
-	// health check when taken, not by retries (TestRestartedRedis).
-	io := max(2*opts.Timeout, 20*time.Millisecond)
+	// No retries: go-redis retries a pipeline after a read error or
+	// timeout, and a script that Redis did run would then run twice
+	// (counted twice). Stale connections after a Redis restart are caught by
+	// the pool's health check when taken, not by retries
+	// (TestRestartedRedis). The connections' own timeouts come after the
+	// pipelines' bound, which is in each pipeline's context.
+	bound := pipelineBound(opts.Timeout)
 	ro.DialTimeout = max(5*opts.Timeout, 200*time.Millisecond)
-	ro.ReadTimeout, ro.WriteTimeout = 2*io, 2*io // the pipeline's deadline (io) comes first
+	ro.ReadTimeout, ro.WriteTimeout = 2*bound, 2*bound
 	ro.MaxRetries = -1
 	ro.MinRetryBackoff, ro.MaxRetryBackoff = -1, -1
 	ro.ContextTimeoutEnabled = true
@@ -169,7 +189,11 @@ func New(opts Options) (*Store, error) {
 			MaxRetryBackoff:       ro.MaxRetryBackoff,
 			ContextTimeoutEnabled: true,
 			PoolSize:              ro.PoolSize,
-			MaxRedirects:          3,
+			// -1: one attempt. go-redis's cluster pipeline sends again the
+			// commands of a pipeline whose connection failed, up to
+			// MaxRedirects times: a script that had run would run again.
+			// MOVED and ASK come back as errors; retryMoved follows them.
+			MaxRedirects: -1,
 		})
 		s.client = s.cluster
 	} else {
@@ -179,8 +203,17 @@ func New(opts Options) (*Store, error) {
 	if s.cluster != nil {
 		perScript = 1
 	}
-	s.b = newBatcher(s.client, opts.MaxBatch, perScript, opts.Workers, io)
+	if opts.Now == nil {
+		s.clock = newRedisClock()
+	}
+	s.faultLog = rate.Sometimes{Interval: 10 * time.Second}
+	s.b = newBatcher(s.client, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, s.clock)
+	s.b.late, s.b.unknown = s.late, s.unknown
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
+	if s.clock != nil {
+		s.watching.Add(1)
+		go s.sampleClocks()
+	}
 	if opts.DenyCache {
 		s.cache = newDenyCache(opts.DenyCacheSize)
 		s.watching.Add(1)
@@ -221,6 +254,10 @@ func (s *Store) Stats() Stats {
 		CacheHits:  s.cacheHits.Load(),
 		Releases:   s.releases.Load(),
 		Errors:     s.errs.Load(),
+
+		Expired:       s.expired.Load(),
+		GivenBack:     s.givenBack.Load(),
+		Indeterminate: s.indeterminate.Load(),
 	}
 }
 
@@ -262,17 +299,25 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 			return false, nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		// A caller without a deadline of its own: bound the time queued
+		// (and, for a node never heard from, waiting for its clock).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pipelineBound(s.opts.Timeout)+s.opts.Timeout)
+		defer cancel()
+	}
 	var admitted bool
 	var err error
 	if s.cluster == nil {
-		admitted, err = s.applyNode(ctx, modeFinalMGET, items, bases, results, nil) // one node: any keys in one MGET
+		admitted, err = s.applyNode(ctx, "", modeFinalMGET, items, bases, results, nil) // one node: any keys in one MGET
 	} else {
 		admitted, err = s.applyCluster(ctx, items, bases, results)
 	}
 	if err != nil {
 		s.errs.Add(1)
+		if errors.Is(err, errExpired) {
+			s.expired.Add(1)
+		}
 		return false, err
 	}
 	s.decisions.Add(1)
@@ -282,13 +327,115 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	return admitted, nil
 }
 
-// applyNode runs the decide script over items (all on one node) and writes
-// their results. In modeReserve it also returns the rest of the reply (the undo
-// log and the unconsumed statuses) through rest.
-func (s *Store) applyNode(ctx context.Context, mode string, items []engine.Item, bases []string, results []engine.Result, rest *[]any) (bool, error) {
-	reply, err := s.b.do(ctx, []string{bases[0]}, requestArgs(mode, s.nowArg(), items, bases))
+// applyNode runs the decide function over items (all on node, "" for a
+// single node) and writes their results. In modeReserve it also returns the
+// rest of the reply (the undo log and the unconsumed statuses) through rest.
+func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine.Item, bases []string, results []engine.Result, rest *[]any) (bool, error) {
+	if s.clock != nil && !s.clock.known(node) {
+		if err := s.readClock(ctx, bases[0]); err != nil {
+			return false, fmt.Errorf("redis: reading the clock of Redis %s: %w", node, err)
+		}
+	}
+	reply, err := s.b.do(ctx, node, mode, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), items, bases))
 	if err != nil {
 		return false, err
 	}
 	return readReply(reply, items, results, rest)
+}
+
+// late handles the reply of a request whose caller stopped waiting (its
+// own deadline, or the store's wait): what it consumed is given back with
+// its undo log; without one (decided well before its deadline, so the reply
+// took longer than a whole timeout on its way back) it is indeterminate.
+func (s *Store) late(c *call, r reply) {
+	switch r.verdict {
+	case verdictExpired:
+		s.expired.Add(1)
+		return
+	case verdictAdmitted:
+	default:
+		return // denied: nothing consumed
+	}
+	undo := r.undo(c.items)
+	bases := callBases(c)
+	if undo == nil {
+		s.unknown(c, errors.New("a reply came after its caller stopped waiting, decided too early to carry its undo log"))
+		return
+	}
+	s.releasing.Add(1)
+	go func() {
+		defer s.releasing.Done()
+		if err := s.release(c.keys[0], undo, bases); err != nil {
+			s.unknown(c, fmt.Errorf("giving back a late decision: %w", err))
+			return
+		}
+		s.givenBack.Add(1)
+	}()
+}
+
+// unknown counts a request whose consumption, if any, could not be told
+// or given back, and logs it at a bounded rate.
+func (s *Store) unknown(c *call, err error) {
+	n := s.indeterminate.Add(1)
+	s.faultLog.Do(func() {
+		s.log.Warn("redis: a request may have consumed without rls answering it (counted in rls_redis_indeterminate_total)",
+			"node", c.node, "error", err, "indeterminate_so_far", n)
+	})
+}
+
+// callBases returns the counters of a call's items, from its arguments.
+func callBases(c *call) []string {
+	bases := make([]string, c.items)
+	for k := range bases {
+		bases[k], _ = c.args[requestHead+k*itemFields+itemBase-1].(string)
+	}
+	return bases
+}
+
+// sampleClocks reads each node's TIME every half clock period until the
+// store closes, so that the bounds of their leads stay fresh while few
+// requests come (every reply is a reading too).
+func (s *Store) sampleClocks() {
+	defer s.watching.Done()
+	tick := time.NewTicker(clockPeriod / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.releaseCtx.Done():
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(s.releaseCtx, clockPeriod)
+		if s.cluster == nil {
+			s.readNodeClock(ctx, "", s.client)
+		} else {
+			s.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+				s.readNodeClock(ctx, node.Options().Addr, node)
+				return nil
+			})
+		}
+		cancel()
+	}
+}
+
+// readClock reads the clock of the node that holds key, before the first
+// request sent to it.
+func (s *Store) readClock(ctx context.Context, key string) error {
+	if s.cluster == nil {
+		return s.readNodeClock(ctx, "", s.client)
+	}
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return err
+	}
+	return s.readNodeClock(ctx, node.Options().Addr, node)
+}
+
+func (s *Store) readNodeClock(ctx context.Context, addr string, c redis.Cmdable) error {
+	t, err := c.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	s.clock.sample(addr, t.UnixMicro(), time.Now())
+	return nil
 }

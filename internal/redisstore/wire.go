@@ -220,8 +220,8 @@ func parseReply(r any) (reply, error) {
 }
 
 // undo returns the reply's undo log, nil when it has none, for a request
-// of n items in mode.
-func (r reply) undo(n int, mode string) []any {
+// of n items.
+func (r reply) undo(n int) []any {
 	if r.verdict != verdictAdmitted || len(r.vals) <= replyHead+replyItemFields*n {
 		return nil
 	}
