@@ -1,0 +1,177 @@
+package descriptors
+
+import (
+	"net/url"
+	"strings"
+)
+
+// BuildHTTPDescriptors appends to dst the descriptors that the domain's
+// http_descriptors make of r, with Envoy's rules: one descriptor per item,
+// entries in action order; an action that cannot produce its entry drops
+// the whole descriptor, unless it has skip_if_absent (then only the entry is
+// left out); a descriptor left with no entries is dropped.
+func (d *Domain) BuildHTTPDescriptors(r HTTPRequest, dst [][]Entry) [][]Entry {
+	if d == nil {
+		return dst
+	}
+	for _, h := range d.HTTPDescriptors {
+		var entries []Entry
+		complete := true
+		for _, a := range h.Actions {
+			e, ok := a.entry(r)
+			if !ok {
+				if a.SkipIfAbsent {
+					continue
+				}
+				complete = false
+				break
+			}
+			if entries == nil {
+				entries = make([]Entry, 0, len(h.Actions))
+			}
+			entries = append(entries, e)
+		}
+		if complete && len(entries) > 0 {
+			dst = append(dst, entries)
+		}
+	}
+	return dst
+}
+
+// entry produces a's entry for r, or false when it cannot.
+func (a *Action) entry(r HTTPRequest) (Entry, bool) {
+	switch a.Kind {
+	case ActionRemoteAddress, ActionMaskedRemoteAddress:
+		addr := r.ClientAddr()
+		if !addr.IsValid() {
+			return Entry{}, false
+		}
+		addr = addr.Unmap().WithZone("")
+		if a.Kind == ActionRemoteAddress {
+			return Entry{Key: a.DescriptorKey, Value: addr.String()}, true
+		}
+		bits := a.V6PrefixLen
+		if addr.Is4() {
+			bits = a.V4PrefixLen
+		}
+		prefix, err := addr.Prefix(bits)
+		if err != nil {
+			return Entry{}, false
+		}
+		return Entry{Key: a.DescriptorKey, Value: prefix.String()}, true
+	case ActionRequestHeaders:
+		v, ok := r.Header(a.HeaderName)
+		return Entry{Key: a.DescriptorKey, Value: v}, ok
+	case ActionQueryParameters:
+		path, _ := r.Header(":path")
+		v, ok := queryParameter(path, a.QueryParameterName)
+		return Entry{Key: a.DescriptorKey, Value: v}, ok
+	case ActionGenericKey:
+		return Entry{Key: a.DescriptorKey, Value: a.DescriptorValue}, true
+	case ActionHeaderValueMatch:
+		all := true
+		for _, m := range a.Headers {
+			if !m.matches(r) {
+				all = false
+				break
+			}
+		}
+		return Entry{Key: a.DescriptorKey, Value: a.DescriptorValue}, all == a.ExpectMatch
+	}
+	return Entry{}, false
+}
+
+// queryParameter returns the URL-decoded value of the first parameter
+// called name in the query of path ("/p?a=1&b=2").
+func queryParameter(path, name string) (string, bool) {
+	_, query, ok := strings.Cut(path, "?")
+	if !ok {
+		return "", false
+	}
+	query, _, _ = strings.Cut(query, "#")
+	for query != "" {
+		var part string
+		part, query, _ = strings.Cut(query, "&")
+		k, v, _ := strings.Cut(part, "=")
+		if k == "" || unescapeQuery(k) != name {
+			continue
+		}
+		return unescapeQuery(v), true
+	}
+	return "", false
+}
+
+// unescapeQuery decodes %XX and '+'; badly escaped text stays as it is.
+func unescapeQuery(s string) string {
+	if !strings.ContainsAny(s, "%+") {
+		return s
+	}
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// matches applies m to r with Envoy's rules: an absent header matches only
+// present_match: false (or present_match: true inverted); invert_match
+// inverts the result for a present header.
+func (m *HeaderMatcher) matches(r HTTPRequest) bool {
+	v, ok := r.Header(m.Name)
+	if m.MatchKind == MatchPresent {
+		return (ok == m.Present) != m.Invert
+	}
+	if !ok {
+		return false
+	}
+	var match bool
+	switch m.MatchKind {
+	case MatchExact:
+		match = len(v) == len(m.Pattern) && hasPrefix(v, m.Pattern, m.IgnoreCase)
+	case MatchPrefix:
+		match = hasPrefix(v, m.Pattern, m.IgnoreCase)
+	case MatchSuffix:
+		match = len(v) >= len(m.Pattern) && hasPrefix(v[len(v)-len(m.Pattern):], m.Pattern, m.IgnoreCase)
+	case MatchContains:
+		match = contains(v, m.Pattern, m.IgnoreCase)
+	case MatchRegex:
+		match = m.Regex != nil && m.Regex.MatchString(v)
+	}
+	return match != m.Invert
+}
+
+// hasPrefix is strings.HasPrefix, ASCII case-insensitive when fold is set
+// (Envoy's ignore_case folds ASCII only).
+func hasPrefix(s, prefix string, fold bool) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	if !fold {
+		return s[:len(prefix)] == prefix
+	}
+	for i := 0; i < len(prefix); i++ {
+		if lowerASCII(s[i]) != lowerASCII(prefix[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// contains is strings.Contains, ASCII case-insensitive when fold is set.
+func contains(s, sub string, fold bool) bool {
+	if !fold {
+		return strings.Contains(s, sub)
+	}
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if hasPrefix(s[i:], sub, true) {
+			return true
+		}
+	}
+	return false
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
