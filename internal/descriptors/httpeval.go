@@ -1,9 +1,21 @@
 package descriptors
 
 import (
+	"net/netip"
 	"net/url"
 	"strings"
 )
+
+// HTTPRequest is what http_descriptors read from an HTTP request. The
+// transport adapters implement it.
+type HTTPRequest interface {
+	// Header returns the first value of the header with the lower-case name,
+	// and whether it is present. The pseudo-headers ":method", ":path" (with
+	// the query string) and ":authority" are answered too.
+	Header(name string) (string, bool)
+	// ClientAddr returns the client's address; the zero Addr when unknown.
+	ClientAddr() netip.Addr
+}
 
 // BuildHTTPDescriptors appends to dst the descriptors that the domain's
 // http_descriptors make of r, with Envoy's rules: one descriptor per item,
@@ -17,7 +29,7 @@ func (d *Domain) BuildHTTPDescriptors(r HTTPRequest, dst [][]Entry) [][]Entry {
 	for _, h := range d.HTTPDescriptors {
 		var entries []Entry
 		complete := true
-		for _, a := range h.Actions {
+		for _, a := range h.actions {
 			e, ok := a.entry(r)
 			if !ok {
 				if a.SkipIfAbsent {
@@ -27,7 +39,7 @@ func (d *Domain) BuildHTTPDescriptors(r HTTPRequest, dst [][]Entry) [][]Entry {
 				break
 			}
 			if entries == nil {
-				entries = make([]Entry, 0, len(h.Actions))
+				entries = make([]Entry, 0, len(h.actions))
 			}
 			entries = append(entries, e)
 		}
@@ -39,15 +51,15 @@ func (d *Domain) BuildHTTPDescriptors(r HTTPRequest, dst [][]Entry) [][]Entry {
 }
 
 // entry produces a's entry for r, or false when it cannot.
-func (a *Action) entry(r HTTPRequest) (Entry, bool) {
+func (a *action) entry(r HTTPRequest) (Entry, bool) {
 	switch a.Kind {
-	case ActionRemoteAddress, ActionMaskedRemoteAddress:
+	case actionRemoteAddress, actionMaskedRemoteAddress:
 		addr := r.ClientAddr()
 		if !addr.IsValid() {
 			return Entry{}, false
 		}
 		addr = addr.Unmap().WithZone("")
-		if a.Kind == ActionRemoteAddress {
+		if a.Kind == actionRemoteAddress {
 			return Entry{Key: a.DescriptorKey, Value: addr.String()}, true
 		}
 		bits := a.V6PrefixLen
@@ -59,16 +71,16 @@ func (a *Action) entry(r HTTPRequest) (Entry, bool) {
 			return Entry{}, false
 		}
 		return Entry{Key: a.DescriptorKey, Value: prefix.String()}, true
-	case ActionRequestHeaders:
+	case actionRequestHeaders:
 		v, ok := r.Header(a.HeaderName)
 		return Entry{Key: a.DescriptorKey, Value: v}, ok
-	case ActionQueryParameters:
+	case actionQueryParameters:
 		path, _ := r.Header(":path")
 		v, ok := queryParameter(path, a.QueryParameterName)
 		return Entry{Key: a.DescriptorKey, Value: v}, ok
-	case ActionGenericKey:
+	case actionGenericKey:
 		return Entry{Key: a.DescriptorKey, Value: a.DescriptorValue}, true
-	case ActionHeaderValueMatch:
+	case actionHeaderValueMatch:
 		all := true
 		for _, m := range a.Headers {
 			if !m.matches(r) {
@@ -115,25 +127,25 @@ func unescapeQuery(s string) string {
 // matches applies m to r with Envoy's rules: an absent header matches only
 // present_match: false (or present_match: true inverted); invert_match
 // inverts the result for a present header.
-func (m *HeaderMatcher) matches(r HTTPRequest) bool {
+func (m *headerMatcher) matches(r HTTPRequest) bool {
 	v, ok := r.Header(m.Name)
-	if m.MatchKind == MatchPresent {
+	if m.Kind == matchPresent {
 		return (ok == m.Present) != m.Invert
 	}
 	if !ok {
 		return false
 	}
 	var match bool
-	switch m.MatchKind {
-	case MatchExact:
+	switch m.Kind {
+	case matchExact:
 		match = len(v) == len(m.Pattern) && hasPrefix(v, m.Pattern, m.IgnoreCase)
-	case MatchPrefix:
+	case matchPrefix:
 		match = hasPrefix(v, m.Pattern, m.IgnoreCase)
-	case MatchSuffix:
+	case matchSuffix:
 		match = len(v) >= len(m.Pattern) && hasPrefix(v[len(v)-len(m.Pattern):], m.Pattern, m.IgnoreCase)
-	case MatchContains:
+	case matchContains:
 		match = contains(v, m.Pattern, m.IgnoreCase)
-	case MatchRegex:
+	case matchRegex:
 		match = m.Regex != nil && m.Regex.MatchString(v)
 	}
 	return match != m.Invert

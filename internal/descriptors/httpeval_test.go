@@ -236,7 +236,7 @@ func TestBuildHTTPDescriptorsAppends(t *testing.T) {
 	}
 }
 
-// TestHeaderMatcher pins Envoy's HeaderMatcher rules, one matcher per row.
+// TestHeaderMatcher pins Envoy's headerMatcher rules, one matcher per row.
 func TestHeaderMatcher(t *testing.T) {
 	tests := []struct {
 		matcher string
@@ -272,7 +272,7 @@ func TestHeaderMatcher(t *testing.T) {
 				text += ", invert_match: true"
 			}
 			text += "}]\n"
-			m := parseString(t, text).Domain("h").HTTPDescriptors[0].Actions[0].Headers[0]
+			m := parseString(t, text).Domain("h").HTTPDescriptors[0].actions[0].Headers[0]
 			r := req("")
 			if tt.value != "<absent>" {
 				r = req("", "x-h", tt.value)
@@ -299,7 +299,7 @@ func TestHeaderMatcher(t *testing.T) {
 		{present: false, invert: true, headerSet: false, want: false},
 	}
 	for _, tt := range presence {
-		m := &HeaderMatcher{Name: "x-h", MatchKind: MatchPresent, Present: tt.present, Invert: tt.invert}
+		m := &headerMatcher{Name: "x-h", Kind: matchPresent, Present: tt.present, Invert: tt.invert}
 		r := req("")
 		if tt.headerSet {
 			r = req("", "x-h", "")
@@ -311,16 +311,16 @@ func TestHeaderMatcher(t *testing.T) {
 }
 
 func TestKindStrings(t *testing.T) {
-	if got := ActionHeaderValueMatch.String(); got != "header_value_match" {
-		t.Errorf("ActionHeaderValueMatch.String() = %q", got)
+	if got := actionHeaderValueMatch.String(); got != "header_value_match" {
+		t.Errorf("actionHeaderValueMatch.String() = %q", got)
 	}
-	if got := ActionKind(99).String(); got != "unknown" {
-		t.Errorf("ActionKind(99).String() = %q", got)
+	if got := actionKind(99).String(); got != "unknown" {
+		t.Errorf("actionKind(99).String() = %q", got)
 	}
-	if got := MatchRegex.String(); got != "safe_regex" {
-		t.Errorf("MatchRegex.String() = %q", got)
+	if got := matchRegex.String(); got != "safe_regex" {
+		t.Errorf("matchRegex.String() = %q", got)
 	}
-	if got := MatchKind(99).String(); got != "unknown" {
-		t.Errorf("MatchKind(99).String() = %q", got)
+	if got := matchKind(99).String(); got != "unknown" {
+		t.Errorf("matchKind(99).String() = %q", got)
 	}
 }

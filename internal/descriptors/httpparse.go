@@ -8,17 +8,94 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// HTTPDescriptor is one item of http_descriptors: it yields one descriptor
+// whose entries come from its actions, in order.
+type HTTPDescriptor struct {
+	actions      []*action
+	Line, Column int
+}
+
+// actionKind is the kind of an http_descriptors action, named like Envoy's
+// route rate-limit actions.
+type actionKind uint8
+
+// The supported actions.
+const (
+	actionRemoteAddress actionKind = iota
+	actionMaskedRemoteAddress
+	actionRequestHeaders
+	actionQueryParameters
+	actionGenericKey
+	actionHeaderValueMatch
+)
+
+// action is one http_descriptors action. Which fields matter depends on Kind.
+type action struct {
+	Kind actionKind
+	// DescriptorKey is the entry's key (defaults as in Envoy:
+	// "remote_address", "masked_remote_address", "generic_key",
+	// "header_match").
+	DescriptorKey string
+	// DescriptorValue is the entry's value for generic_key and
+	// header_value_match.
+	DescriptorValue string
+	// HeaderName (request_headers) is lower-case; pseudo-headers
+	// ":method", ":path", ":authority" are allowed.
+	HeaderName string
+	// QueryParameterName (query_parameters).
+	QueryParameterName string
+	// SkipIfAbsent leaves the entry out instead of dropping the descriptor.
+	SkipIfAbsent bool
+	// V4PrefixLen, V6PrefixLen (masked_remote_address): defaults 32 and 128.
+	V4PrefixLen, V6PrefixLen int
+	// ExpectMatch (header_value_match, default true) and Headers: the entry
+	// is produced when all Headers match (or, with ExpectMatch false, when
+	// not all match).
+	ExpectMatch bool
+	Headers     []*headerMatcher
+
+	Line, Column int
+}
+
+// headerMatcher is Envoy's HeaderMatcher restricted to string_match,
+// present_match and invert_match.
+type headerMatcher struct {
+	Name string // lower-case
+	// Exactly one of the following is in use, by Kind.
+	Kind       matchKind
+	Pattern    string         // exact, prefix, suffix, contains
+	Regex      *regexp.Regexp // safe_regex (RE2, anchored: the whole value must match)
+	IgnoreCase bool
+	Present    bool // present_match: true = header present, false = absent
+	Invert     bool
+
+	regexSrc string // the safe_regex as written, for the config dump
+}
+
+// matchKind selects what a headerMatcher tests.
+type matchKind uint8
+
+// The match kinds.
+const (
+	matchExact matchKind = iota
+	matchPrefix
+	matchSuffix
+	matchContains
+	matchRegex
+	matchPresent
+)
+
 var actionNames = [...]string{
-	ActionRemoteAddress:       "remote_address",
-	ActionMaskedRemoteAddress: "masked_remote_address",
-	ActionRequestHeaders:      "request_headers",
-	ActionQueryParameters:     "query_parameters",
-	ActionGenericKey:          "generic_key",
-	ActionHeaderValueMatch:    "header_value_match",
+	actionRemoteAddress:       "remote_address",
+	actionMaskedRemoteAddress: "masked_remote_address",
+	actionRequestHeaders:      "request_headers",
+	actionQueryParameters:     "query_parameters",
+	actionGenericKey:          "generic_key",
+	actionHeaderValueMatch:    "header_value_match",
 }
 
 // String returns the action's name in config files ("request_headers", ...).
-func (k ActionKind) String() string {
+func (k actionKind) String() string {
 	if int(k) < len(actionNames) {
 		return actionNames[k]
 	}
@@ -26,17 +103,17 @@ func (k ActionKind) String() string {
 }
 
 var matchNames = [...]string{
-	MatchExact:    "exact",
-	MatchPrefix:   "prefix",
-	MatchSuffix:   "suffix",
-	MatchContains: "contains",
-	MatchRegex:    "safe_regex",
-	MatchPresent:  "present_match",
+	matchExact:    "exact",
+	matchPrefix:   "prefix",
+	matchSuffix:   "suffix",
+	matchContains: "contains",
+	matchRegex:    "safe_regex",
+	matchPresent:  "present_match",
 }
 
 // String returns the matcher's name in config files ("exact", ...,
 // "safe_regex", "present_match").
-func (k MatchKind) String() string {
+func (k matchKind) String() string {
 	if int(k) < len(matchNames) {
 		return matchNames[k]
 	}
@@ -47,22 +124,29 @@ var (
 	actionList = strings.Join(actionNames[:], "|")
 	// actionKeys are the keys each action takes.
 	actionKeys = [...][]string{
-		ActionRemoteAddress:       nil,
-		ActionMaskedRemoteAddress: {"v4_prefix_mask_len", "v6_prefix_mask_len"},
-		ActionRequestHeaders:      {"header_name", "descriptor_key", "skip_if_absent"},
-		ActionQueryParameters:     {"query_parameter_name", "descriptor_key", "skip_if_absent"},
-		ActionGenericKey:          {"descriptor_value", "descriptor_key"},
-		ActionHeaderValueMatch:    {"descriptor_value", "descriptor_key", "expect_match", "headers"},
+		actionRemoteAddress:       nil,
+		actionMaskedRemoteAddress: {"v4_prefix_mask_len", "v6_prefix_mask_len"},
+		actionRequestHeaders:      {"header_name", "descriptor_key", "skip_if_absent"},
+		actionQueryParameters:     {"query_parameter_name", "descriptor_key", "skip_if_absent"},
+		actionGenericKey:          {"descriptor_value", "descriptor_key"},
+		actionHeaderValueMatch:    {"descriptor_value", "descriptor_key", "expect_match", "headers"},
+	}
+	// requiredKeys are the keys each action must have.
+	requiredKeys = [...][]string{
+		actionRequestHeaders:   {"header_name", "descriptor_key"},
+		actionQueryParameters:  {"query_parameter_name", "descriptor_key"},
+		actionGenericKey:       {"descriptor_value"},
+		actionHeaderValueMatch: {"descriptor_value", "headers"},
 	}
 	// defaultKeys are the entry keys of actions whose descriptor_key is
 	// optional or absent, as in Envoy.
 	defaultKeys = [...]string{
-		ActionRemoteAddress:       "remote_address",
-		ActionMaskedRemoteAddress: "masked_remote_address",
-		ActionGenericKey:          "generic_key",
-		ActionHeaderValueMatch:    "header_match",
+		actionRemoteAddress:       "remote_address",
+		actionMaskedRemoteAddress: "masked_remote_address",
+		actionGenericKey:          "generic_key",
+		actionHeaderValueMatch:    "header_match",
 	}
-	// legacyMatchers are Envoy's deprecated HeaderMatcher fields, with
+	// legacyMatchers are Envoy's deprecated headerMatcher fields, with
 	// what to write instead.
 	legacyMatchers = map[string]string{
 		"exact_match":      "string_match: {exact: ...}",
@@ -93,143 +177,132 @@ func (p *parser) httpDescriptors(f field) []*HTTPDescriptor {
 			given += len(nodes)
 			for _, n := range nodes {
 				if a := p.action(n); a != nil {
-					h.Actions = append(h.Actions, a)
+					h.actions = append(h.actions, a)
 				}
 			}
 		}
 		if given == 0 {
 			p.errorf(item, "http_descriptors item has no actions")
 		}
-		if len(h.Actions) > 0 {
+		if len(h.actions) > 0 {
 			out = append(out, h)
 		}
 	}
 	return out
 }
 
-// action parses one action: a mapping with exactly one action key.
-func (p *parser) action(n *yaml.Node) *Action {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "an action must be a mapping with one of %s, got %s", actionList, describe(n))
+// action parses one action: a mapping with exactly one action key, whose
+// value holds the action's fields.
+func (p *parser) action(n *yaml.Node) *action {
+	f, kind, ok := p.actionKind(n)
+	if !ok {
 		return nil
 	}
-	fields := p.fields(n)
-	if len(fields) == 0 {
-		p.errorf(n, "an action must have one of %s", actionList)
+	body, ok := p.actionBody(f)
+	if !ok {
 		return nil
 	}
-	if len(fields) > 1 {
-		p.errorf(fields[1].k, "an action has exactly one kind, got %q and %q (give each its own list item)", fields[0].key, fields[1].key)
-		return nil
-	}
-	f := fields[0]
-	a := &Action{ExpectMatch: true, V4PrefixLen: 32, V6PrefixLen: 128}
-	found := false
-	for k, name := range actionNames {
-		if name == f.key {
-			a.Kind, found = ActionKind(k), true
-		}
-	}
-	if !found {
-		p.errorf(f.k, "unsupported action %q (supported: %s)", f.key, actionList)
-		return nil
-	}
+	a := &action{Kind: kind, DescriptorKey: defaultKeys[kind], ExpectMatch: true, V4PrefixLen: 32, V6PrefixLen: 128}
 	a.Line, a.Column = at(f.k)
-	a.DescriptorKey = defaultKeys[a.Kind]
-
-	body := p.resolve(f.v)
-	var bodyFields []field
-	switch {
-	case isNull(body):
-	case body.Kind != yaml.MappingNode:
-		p.errorf(body, "%s must be a mapping, got %s", f.key, describe(body))
-		return nil
-	default:
-		bodyFields = p.fields(body)
+	for _, bf := range body {
+		if !slices.Contains(actionKeys[kind], bf.key) {
+			p.unknown(bf, f.key, actionKeys[kind])
+			continue
+		}
+		p.actionField(a, f.key, bf)
 	}
-	var keySeen, valueSeen, nameSeen, headersSeen bool
-	for _, bf := range bodyFields {
-		switch {
-		case !slices.Contains(actionKeys[a.Kind], bf.key):
-			p.unknown(bf, f.key, actionKeys[a.Kind])
-		case bf.key == "descriptor_key":
-			keySeen = true
-			if a.DescriptorKey, _ = p.str(bf); a.DescriptorKey == "" {
-				p.errorf(bf.v, "%s: descriptor_key must not be empty", f.key)
-				a.DescriptorKey = defaultKeys[a.Kind]
-			}
-		case bf.key == "descriptor_value":
-			valueSeen = true
-			if a.DescriptorValue, _ = p.str(bf); a.DescriptorValue == "" {
-				p.errorf(bf.v, "%s: descriptor_value must not be empty", f.key)
-			}
-		case bf.key == "header_name":
-			nameSeen = true
-			a.HeaderName = p.headerName(bf)
-		case bf.key == "query_parameter_name":
-			nameSeen = true
-			if a.QueryParameterName, _ = p.str(bf); a.QueryParameterName == "" {
-				p.errorf(bf.v, "%s: query_parameter_name must not be empty", f.key)
-			}
-		case bf.key == "skip_if_absent":
-			a.SkipIfAbsent = p.boolean(bf)
-		case bf.key == "v4_prefix_mask_len":
-			x, _ := p.number(bf, 32)
-			a.V4PrefixLen = int(x)
-			if isNull(p.resolve(bf.v)) {
-				a.V4PrefixLen = 32
-			}
-		case bf.key == "v6_prefix_mask_len":
-			x, _ := p.number(bf, 128)
-			a.V6PrefixLen = int(x)
-			if isNull(p.resolve(bf.v)) {
-				a.V6PrefixLen = 128
-			}
-		case bf.key == "expect_match":
-			if isNull(p.resolve(bf.v)) {
-				break
-			}
-			a.ExpectMatch = p.boolean(bf)
-		case bf.key == "headers":
-			headersSeen = true
-			for _, hn := range p.list(bf) {
-				if m := p.headerMatcher(hn); m != nil {
-					a.Headers = append(a.Headers, m)
-				}
-			}
-			if len(a.Headers) == 0 {
-				p.errorf(bf.v, "header_value_match: headers must not be empty")
-			}
-		}
-	}
-	switch a.Kind {
-	case ActionRequestHeaders:
-		if !nameSeen {
-			p.errorf(f.k, "request_headers needs header_name")
-		}
-		if !keySeen {
-			p.errorf(f.k, "request_headers needs descriptor_key")
-		}
-	case ActionQueryParameters:
-		if !nameSeen {
-			p.errorf(f.k, "query_parameters needs query_parameter_name")
-		}
-		if !keySeen {
-			p.errorf(f.k, "query_parameters needs descriptor_key")
-		}
-	case ActionGenericKey:
-		if !valueSeen {
-			p.errorf(f.k, "generic_key needs descriptor_value")
-		}
-	case ActionHeaderValueMatch:
-		if !valueSeen {
-			p.errorf(f.k, "header_value_match needs descriptor_value")
-		}
-		if !headersSeen {
-			p.errorf(f.k, "header_value_match needs headers")
+	for _, key := range requiredKeys[kind] {
+		if !slices.ContainsFunc(body, func(bf field) bool { return bf.key == key }) {
+			p.errorf(f.k, "%s needs %s", f.key, key)
 		}
 	}
 	return a
+}
+
+// actionKind reads which action n is: its only key.
+func (p *parser) actionKind(n *yaml.Node) (field, actionKind, bool) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "an action must be a mapping with one of %s, got %s", actionList, describe(n))
+		return field{}, 0, false
+	}
+	fields := p.fields(n)
+	switch {
+	case len(fields) == 0:
+		p.errorf(n, "an action must have one of %s", actionList)
+		return field{}, 0, false
+	case len(fields) > 1:
+		p.errorf(fields[1].k, "an action has exactly one kind, got %q and %q (give each its own list item)", fields[0].key, fields[1].key)
+		return field{}, 0, false
+	}
+	f := fields[0]
+	if k := slices.Index(actionNames[:], f.key); k >= 0 {
+		return f, actionKind(k), true
+	}
+	p.errorf(f.k, "unsupported action %q (supported: %s)", f.key, actionList)
+	return field{}, 0, false
+}
+
+// actionBody returns the fields of an action's value; null has none.
+func (p *parser) actionBody(f field) ([]field, bool) {
+	body := p.resolve(f.v)
+	switch {
+	case isNull(body):
+		return nil, true
+	case body.Kind != yaml.MappingNode:
+		p.errorf(body, "%s must be a mapping, got %s", f.key, describe(body))
+		return nil, false
+	}
+	return p.fields(body), true
+}
+
+// actionField reads one field of the action called name into a; the key is
+// one that a's kind takes.
+func (p *parser) actionField(a *action, name string, bf field) {
+	switch bf.key {
+	case "descriptor_key":
+		if a.DescriptorKey, _ = p.str(bf); a.DescriptorKey == "" {
+			p.errorf(bf.v, "%s: descriptor_key must not be empty", name)
+			a.DescriptorKey = defaultKeys[a.Kind]
+		}
+	case "descriptor_value":
+		if a.DescriptorValue, _ = p.str(bf); a.DescriptorValue == "" {
+			p.errorf(bf.v, "%s: descriptor_value must not be empty", name)
+		}
+	case "header_name":
+		a.HeaderName = p.headerName(bf)
+	case "query_parameter_name":
+		if a.QueryParameterName, _ = p.str(bf); a.QueryParameterName == "" {
+			p.errorf(bf.v, "%s: query_parameter_name must not be empty", name)
+		}
+	case "skip_if_absent":
+		a.SkipIfAbsent = p.boolean(bf)
+	case "v4_prefix_mask_len":
+		a.V4PrefixLen = p.maskLen(bf, 32)
+	case "v6_prefix_mask_len":
+		a.V6PrefixLen = p.maskLen(bf, 128)
+	case "expect_match":
+		if !isNull(p.resolve(bf.v)) {
+			a.ExpectMatch = p.boolean(bf)
+		}
+	case "headers":
+		for _, hn := range p.list(bf) {
+			if m := p.headerMatcher(hn); m != nil {
+				a.Headers = append(a.Headers, m)
+			}
+		}
+		if len(a.Headers) == 0 {
+			p.errorf(bf.v, "header_value_match: headers must not be empty")
+		}
+	}
+}
+
+// maskLen reads a prefix length in [0, bits]; null is bits.
+func (p *parser) maskLen(f field, bits int) int {
+	if isNull(p.resolve(f.v)) {
+		return bits
+	}
+	x, _ := p.number(f, uint64(bits))
+	return int(x)
 }
 
 // headerName reads a header name and lower-cases it. Pseudo-headers
@@ -254,12 +327,12 @@ func (p *parser) headerName(f field) string {
 }
 
 // headerMatcher parses one of header_value_match's headers.
-func (p *parser) headerMatcher(n *yaml.Node) *HeaderMatcher {
+func (p *parser) headerMatcher(n *yaml.Node) *headerMatcher {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "a header matcher must be a mapping like {name: ..., string_match: {...}}, got %s", describe(n))
 		return nil
 	}
-	m := &HeaderMatcher{}
+	m := &headerMatcher{}
 	var kindF *field
 	var named, legacy bool
 	for _, f := range p.fields(n) {
@@ -274,7 +347,7 @@ func (p *parser) headerMatcher(n *yaml.Node) *HeaderMatcher {
 			}
 			kindF = &f
 			if f.key == "present_match" {
-				m.MatchKind, m.Present = MatchPresent, p.boolean(f)
+				m.Kind, m.Present = matchPresent, p.boolean(f)
 			} else {
 				p.stringMatch(f, m)
 			}
@@ -299,7 +372,7 @@ func (p *parser) headerMatcher(n *yaml.Node) *HeaderMatcher {
 }
 
 // stringMatch parses a string_match into m.
-func (p *parser) stringMatch(f field, m *HeaderMatcher) {
+func (p *parser) stringMatch(f field, m *headerMatcher) {
 	v := p.mapping(f)
 	if v == nil {
 		if isNull(p.resolve(f.v)) {
@@ -317,19 +390,19 @@ func (p *parser) stringMatch(f field, m *HeaderMatcher) {
 			}
 			kindF = &sf
 			if sf.key == "safe_regex" {
-				m.MatchKind = MatchRegex
+				m.Kind = matchRegex
 				p.safeRegex(sf, m)
 				continue
 			}
 			switch sf.key {
 			case "exact":
-				m.MatchKind = MatchExact
+				m.Kind = matchExact
 			case "prefix":
-				m.MatchKind = MatchPrefix
+				m.Kind = matchPrefix
 			case "suffix":
-				m.MatchKind = MatchSuffix
+				m.Kind = matchSuffix
 			default:
-				m.MatchKind = MatchContains
+				m.Kind = matchContains
 			}
 			m.Pattern, _ = p.str(sf)
 			if m.Pattern == "" && sf.key != "exact" {
@@ -344,14 +417,14 @@ func (p *parser) stringMatch(f field, m *HeaderMatcher) {
 	}
 	if kindF == nil {
 		p.errorf(v, "string_match needs one of exact, prefix, suffix, contains, safe_regex")
-	} else if m.MatchKind == MatchRegex && m.IgnoreCase {
+	} else if m.Kind == matchRegex && m.IgnoreCase {
 		p.errorf(ignoreF.k, "ignore_case does not apply to safe_regex (start the regex with (?i))")
 	}
 }
 
 // safeRegex compiles safe_regex: {regex: ...}, anchored: the whole value
 // must match, as in Envoy.
-func (p *parser) safeRegex(f field, m *HeaderMatcher) {
+func (p *parser) safeRegex(f field, m *headerMatcher) {
 	v := p.mapping(f)
 	if v == nil {
 		if isNull(p.resolve(f.v)) {

@@ -114,7 +114,7 @@ func dumpDomain(d *Domain) jsonDomain {
 	}
 	for _, h := range d.HTTPDescriptors {
 		jh := jsonHTTPDescriptor{Line: h.Line, Column: h.Column}
-		for _, a := range h.Actions {
+		for _, a := range h.actions {
 			jh.Actions = append(jh.Actions, dumpAction(a))
 		}
 		out.HTTPDescriptors = append(out.HTTPDescriptors, jh)
@@ -157,25 +157,25 @@ func dumpLimit(l *Limit) jsonLimit {
 	return jl
 }
 
-func dumpAction(a *Action) jsonAction {
+func dumpAction(a *action) jsonAction {
 	ja := jsonAction{
 		Kind: a.Kind.String(), DescriptorKey: a.DescriptorKey, DescriptorValue: a.DescriptorValue,
 		HeaderName: a.HeaderName, QueryParameterName: a.QueryParameterName, SkipIfAbsent: a.SkipIfAbsent,
 		Line: a.Line, Column: a.Column,
 	}
 	switch a.Kind {
-	case ActionMaskedRemoteAddress:
+	case actionMaskedRemoteAddress:
 		v4, v6 := a.V4PrefixLen, a.V6PrefixLen
 		ja.V4PrefixLen, ja.V6PrefixLen = &v4, &v6
-	case ActionHeaderValueMatch:
+	case actionHeaderValueMatch:
 		expect := a.ExpectMatch
 		ja.ExpectMatch = &expect
 		for _, m := range a.Headers {
-			jm := jsonHeaderMatcher{Name: m.Name, Match: m.MatchKind.String(), IgnoreCase: m.IgnoreCase, Invert: m.Invert}
-			switch m.MatchKind {
-			case MatchRegex:
+			jm := jsonHeaderMatcher{Name: m.Name, Match: m.Kind.String(), IgnoreCase: m.IgnoreCase, Invert: m.Invert}
+			switch m.Kind {
+			case matchRegex:
 				jm.Regex = m.regexSrc
-			case MatchPresent:
+			case matchPresent:
 				present := m.Present
 				jm.Present = &present
 			default:

@@ -118,7 +118,19 @@ func distinctLabels(limits []*Limit) {
 	}
 }
 
-// limit parses and validates one limit of d. what names it in messages.
+// limitFields are the fields of one limit as given (non-null), for the
+// checks that relate them.
+type limitFields struct {
+	unit, rpu, alg, burst, mult *field
+	replaceNodes                []*yaml.Node
+	shadow                      bool // the limit's own shadow_mode
+	unitBad                     bool // unit given but not a string (reported)
+	bad                         bool // a field did not parse (reported): skip the checks that relate fields
+}
+
+// limit parses and validates one limit of d, in phases: its fields, then
+// either the unlimited rules or its window and algorithm, then its identity.
+// what names it in messages.
 func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "%s must be a mapping, got %s", what, describe(n))
@@ -126,136 +138,155 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	}
 	l := &Limit{Descriptor: d, UnitMultiplier: 1}
 	l.Line, l.Column = at(n)
-	// The fields given (non-null), for the checks that relate them.
-	var unitF, rpuF, algF, burstF, multF *field
-	var replaceNodes []*yaml.Node
-	var ownShadow, ok, unitBad bool
-	bad := false // a field did not parse: skip the checks that relate fields
-	for _, f := range p.fields(n) {
-		given := !isNull(p.resolve(f.v))
-		switch f.key {
-		case "unit":
-			var s string
-			s, ok = p.str(f)
-			unitBad = !ok
-			if ok && s != "" {
-				unitF = &f
-				if l.Unit, ok = parseUnit(s); !ok {
-					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
-				}
-			}
-			bad = bad || !ok
-		case "requests_per_unit":
-			if given {
-				rpuF = &f
-			}
-			l.RequestsPerUnit, ok = p.uint32Field(f)
-			bad = bad || !ok
-		case "unlimited":
-			l.Unlimited = p.boolean(f)
-		case "name":
-			l.Name, _ = p.str(f)
-		case "replaces":
-			l.Replaces, replaceNodes = p.replaces(f)
-		case "algorithm":
-			var s string
-			if s, ok = p.str(f); ok && s != "" {
-				algF = &f
-				if l.Algorithm, ok = parseAlgorithm(s); !ok {
-					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
-				}
-			}
-			bad = bad || !ok
-		case "burst":
-			if given {
-				burstF = &f
-			}
-			l.Burst, ok = p.uint32Field(f)
-			bad = bad || !ok
-		case "unit_multiplier":
-			if given {
-				multF = &f
-				if l.UnitMultiplier, ok = p.uint32Field(f); ok && l.UnitMultiplier == 0 {
-					p.errorf(f.v, "unit_multiplier must be at least 1")
-					ok = false
-				}
-				bad = bad || !ok
-			}
-		case "shadow_mode":
-			ownShadow = p.boolean(f)
-		default:
-			p.misplaced(f, levelLimit)
-		}
-	}
-	l.Shadow = ownShadow || d.ShadowMode
+	g := p.limitFields(n, l)
+	l.Shadow = g.shadow || d.ShadowMode
 	for i, r := range l.Replaces {
 		if r != "" && r == l.Name {
-			p.errorf(replaceNodes[i], "replaces names this limit itself (%q)", r)
+			p.errorf(g.replaceNodes[i], "replaces names this limit itself (%q)", r)
 		}
 	}
-
 	if l.Unlimited {
-		// requests_per_unit is ignored, as envoyproxy/ratelimit ignores it:
-		// files it accepts must load here.
-		for _, f := range []*field{unitF, algF, burstF, multF} {
-			if f == nil {
-				continue
-			}
-			if f.key == "unit" {
-				p.errorf(f.k, "should not specify rate limit unit when unlimited")
-			} else {
-				p.errorf(f.k, "should not specify %s when unlimited", f.key)
-			}
-		}
-		l.Unit, l.UnitMultiplier, l.RequestsPerUnit, l.Algorithm, l.Burst = UnitUnknown, 0, 0, FixedWindow, 0
-		l.ID = "unlimited" + nameSuffix(l.Name)
-		l.Label = l.Name
-		if l.Label == "" {
-			l.Label = d.Path + "/unlimited"
-		}
+		p.unlimited(l, g)
 		return l
 	}
-
-	if unitF == nil {
-		if !unitBad {
-			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
-		}
+	if !p.window(n, l, g) {
 		return l
 	}
-	if bad {
-		return l // reported above
-	}
-	if time.Duration(l.UnitMultiplier) > maxWindow/l.Unit.Duration() {
-		at := unitF.v
-		if multF != nil {
-			at = multF.v
-		}
-		p.errorf(at, "window %d × %s is longer than 100 years", l.UnitMultiplier, l.Unit)
-		return l
-	}
-	l.Window = time.Duration(l.UnitMultiplier) * l.Unit.Duration()
-
-	if burstF != nil && l.Algorithm != TokenBucket {
-		p.errorf(burstF.k, "burst is only for algorithm token_bucket, not %s", l.Algorithm)
-	}
-	switch l.Algorithm {
-	case TokenBucket:
-		p.tokenBucket(l, rpuF, burstF)
-	case SlidingLog:
-		if l.RequestsPerUnit > maxSlidingLog {
-			p.errorf(rpuF.v, "requests_per_unit %d is too large for sliding_log (at most %d: it keeps one entry per hit; use sliding_window)",
-				l.RequestsPerUnit, maxSlidingLog)
-		}
-	default:
-		l.Burst = 0
-	}
-
+	p.algorithm(l, g)
 	l.ID = algorithmCodes[l.Algorithm] + strconv.FormatInt(int64(l.Window/time.Second), 10) + "s" + nameSuffix(l.Name)
 	l.Label = l.Name
 	if l.Label == "" {
 		l.Label = d.Path + "/" + compactWindow(l)
 	}
 	return l
+}
+
+// limitFields decodes the fields of the limit n into l and returns what
+// was given.
+func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
+	var g limitFields
+	var ok bool
+	for _, f := range p.fields(n) {
+		given := !isNull(p.resolve(f.v))
+		switch f.key {
+		case "unit":
+			var s string
+			s, ok = p.str(f)
+			g.unitBad = !ok
+			if ok && s != "" {
+				g.unit = &f
+				if l.Unit, ok = parseUnit(s); !ok {
+					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
+				}
+			}
+			g.bad = g.bad || !ok
+		case "requests_per_unit":
+			if given {
+				g.rpu = &f
+			}
+			l.RequestsPerUnit, ok = p.uint32Field(f)
+			g.bad = g.bad || !ok
+		case "unlimited":
+			l.Unlimited = p.boolean(f)
+		case "name":
+			l.Name, _ = p.str(f)
+		case "replaces":
+			l.Replaces, g.replaceNodes = p.replaces(f)
+		case "algorithm":
+			var s string
+			if s, ok = p.str(f); ok && s != "" {
+				g.alg = &f
+				if l.Algorithm, ok = parseAlgorithm(s); !ok {
+					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
+				}
+			}
+			g.bad = g.bad || !ok
+		case "burst":
+			if given {
+				g.burst = &f
+			}
+			l.Burst, ok = p.uint32Field(f)
+			g.bad = g.bad || !ok
+		case "unit_multiplier":
+			if given {
+				g.mult = &f
+				if l.UnitMultiplier, ok = p.uint32Field(f); ok && l.UnitMultiplier == 0 {
+					p.errorf(f.v, "unit_multiplier must be at least 1")
+					ok = false
+				}
+				g.bad = g.bad || !ok
+			}
+		case "shadow_mode":
+			g.shadow = p.boolean(f)
+		default:
+			p.misplaced(f, levelLimit)
+		}
+	}
+	return g
+}
+
+// unlimited checks and completes an unlimited limit: it has no unit,
+// window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
+// ignores it: files it accepts must load here.
+func (p *parser) unlimited(l *Limit, g limitFields) {
+	for _, f := range []*field{g.unit, g.alg, g.burst, g.mult} {
+		if f == nil {
+			continue
+		}
+		if f.key == "unit" {
+			p.errorf(f.k, "should not specify rate limit unit when unlimited")
+		} else {
+			p.errorf(f.k, "should not specify %s when unlimited", f.key)
+		}
+	}
+	l.Unit, l.UnitMultiplier, l.RequestsPerUnit, l.Algorithm, l.Burst = UnitUnknown, 0, 0, FixedWindow, 0
+	l.ID = "unlimited" + nameSuffix(l.Name)
+	l.Label = l.Name
+	if l.Label == "" {
+		l.Label = l.Descriptor.Path + "/unlimited"
+	}
+}
+
+// window sets l.Window from its unit and multiplier, and reports whether
+// the limit is sound enough for the checks that follow.
+func (p *parser) window(n *yaml.Node, l *Limit, g limitFields) bool {
+	if g.unit == nil {
+		if !g.unitBad {
+			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
+		}
+		return false
+	}
+	if g.bad {
+		return false // reported
+	}
+	if time.Duration(l.UnitMultiplier) > maxWindow/l.Unit.Duration() {
+		at := g.unit.v
+		if g.mult != nil {
+			at = g.mult.v
+		}
+		p.errorf(at, "window %d × %s is longer than 100 years", l.UnitMultiplier, l.Unit)
+		return false
+	}
+	l.Window = time.Duration(l.UnitMultiplier) * l.Unit.Duration()
+	return true
+}
+
+// algorithm checks the fields that depend on l's algorithm.
+func (p *parser) algorithm(l *Limit, g limitFields) {
+	if g.burst != nil && l.Algorithm != TokenBucket {
+		p.errorf(g.burst.k, "burst is only for algorithm token_bucket, not %s", l.Algorithm)
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		p.tokenBucket(l, g.rpu, g.burst)
+	case SlidingLog:
+		if l.RequestsPerUnit > maxSlidingLog {
+			p.errorf(g.rpu.v, "requests_per_unit %d is too large for sliding_log (at most %d: it keeps one entry per hit; use sliding_window)",
+				l.RequestsPerUnit, maxSlidingLog)
+		}
+	default:
+		l.Burst = 0
+	}
 }
 
 // tokenBucket defaults and bounds burst: one token per microsecond at most,

@@ -14,8 +14,11 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// maxDepth is how many levels of descriptors may nest.
-const maxDepth = 16
+// MaxDepth is the deepest descriptor tree a config may hold (levels of
+// nested descriptors), and so the most entries a request descriptor needs:
+// one with more entries matches nothing. It is the one definition of this
+// bound; request validation and counter keys use it too.
+const MaxDepth = 16
 
 // maxMetadataDepth bounds the nesting of a metadata value.
 const maxMetadataDepth = 64
@@ -226,8 +229,8 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 // the parent's path is complete enough to prefix messages with.
 func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool) []*Descriptor {
 	items := p.list(f)
-	if len(items) > 0 && depth >= maxDepth {
-		p.errorf(items[0], "descriptors nested deeper than %d levels", maxDepth)
+	if len(items) > 0 && depth >= MaxDepth {
+		p.errorf(items[0], "descriptors nested deeper than %d levels", MaxDepth)
 		return nil
 	}
 	var out []*Descriptor
@@ -250,7 +253,9 @@ func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool
 	return out
 }
 
-// descriptor parses one descriptor node and its subtree.
+// descriptor parses one descriptor node and its subtree: its key and
+// value first (the path names the node in later messages), then its other
+// fields, its limits and its children.
 func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK bool) *Descriptor {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "a descriptor must be a mapping with key:, got %s", describe(n))
@@ -259,36 +264,8 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 	d := &Descriptor{Parent: parent, Depth: depth}
 	d.Line, d.Column = at(n)
 	fields := p.fields(n)
-
-	// key and value first: the path names the node in later messages.
-	var keyNode *yaml.Node
-	for _, f := range fields {
-		switch f.key {
-		case "key":
-			keyNode = f.v
-			d.Key, _ = p.str(f)
-		case "value":
-			d.Value, _ = p.str(f)
-		}
-	}
-	if d.Key == "" {
-		if keyNode != nil {
-			p.errorf(keyNode, "descriptor has empty key")
-		} else {
-			p.errorf(n, "descriptor has empty key")
-		}
+	if !p.identity(n, d, fields) {
 		pathOK = false
-	}
-	d.Path = d.Key
-	if d.Value != "" {
-		d.Path += "=" + d.Value
-	}
-	if parent != nil {
-		d.Path = parent.Path + "/" + d.Path
-	}
-	if strings.Contains(d.Value, "*") {
-		d.Wildcard = true
-		d.segs = strings.Split(d.Value, "*")
 	}
 
 	outer := p.ctx
@@ -332,6 +309,41 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		d.Children = p.descriptors(*children, d, depth+1, pathOK)
 	}
 	return d
+}
+
+// identity reads the key and value of the descriptor n into d and sets its
+// path; false when the key is missing or empty (reported).
+func (p *parser) identity(n *yaml.Node, d *Descriptor, fields []field) bool {
+	var keyNode *yaml.Node
+	for _, f := range fields {
+		switch f.key {
+		case "key":
+			keyNode = f.v
+			d.Key, _ = p.str(f)
+		case "value":
+			d.Value, _ = p.str(f)
+		}
+	}
+	d.Path = d.Key
+	if d.Value != "" {
+		d.Path += "=" + d.Value
+	}
+	if d.Parent != nil {
+		d.Path = d.Parent.Path + "/" + d.Path
+	}
+	if strings.Contains(d.Value, "*") {
+		d.Wildcard = true
+		d.segs = strings.Split(d.Value, "*")
+	}
+	if d.Key != "" {
+		return true
+	}
+	if keyNode != nil {
+		p.errorf(keyNode, "descriptor has empty key")
+	} else {
+		p.errorf(n, "descriptor has empty key")
+	}
+	return false
 }
 
 // metadata parses a descriptor's metadata into JSON-compatible values.

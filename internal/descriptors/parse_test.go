@@ -321,13 +321,13 @@ func TestParseGood(t *testing.T) {
 	if len(h) != 5 {
 		t.Fatalf("ext: %d http_descriptors, want 5", len(h))
 	}
-	if m := h[2].Actions[1].Headers[0]; m.Name != ":method" || m.MatchKind != MatchExact || m.Pattern != "POST" {
+	if m := h[2].actions[1].Headers[0]; m.Name != ":method" || m.Kind != matchExact || m.Pattern != "POST" {
 		t.Errorf("header matcher = %+v, want :method exact POST (name lower-cased)", m)
 	}
-	if a := h[3].Actions[0]; a.HeaderName != "x-api-key" || a.DescriptorKey != "api_key" || a.SkipIfAbsent {
+	if a := h[3].actions[0]; a.HeaderName != "x-api-key" || a.DescriptorKey != "api_key" || a.SkipIfAbsent {
 		t.Errorf("request_headers = %+v", a)
 	}
-	re := h[4].Actions[1].Headers[3].Regex
+	re := h[4].actions[1].Headers[3].Regex
 	if re == nil || !re.MatchString("v12") || re.MatchString("xv12") || re.MatchString("v12x") {
 		t.Errorf("safe_regex v[0-9]+ must match the whole value: %v", re)
 	}
@@ -455,19 +455,19 @@ descriptors:
 func TestParseDeepestAllowed(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: d\ndescriptors:\n")
-	for i := range maxDepth {
+	for i := range MaxDepth {
 		indent := strings.Repeat("    ", i)
 		b.WriteString(indent + "  - key: k\n")
-		if i < maxDepth-1 {
+		if i < MaxDepth-1 {
 			b.WriteString(indent + "    descriptors:\n")
 		}
 	}
 	c := parseString(t, b.String())
-	entries := make([]Entry, maxDepth)
+	entries := make([]Entry, MaxDepth)
 	for i := range entries {
 		entries[i] = Entry{Key: "k", Value: "v"}
 	}
-	if n := c.Domain("d").Match(entries); n == nil || n.Depth != maxDepth-1 {
+	if n := c.Domain("d").Match(entries); n == nil || n.Depth != MaxDepth-1 {
 		t.Errorf("Match(16 entries) = %v, want the node at depth 15", n)
 	}
 }
