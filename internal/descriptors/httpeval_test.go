@@ -1,43 +1,9 @@
 package descriptors
 
 import (
-	"net/netip"
 	"reflect"
 	"testing"
 )
-
-// fakeRequest is an HTTPRequest with fixed headers (lower-case names) and
-// client address.
-type fakeRequest struct {
-	headers map[string]string
-	addr    netip.Addr
-}
-
-func (r fakeRequest) Header(name string) (string, bool) {
-	v, ok := r.headers[name]
-	return v, ok
-}
-
-func (r fakeRequest) ClientAddr() netip.Addr { return r.addr }
-
-func req(addr string, kv ...string) fakeRequest {
-	r := fakeRequest{headers: map[string]string{}}
-	if addr != "" {
-		r.addr = netip.MustParseAddr(addr)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		r.headers[kv[i]] = kv[i+1]
-	}
-	return r
-}
-
-func entries(kv ...string) []Entry {
-	out := []Entry{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		out = append(out, Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return out
-}
 
 func TestBuildHTTPDescriptors(t *testing.T) {
 	tests := []struct {

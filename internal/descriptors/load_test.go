@@ -10,24 +10,6 @@ import (
 	"testing"
 )
 
-// writeFiles creates files (name → contents) under dir.
-func writeFiles(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for name, text := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func domainDoc(name string) string {
-	return "domain: " + name + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
-}
-
 func TestLoadDirectory(t *testing.T) {
 	dir := t.TempDir()
 	other := t.TempDir()
@@ -148,9 +130,7 @@ func TestLoadIOError(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFiles(t, dir, map[string]string{"bad.yaml": "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
 	// A path that cannot be read is one problem among the others, in the
 	// same path:line:col form, and every other file is still checked.
 	_, err := Load(missing, bad)
@@ -219,9 +199,7 @@ func TestLoadUnreadableSubdirectory(t *testing.T) {
 func TestLoadFileAndItsDirectory(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a.yaml")
-	if err := os.WriteFile(file, []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFiles(t, dir, map[string]string{"a.yaml": domainDoc("a")})
 	t.Chdir(dir)
 	c, err := Load(file, dir, dir+"/./a.yaml", "a.yaml")
 	if err != nil {

@@ -14,16 +14,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// parseString parses one file's text, failing the test on error.
-func parseString(t *testing.T, text string) *Config {
-	t.Helper()
-	c, err := Parse("test.yaml", []byte(text))
-	if err != nil {
-		t.Fatalf("Parse:\n%s\nerror:\n%v", text, err)
-	}
-	return c
-}
-
 // TestParseBad pins the exact errors of every file in testdata/bad.
 func TestParseBad(t *testing.T) {
 	tests := []struct {
