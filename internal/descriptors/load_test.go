@@ -2,9 +2,11 @@ package descriptors
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -214,5 +216,88 @@ func TestNilConfig(t *testing.T) {
 	var c *Config
 	if c.Domain("a") != nil || c.Domains() != nil || c.Limits() != nil || c.Files() != nil {
 		t.Errorf("a nil *Config must answer like an empty one")
+	}
+}
+
+// allocated returns the bytes f allocates (the heap's cumulative count).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestLoadFileCap: a file over MaxFileBytes is refused with its place and
+// the cap; one at the cap loads.
+func TestLoadFileCap(t *testing.T) {
+	dir := t.TempDir()
+	doc := domainDoc("a")
+	const limit = 128
+	atCap := doc + "#" + strings.Repeat("x", limit-len(doc)-2) + "\n"
+	writeFiles(t, dir, map[string]string{"at.yaml": atCap, "over.yaml": atCap + "\n"})
+	opts := LoadOptions{MaxFileBytes: limit}
+	if c, err := LoadWith(opts, filepath.Join(dir, "at.yaml")); err != nil || c.Domain("a") == nil {
+		t.Errorf("LoadWith(MaxFileBytes %d, a file of %d bytes) = %v; want domain a", limit, len(atCap), err)
+	}
+	over := filepath.Join(dir, "over.yaml")
+	_, err := LoadWith(opts, over)
+	if want := over + ":1:1: file is larger than the cap of 128 bytes on one config file"; err == nil || err.Error() != want {
+		t.Errorf("LoadWith(MaxFileBytes %d, a file of %d bytes) error = %v, want %s", limit, len(atCap)+1, err, want)
+	}
+}
+
+// TestLoadTotalCap: the files of one load together are bounded; the one
+// that crosses the cap is named and the files after it are not read.
+func TestLoadTotalCap(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"a.yaml": domainDoc("a"), "b.yaml": domainDoc("b"), "c.yaml": domainDoc("c"), "d.yaml": "not: [read",
+	})
+	size := int64(len(domainDoc("a")))
+	if c, err := LoadWith(LoadOptions{MaxTotalBytes: 3 * size}, filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml"), filepath.Join(dir, "c.yaml")); err != nil || len(c.Domains()) != 3 {
+		t.Errorf("LoadWith(MaxTotalBytes = the 3 files) = %v; want 3 domains", err)
+	}
+	_, err := LoadWith(LoadOptions{MaxTotalBytes: 2*size + 1}, dir)
+	want := filepath.Join(dir, "c.yaml") + fmt.Sprintf(":1:1: config files together are larger than the cap of %d bytes on all files", 2*size+1)
+	if err == nil || err.Error() != want {
+		t.Errorf("LoadWith(MaxTotalBytes %d, 4 files of %d bytes) error =\n%v\nwant (d.yaml not read):\n%s", 2*size+1, size, err, want)
+	}
+}
+
+// TestLoadHugeSparseFile: a 1 GiB file is refused at once, without being
+// read, under the default caps.
+func TestLoadHugeSparseFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var loadErr error
+	n := allocated(func() { _, loadErr = Load(path) })
+	if want := path + ":1:1: file is larger than the cap of 8 MiB (8388608 bytes) on one config file"; loadErr == nil || loadErr.Error() != want {
+		t.Errorf("Load(1 GiB sparse file) error = %v, want %s", loadErr, want)
+	}
+	if n > 1<<20 {
+		t.Errorf("Load(1 GiB sparse file) allocated %d bytes, want under 1 MiB", n)
+	}
+}
+
+// TestLoadEndlessDevice: a file whose size says nothing (a device, a pipe)
+// is read up to the cap and no further.
+func TestLoadEndlessDevice(t *testing.T) {
+	const limit = 64 << 10
+	var err error
+	n := allocated(func() { _, err = LoadWith(LoadOptions{MaxFileBytes: limit}, "/dev/zero") })
+	if want := "/dev/zero:1:1: file is larger than the cap of 65536 bytes on one config file"; err == nil || err.Error() != want {
+		t.Errorf("LoadWith(MaxFileBytes %d, /dev/zero) error = %v, want %s", limit, err, want)
+	}
+	// The buffer grows as it is read: a few times the cap at most.
+	if n > 8*limit {
+		t.Errorf("LoadWith(MaxFileBytes %d, /dev/zero) allocated %d bytes, want at most %d", limit, n, 8*limit)
 	}
 }

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -29,126 +26,6 @@ const maxMetadataDepth = 64
 // of them.
 func Parse(filename string, data []byte) (*Config, error) {
 	return build([]source{{name: filename, data: data}})
-}
-
-// Load reads and parses the config files at paths (see ListConfig for
-// what a directory stands for). All domains of all files form one Config;
-// a domain defined twice is an error. A file named twice (also through its
-// directory, or through a symlink) is read once. No path, or only empty
-// directories, gives an empty Config. Every problem, a path that cannot be
-// read included, is returned in one ErrorList.
-func Load(paths ...string) (*Config, error) {
-	var srcs []source
-	seen := make(map[string]bool)
-	for _, path := range paths {
-		files, _, unreadable := ListConfig(path)
-		for _, err := range unreadable {
-			name := path
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				name = pe.Path
-			}
-			srcs = append(srcs, source{name: name, err: err})
-		}
-		for _, f := range files {
-			if id := realPath(f); !seen[id] {
-				seen[id] = true
-				srcs = append(srcs, source{name: f})
-			}
-		}
-	}
-	for i := range srcs {
-		if srcs[i].err == nil {
-			srcs[i].data, srcs[i].err = os.ReadFile(srcs[i].name)
-		}
-	}
-	return build(srcs)
-}
-
-// realPath is p with symlinks resolved and made absolute: one name per
-// file or directory, whatever way it was reached.
-func realPath(p string) string {
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		p = r
-	}
-	if a, err := filepath.Abs(p); err == nil {
-		p = a
-	}
-	return p
-}
-
-// readDir is os.ReadDir; tests make it fail (root reads any directory).
-var readDir = os.ReadDir
-
-// ListConfig returns what a config path stands for: the file itself, or
-// every *.yaml and *.yml file (in any case) in the directory and, as
-// envoyproxy/ratelimit's loader does, in its subdirectories, in name order
-// at each level. Names starting with "." are skipped (Kubernetes ConfigMap
-// volumes keep their real files in ..data, behind symlinks at the top);
-// symlinks are followed, and a directory reached twice (a symlink loop, a
-// link to a sibling) is read once. dirs are the directories read, to
-// watch. unreadable holds the YAML files that cannot be read, and path
-// itself when it cannot be; a subdirectory that cannot be read (a
-// lost+found owned by root) is passed over.
-func ListConfig(path string) (files, dirs []string, unreadable []error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, nil, []error{err}
-	}
-	if !st.IsDir() {
-		return []string{path}, nil, nil
-	}
-	visited := make(map[string]bool)
-	var walk func(dir string)
-	walk = func(dir string) {
-		id := realPath(dir)
-		if visited[id] {
-			return
-		}
-		visited[id] = true
-		entries, err := readDir(dir) // sorted by name
-		if err != nil {
-			if dir == path {
-				unreadable = append(unreadable, err)
-			}
-			return
-		}
-		dirs = append(dirs, dir)
-		for _, e := range entries {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") {
-				continue
-			}
-			full := filepath.Join(dir, name)
-			// Stat, not e.Type: symlinks count as what they point to.
-			st, err := os.Stat(full)
-			switch {
-			case err != nil:
-				if isYAML(name) {
-					unreadable = append(unreadable, err)
-				}
-			case st.IsDir():
-				walk(full)
-			case st.Mode().IsRegular() && isYAML(name):
-				files = append(files, full)
-			}
-		}
-	}
-	walk(path)
-	return files, dirs, unreadable
-}
-
-func isYAML(name string) bool {
-	ext := strings.ToLower(filepath.Ext(name))
-	return ext == ".yaml" || ext == ".yml"
-}
-
-// source is one config file's name and contents, or why it could not be
-// read.
-type source struct {
-	name string
-	data []byte
-	err  error
 }
 
 // parseFile parses the documents of one file into domains, with every
