@@ -146,7 +146,7 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 		}
 	}
 	if l.Unlimited {
-		p.unlimited(l, g)
+		p.unlimited(n, l, g)
 		return l
 	}
 	if !p.window(n, l, g) {
@@ -155,8 +155,8 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	p.algorithm(l, g)
 	l.ID = algorithmCodes[l.Algorithm] + strconv.FormatInt(int64(l.Window/time.Second), 10) + "s" + nameSuffix(l.Name)
 	l.Label = l.Name
-	if l.Label == "" {
-		l.Label = d.Path + "/" + compactWindow(l)
+	if window := compactWindow(l); l.Label == "" && p.spendNames(len(d.Path)+1+len(window), n) {
+		l.Label = d.Path + "/" + window
 	}
 	return l
 }
@@ -228,7 +228,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 // unlimited checks and completes an unlimited limit: it has no unit,
 // window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
 // ignores it: files it accepts must load here.
-func (p *parser) unlimited(l *Limit, g limitFields) {
+func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
 	for _, f := range []*field{g.unit, g.alg, g.burst, g.mult} {
 		if f == nil {
 			continue
@@ -242,7 +242,7 @@ func (p *parser) unlimited(l *Limit, g limitFields) {
 	l.Unit, l.UnitMultiplier, l.RequestsPerUnit, l.Algorithm, l.Burst = UnitUnknown, 0, 0, FixedWindow, 0
 	l.ID = "unlimited" + nameSuffix(l.Name)
 	l.Label = l.Name
-	if l.Label == "" {
+	if l.Label == "" && p.spendNames(len(l.Descriptor.Path)+len("/unlimited"), n) {
 		l.Label = l.Descriptor.Path + "/unlimited"
 	}
 }

@@ -32,7 +32,7 @@ func Parse(filename string, data []byte) (*Config, error) {
 // problem found. Domains are returned even when they have problems, so that
 // duplicates across files can still be reported.
 func parseFile(name string, data []byte) ([]*Domain, []*Error) {
-	p := &parser{file: name}
+	p := newParser(name, len(data))
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var domains []*Domain
 	for {
@@ -106,6 +106,9 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 // the parent's path is complete enough to prefix messages with.
 func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool) []*Descriptor {
 	items := p.list(f)
+	if p.nameOver {
+		return nil // reported: the paths below would only add to it
+	}
 	if len(items) > 0 && depth >= MaxDepth {
 		p.errorf(items[0], "descriptors nested deeper than %d levels", MaxDepth)
 		return nil
@@ -145,11 +148,11 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		pathOK = false
 	}
 
-	outer := p.ctx
+	outer := p.in
 	if pathOK {
-		p.ctx = fmt.Sprintf("descriptor %q: ", d.Path)
+		p.in = d
 	}
-	defer func() { p.ctx = outer }()
+	defer func() { p.in = outer }()
 
 	var rateLimit, rateLimits, children, share *field
 	for _, f := range fields {
@@ -205,7 +208,7 @@ func (p *parser) identity(n *yaml.Node, d *Descriptor, fields []field) bool {
 	if d.Value != "" {
 		d.Path += "=" + d.Value
 	}
-	if d.Parent != nil {
+	if d.Parent != nil && p.spendNames(len(d.Parent.Path)+1+len(d.Path), n) {
 		d.Path = d.Parent.Path + "/" + d.Path
 	}
 	if strings.Contains(d.Value, "*") {

@@ -25,6 +25,7 @@ func TestParseBad(t *testing.T) {
 		{"merge_not_mapping.yaml", "merge_not_mapping.yaml:2:1: unknown key \"base\" in domain (allowed: domain, descriptors, http_descriptors)\n" +
 			"merge_not_mapping.yaml:6:19: descriptor \"k\": a merge key (<<) takes mappings, got number 5"},
 		{"unit_not_string.yaml", "unit_not_string.yaml:4:24: descriptor \"user\": unit must be a string, got a list"},
+		{"alias_text_bomb.yaml", "alias_text_bomb.yaml:7:1044: aliases expand to more than 1054019 bytes of text (the file's size plus 1 MiB): each use of an alias repeats its text"},
 		{"alias_bomb.yaml", "alias_bomb.yaml:6:26: aliases expand to more than 100000 nodes (an alias cycle, or an exponential expansion)"},
 		{"bad_algorithm.yaml", "bad_algorithm.yaml:4:66: descriptor \"user\": algorithm \"leaky_bucket\" is not one of fixed_window|sliding_window|sliding_log|token_bucket"},
 		{"bad_unit.yaml", "bad_unit.yaml:4:24: descriptor \"user\": unit \"fortnight\" is not one of second|minute|hour|day|week|month|year"},

@@ -11,22 +11,44 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// maxExpansion bounds how many YAML nodes one file may bring in through
-// aliases (each dereference costs the size of the aliased node). It is far
-// above what a hand-written config needs and stops alias cycles and
-// exponential ("billion laughs") expansion.
-const maxExpansion = 100000
+// Bounds on what one file may expand to. Aliases let a small file stand
+// for a huge one (an alias cycle, a "billion laughs", one long text used a
+// thousand times), and a node's path repeats its ancestors' keys and
+// values: the parser counts both and gives up past these bounds, so that
+// parsing, the Config and its dump stay in proportion to the file.
+const (
+	// maxAliasNodes bounds the YAML nodes brought in through aliases (each
+	// use of an alias costs the size of the aliased node). Far above what a
+	// hand-written config needs.
+	maxAliasNodes = 100000
+	// Aliases may bring in as many bytes of text as the file holds, plus
+	// expansionSlack; descriptor paths and limit labels may add up to
+	// nameRatio times the file's size, plus expansionSlack.
+	expansionSlack = 1 << 20
+	nameRatio      = 8
+)
 
 // parser walks the yaml.Node trees of one file and collects every problem
 // with its position. It is used by one goroutine, for one file.
 type parser struct {
 	file string
 	errs []*Error
-	ctx  string // prefix of messages: the descriptor being parsed
+	// in is the descriptor being parsed, whose path prefixes messages; nil
+	// when its path is not known.
+	in *Descriptor
 
-	expanded int                 // nodes brought in through aliases
-	sizes    map[*yaml.Node]int  // memo of nodeSize
-	merging  map[*yaml.Node]bool // mappings whose merge keys are being expanded
+	aliasNodes, aliasBytes  int                 // brought in through aliases
+	maxAliasBytes           int                 // expansionSlack + the file's size
+	aliasOver               bool                // past a bound: aliases resolve to null
+	nameBytes, maxNameBytes int                 // descriptor paths and limit labels
+	nameOver                bool                // past maxNameBytes: reported
+	sizes                   map[*yaml.Node]size // memo of nodeSize
+	merging                 map[*yaml.Node]bool // mappings whose merge keys are being expanded
+}
+
+// newParser returns a parser for the file called name holding size bytes.
+func newParser(name string, size int) *parser {
+	return &parser{file: name, maxAliasBytes: expansionSlack + size, maxNameBytes: expansionSlack + nameRatio*size}
 }
 
 // at returns the position of n: for a mapping, that of its first key.
@@ -40,9 +62,14 @@ func at(n *yaml.Node) (line, col int) {
 	return n.Line, n.Column
 }
 
-// errorf records a problem at n, prefixed with the current context.
+// errorf records a problem at n, prefixed with the descriptor being
+// parsed.
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	p.errorAt(n, p.ctx+fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	if p.in != nil {
+		msg = fmt.Sprintf("descriptor %q: %s", p.in.Path, msg)
+	}
+	p.errorAt(n, msg)
 }
 
 // errorAt records msg at n without a context prefix.
@@ -51,19 +78,26 @@ func (p *parser) errorAt(n *yaml.Node, msg string) {
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Column: col, Msg: msg})
 }
 
-// resolve follows aliases. Past maxExpansion it reports the problem once
-// and answers a null node, so that cyclic documents end.
+// resolve follows aliases. Past a bound on what aliases bring in it
+// reports the problem once and answers a null node, so that cyclic
+// documents end.
 func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode {
-		over := p.expanded > maxExpansion
-		if n.Alias != nil && !over {
-			p.expanded += p.nodeSize(n.Alias)
-			over = p.expanded > maxExpansion
-			if over {
-				p.errorAt(n, fmt.Sprintf("aliases expand to more than %d nodes (an alias cycle, or an exponential expansion)", maxExpansion))
-			}
+		if n.Alias == nil || p.aliasOver {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
 		}
-		if over || n.Alias == nil {
+		size := p.nodeSize(n.Alias)
+		p.aliasNodes += size.nodes
+		p.aliasBytes += size.bytes
+		switch {
+		case p.aliasNodes > maxAliasNodes:
+			p.aliasOver = true
+			p.errorAt(n, fmt.Sprintf("aliases expand to more than %d nodes (an alias cycle, or an exponential expansion)", maxAliasNodes))
+		case p.aliasBytes > p.maxAliasBytes:
+			p.aliasOver = true
+			p.errorAt(n, fmt.Sprintf("aliases expand to more than %d bytes of text (the file's size plus 1 MiB): each use of an alias repeats its text", p.maxAliasBytes))
+		}
+		if p.aliasOver {
 			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
 		}
 		n = n.Alias
@@ -71,23 +105,45 @@ func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// nodeSize counts the nodes of n's tree, an alias in it counting as one.
-func (p *parser) nodeSize(n *yaml.Node) int {
-	if size, ok := p.sizes[n]; ok {
-		return size
+// size is what a YAML tree holds: its nodes and the bytes of its scalars.
+type size struct{ nodes, bytes int }
+
+// nodeSize measures n's tree, an alias in it counting as one node.
+func (p *parser) nodeSize(n *yaml.Node) size {
+	if s, ok := p.sizes[n]; ok {
+		return s
 	}
 	if p.sizes == nil {
-		p.sizes = make(map[*yaml.Node]int)
+		p.sizes = make(map[*yaml.Node]size)
 	}
-	p.sizes[n] = 1 // a node that contains itself counts once
-	size := 1
+	p.sizes[n] = size{nodes: 1} // a node that contains itself counts once
+	s := size{nodes: 1, bytes: len(n.Value)}
 	if n.Kind != yaml.AliasNode {
 		for _, c := range n.Content {
-			size += p.nodeSize(c)
+			cs := p.nodeSize(c)
+			s.nodes += cs.nodes
+			s.bytes += cs.bytes
 		}
 	}
-	p.sizes[n] = size
-	return size
+	p.sizes[n] = s
+	return s
+}
+
+// spendNames counts n more bytes of descriptor paths and limit labels and
+// reports whether they fit; the first time they do not, the problem is
+// reported at at.
+func (p *parser) spendNames(n int, at *yaml.Node) bool {
+	if p.nameOver {
+		return false
+	}
+	p.nameBytes += n
+	if p.nameBytes <= p.maxNameBytes {
+		return true
+	}
+	p.nameOver = true
+	p.errorAt(at, fmt.Sprintf("descriptor paths and limit labels add up to more than %d bytes (8 times the file's size plus 1 MiB): "+
+		"a long key or value is repeated in the path of every descriptor below it", p.maxNameBytes))
+	return false
 }
 
 func isNull(n *yaml.Node) bool {
