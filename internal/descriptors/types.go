@@ -180,8 +180,8 @@ type Descriptor struct {
 
 // levelIndex is the match index of one level of the tree.
 type levelIndex struct {
-	exact     map[Entry]*Descriptor // key + exact value
-	wildcards []*Descriptor         // nodes with a wildcard value, file order
+	exact     map[Entry]*Descriptor     // key + exact value
+	wildcards map[string]*wildcardIndex // nodes with a wildcard value, by key
 	keyOnly   map[string]*Descriptor
 }
 
