@@ -11,7 +11,8 @@ import (
 type HTTPRequest interface {
 	// Header returns the first value of the header with the lower-case name,
 	// and whether it is present. The pseudo-headers ":method", ":path" (with
-	// the query string) and ":authority" are answered too.
+	// the query string; a "#fragment" after it is ignored) and ":authority"
+	// are answered too.
 	Header(name string) (string, bool)
 	// ClientAddr returns the client's address; the zero Addr when unknown.
 	ClientAddr() netip.Addr
@@ -72,10 +73,10 @@ func (a *action) entry(r HTTPRequest) (Entry, bool) {
 		}
 		return Entry{Key: a.DescriptorKey, Value: prefix.String()}, true
 	case actionRequestHeaders:
-		v, ok := r.Header(a.HeaderName)
+		v, ok := header(r, a.HeaderName)
 		return Entry{Key: a.DescriptorKey, Value: v}, ok
 	case actionQueryParameters:
-		path, _ := r.Header(":path")
+		path, _ := header(r, ":path")
 		v, ok := queryParameter(path, a.QueryParameterName)
 		return Entry{Key: a.DescriptorKey, Value: v}, ok
 	case actionGenericKey:
@@ -93,14 +94,26 @@ func (a *action) entry(r HTTPRequest) (Entry, bool) {
 	return Entry{}, false
 }
 
+// header returns the first value of r's header called name. The ":path"
+// pseudo-header comes without its fragment ("#..."): Envoy never sees one
+// (clients do not send it), but a forward-auth X-Original-URI may carry
+// one, and it is neither path nor query.
+func header(r HTTPRequest, name string) (string, bool) {
+	v, ok := r.Header(name)
+	if name == ":path" {
+		v, _, _ = strings.Cut(v, "#")
+	}
+	return v, ok
+}
+
 // queryParameter returns the URL-decoded value of the first parameter
-// called name in the query of path ("/p?a=1&b=2").
+// called name in the query of path ("/p?a=1&b=2"), a path without
+// fragment.
 func queryParameter(path, name string) (string, bool) {
 	_, query, ok := strings.Cut(path, "?")
 	if !ok {
 		return "", false
 	}
-	query, _, _ = strings.Cut(query, "#")
 	for query != "" {
 		var part string
 		part, query, _ = strings.Cut(query, "&")
@@ -128,7 +141,7 @@ func unescapeQuery(s string) string {
 // present_match: false (or present_match: true inverted); invert_match
 // inverts the result for a present header.
 func (m *headerMatcher) matches(r HTTPRequest) bool {
-	v, ok := r.Header(m.Name)
+	v, ok := header(r, m.Name)
 	if m.Kind == matchPresent {
 		return (ok == m.Present) != m.Invert
 	}

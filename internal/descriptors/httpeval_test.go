@@ -97,6 +97,39 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 			want:    [][]Entry{entries("page", "2+3", "ab", "c d")},
 		},
 		{
+			name:    "query_parameters: a fragment is not the query",
+			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}]\n- actions: [{generic_key: {descriptor_value: g}}]",
+			r:       req("", ":path", "/a#?page=z"),
+			want:    [][]Entry{entries("generic_key", "g")},
+		},
+		{
+			name:    "query_parameters: the query ends at the fragment",
+			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}, {query_parameters: {query_parameter_name: x, descriptor_key: x, skip_if_absent: true}}]",
+			r:       req("", ":path", "/a?page=1#x=2&page=3"),
+			want:    [][]Entry{entries("page", "1")},
+		},
+		{
+			name:    ":path without its fragment",
+			actions: "- actions: [{request_headers: {header_name: ':path', descriptor_key: path}}]",
+			r:       req("", ":path", "/a/b?x=1#frag?y=2"),
+			want:    [][]Entry{entries("path", "/a/b?x=1")},
+		},
+		{
+			name: "header_value_match on :path without its fragment",
+			actions: `- actions:
+    - header_value_match:
+        descriptor_value: root
+        headers: [{name: ":path", string_match: {exact: /}}]`,
+			r:    req("", ":path", "/#top"),
+			want: [][]Entry{entries("header_match", "root")},
+		},
+		{
+			name:    "other headers keep their #",
+			actions: "- actions: [{request_headers: {header_name: x-tag, descriptor_key: tag}}]",
+			r:       req("", "x-tag", "a#b"),
+			want:    [][]Entry{entries("tag", "a#b")},
+		},
+		{
 			name:    "query_parameters without = is empty",
 			actions: "- actions: [{query_parameters: {query_parameter_name: flag, descriptor_key: flag}}]",
 			r:       req("", ":path", "/p?&flag&x=1"),
