@@ -333,7 +333,7 @@ func (p *parser) headerMatcher(n *yaml.Node) *headerMatcher {
 		return nil
 	}
 	m := &headerMatcher{}
-	var kindF *field
+	var kindF field // k is nil until one is found
 	var named, legacy bool
 	for _, f := range p.fields(n) {
 		switch f.key {
@@ -341,11 +341,11 @@ func (p *parser) headerMatcher(n *yaml.Node) *headerMatcher {
 			named = true
 			m.Name = p.headerName(f)
 		case "string_match", "present_match":
-			if kindF != nil {
+			if kindF.k != nil {
 				p.errorf(f.k, "a header matcher takes one of string_match and present_match, got both")
 				continue
 			}
-			kindF = &f
+			kindF = f
 			if f.key == "present_match" {
 				m.Kind, m.Present = matchPresent, p.boolean(f)
 			} else {
@@ -365,7 +365,7 @@ func (p *parser) headerMatcher(n *yaml.Node) *headerMatcher {
 	if !named {
 		p.errorf(n, "a header matcher needs name")
 	}
-	if kindF == nil && !legacy {
+	if kindF.k == nil && !legacy {
 		p.errorf(n, "a header matcher needs string_match or present_match")
 	}
 	return m
@@ -380,15 +380,15 @@ func (p *parser) stringMatch(f field, m *headerMatcher) {
 		}
 		return
 	}
-	var kindF, ignoreF *field
+	var kindF, ignoreF field // k is nil until found
 	for _, sf := range p.fields(v) {
 		switch sf.key {
 		case "exact", "prefix", "suffix", "contains", "safe_regex":
-			if kindF != nil {
+			if kindF.k != nil {
 				p.errorf(sf.k, "string_match takes one of exact, prefix, suffix, contains, safe_regex, got %s and %s", kindF.key, sf.key)
 				continue
 			}
-			kindF = &sf
+			kindF = sf
 			if sf.key == "safe_regex" {
 				m.Kind = matchRegex
 				p.safeRegex(sf, m)
@@ -409,13 +409,13 @@ func (p *parser) stringMatch(f field, m *headerMatcher) {
 				p.errorf(sf.v, "string_match %s must not be empty", sf.key)
 			}
 		case "ignore_case":
-			ignoreF = &sf
+			ignoreF = sf
 			m.IgnoreCase = p.boolean(sf)
 		default:
 			p.unknown(sf, "string_match", []string{"exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case"})
 		}
 	}
-	if kindF == nil {
+	if kindF.k == nil {
 		p.errorf(v, "string_match needs one of exact, prefix, suffix, contains, safe_regex")
 	} else if m.Kind == matchRegex && m.IgnoreCase {
 		p.errorf(ignoreF.k, "ignore_case does not apply to safe_regex (start the regex with (?i))")

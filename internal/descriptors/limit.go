@@ -49,20 +49,20 @@ func parseAlgorithm(s string) (Algorithm, bool) {
 
 // limits parses a descriptor's rate_limit or rate_limits and checks that no
 // two of them share a counter identity.
-func (p *parser) limits(d *Descriptor, rateLimit, rateLimits *field) []*Limit {
+func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
 	var nodes []*yaml.Node
 	what := "rate_limit"
-	if rateLimits != nil {
+	if rateLimits.k != nil {
 		what = "rate_limits item"
 		v := p.resolve(rateLimits.v)
-		nodes = p.list(*rateLimits)
+		nodes = p.list(rateLimits)
 		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
 			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
 		}
 	}
-	if rateLimit != nil {
+	if rateLimit.k != nil {
 		v := p.resolve(rateLimit.v)
-		if rateLimits != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
+		if rateLimits.k != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
 			second := rateLimit.k
 			if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
 				second = rateLimits.k
@@ -121,7 +121,7 @@ func distinctLabels(limits []*Limit) {
 // limitFields are the fields of one limit as given (non-null), for the
 // checks that relate them.
 type limitFields struct {
-	unit, rpu, alg, burst, mult *field
+	unit, rpu, alg, burst, mult field // k is nil when not given
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
 	unitBad                     bool // unit given but not a string (reported)
@@ -174,7 +174,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			s, ok = p.str(f)
 			g.unitBad = !ok
 			if ok && s != "" {
-				g.unit = &f
+				g.unit = f
 				if l.Unit, ok = parseUnit(s); !ok {
 					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
 				}
@@ -182,7 +182,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			g.bad = g.bad || !ok
 		case "requests_per_unit":
 			if given {
-				g.rpu = &f
+				g.rpu = f
 			}
 			l.RequestsPerUnit, ok = p.uint32Field(f)
 			g.bad = g.bad || !ok
@@ -195,7 +195,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 		case "algorithm":
 			var s string
 			if s, ok = p.str(f); ok && s != "" {
-				g.alg = &f
+				g.alg = f
 				if l.Algorithm, ok = parseAlgorithm(s); !ok {
 					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
 				}
@@ -203,13 +203,13 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			g.bad = g.bad || !ok
 		case "burst":
 			if given {
-				g.burst = &f
+				g.burst = f
 			}
 			l.Burst, ok = p.uint32Field(f)
 			g.bad = g.bad || !ok
 		case "unit_multiplier":
 			if given {
-				g.mult = &f
+				g.mult = f
 				if l.UnitMultiplier, ok = p.uint32Field(f); ok && l.UnitMultiplier == 0 {
 					p.errorf(f.v, "unit_multiplier must be at least 1")
 					ok = false
@@ -229,8 +229,8 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 // window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
 // ignores it: files it accepts must load here.
 func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
-	for _, f := range []*field{g.unit, g.alg, g.burst, g.mult} {
-		if f == nil {
+	for _, f := range [...]field{g.unit, g.alg, g.burst, g.mult} {
+		if f.k == nil {
 			continue
 		}
 		if f.key == "unit" {
@@ -250,7 +250,7 @@ func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
 // window sets l.Window from its unit and multiplier, and reports whether
 // the limit is sound enough for the checks that follow.
 func (p *parser) window(n *yaml.Node, l *Limit, g limitFields) bool {
-	if g.unit == nil {
+	if g.unit.k == nil {
 		if !g.unitBad {
 			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
 		}
@@ -261,7 +261,7 @@ func (p *parser) window(n *yaml.Node, l *Limit, g limitFields) bool {
 	}
 	if time.Duration(l.UnitMultiplier) > maxWindow/l.Unit.Duration() {
 		at := g.unit.v
-		if g.mult != nil {
+		if g.mult.k != nil {
 			at = g.mult.v
 		}
 		p.errorf(at, "window %d × %s is longer than 100 years", l.UnitMultiplier, l.Unit)
@@ -273,7 +273,7 @@ func (p *parser) window(n *yaml.Node, l *Limit, g limitFields) bool {
 
 // algorithm checks the fields that depend on l's algorithm.
 func (p *parser) algorithm(l *Limit, g limitFields) {
-	if g.burst != nil && l.Algorithm != TokenBucket {
+	if g.burst.k != nil && l.Algorithm != TokenBucket {
 		p.errorf(g.burst.k, "burst is only for algorithm token_bucket, not %s", l.Algorithm)
 	}
 	switch l.Algorithm {
@@ -291,8 +291,8 @@ func (p *parser) algorithm(l *Limit, g limitFields) {
 
 // tokenBucket defaults and bounds burst: one token per microsecond at most,
 // and the bucket's span (burst × emission interval) within 2^53 µs.
-func (p *parser) tokenBucket(l *Limit, rpuF, burstF *field) {
-	if burstF == nil {
+func (p *parser) tokenBucket(l *Limit, rpuF, burstF field) {
+	if burstF.k == nil {
 		l.Burst = l.RequestsPerUnit
 	}
 	windowMicros := uint64(l.Window / time.Microsecond)
@@ -302,7 +302,7 @@ func (p *parser) tokenBucket(l *Limit, rpuF, burstF *field) {
 			p.errorf(burstF.v, "burst %d needs requests_per_unit above 0 (a token_bucket with requests_per_unit 0 denies every request)", l.Burst)
 		}
 		return
-	case burstF != nil && l.Burst == 0:
+	case burstF.k != nil && l.Burst == 0:
 		p.errorf(burstF.v, "burst must be at least 1 when requests_per_unit is above 0 (a bucket of 0 admits nothing)")
 		return
 	case uint64(l.RequestsPerUnit) > windowMicros:
@@ -314,7 +314,7 @@ func (p *parser) tokenBucket(l *Limit, rpuF, burstF *field) {
 	if uint64(l.Burst) > maxTokenSpan/interval {
 		at := rpuF.v
 		msg := "requests_per_unit %d (the default burst) × emission interval %dµs is more than 2^53µs (about 285 years)"
-		if burstF != nil {
+		if burstF.k != nil {
 			at, msg = burstF.v, "burst %d × emission interval %dµs is more than 2^53µs (about 285 years)"
 		}
 		p.errorf(at, msg, l.Burst, interval)

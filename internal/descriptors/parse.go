@@ -73,7 +73,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 	d.Line, d.Column = at(n)
 	d.nameLine, d.nameCol = d.Line, d.Column
 	var named bool
-	var descriptors *field
+	var descriptors field
 	for _, f := range p.fields(n) {
 		switch f.key {
 		case "domain":
@@ -85,7 +85,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 			}
 			d.Name = name
 		case "descriptors":
-			descriptors = &f
+			descriptors = f
 		case "http_descriptors":
 			d.HTTPDescriptors = p.httpDescriptors(f)
 		default:
@@ -95,8 +95,8 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 	if !named {
 		p.errorf(n, "domain is required")
 	}
-	if descriptors != nil {
-		d.Descriptors = p.descriptors(*descriptors, nil, 0, true)
+	if descriptors.k != nil {
+		d.Descriptors = p.descriptors(descriptors, nil, 0, true)
 	}
 	return d
 }
@@ -154,16 +154,16 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 	}
 	defer func() { p.in = outer }()
 
-	var rateLimit, rateLimits, children, share *field
+	var rateLimit, rateLimits, children, share field // k is nil when absent
 	for _, f := range fields {
 		switch f.key {
 		case "key", "value":
 		case "descriptors":
-			children = &f
+			children = f
 		case "rate_limit":
-			rateLimit = &f
+			rateLimit = f
 		case "rate_limits":
-			rateLimits = &f
+			rateLimits = f
 		case "shadow_mode":
 			d.ShadowMode = p.boolean(f)
 		case "quota_mode":
@@ -173,7 +173,7 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		case "value_to_metric":
 			d.ValueToMetric = p.boolean(f)
 		case "share_threshold":
-			share = &f
+			share = f
 			d.ShareThreshold = p.boolean(f)
 		case "metadata":
 			d.Metadata = p.metadata(f)
@@ -185,8 +185,8 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		p.errorf(share.k, "share_threshold needs a value with a * wildcard, got value %q", d.Value)
 	}
 	d.Limits = p.limits(d, rateLimit, rateLimits)
-	if children != nil {
-		d.Children = p.descriptors(*children, d, depth+1, pathOK)
+	if children.k != nil {
+		d.Children = p.descriptors(children, d, depth+1, pathOK)
 	}
 	return d
 }

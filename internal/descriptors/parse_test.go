@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -473,5 +474,64 @@ func TestUnlimitedIgnoresRequestsPerUnit(t *testing.T) {
 	l := cfg.Domain("d").Descriptors[0].Limits[0]
 	if !l.Unlimited || l.RequestsPerUnit != 0 {
 		t.Errorf("limit = %+v, want unlimited with requests_per_unit ignored", l)
+	}
+}
+
+// TestParseNumbers: whole numbers in every form yaml.v3 reads as an
+// integer, and the bounds, one per row.
+func TestParseNumbers(t *testing.T) {
+	tests := []struct {
+		rpu     string
+		want    uint32
+		wantErr string
+	}{
+		{"10", 10, ""},
+		{"+10", 10, ""},
+		{"1_000", 1000, ""},
+		{"0x10", 16, ""},
+		{"0o17", 15, ""},
+		{"017", 15, ""},
+		{"0b101", 5, ""},
+		{"4294967295", 4294967295, ""},
+		{"4294967296", 0, "requests_per_unit 4294967296 is out of range (at most 4294967295)"},
+		{"18446744073709551615", 0, "requests_per_unit 18446744073709551615 is out of range (at most 4294967295)"},
+		{"-0x1", 0, "requests_per_unit must not be negative, got -1"},
+		{"1e3", 0, "requests_per_unit must be a whole number, got number 1e3"},
+	}
+	for _, tt := range tests {
+		c, err := Parse("n.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: "+tt.rpu+"}\n"))
+		if tt.wantErr != "" {
+			if want := `n.yaml:4:51: descriptor "k": ` + tt.wantErr; err == nil || err.Error() != want {
+				t.Errorf("requests_per_unit: %s: error %v, want %s", tt.rpu, err, want)
+			}
+			continue
+		}
+		if err != nil || c.Limits()[0].RequestsPerUnit != tt.want {
+			t.Errorf("requests_per_unit: %s: %v, %v; want %d", tt.rpu, c, err, tt.want)
+		}
+	}
+}
+
+// TestParseBigMappings: duplicate keys are found in mappings of any size,
+// merged ones included.
+func TestParseBigMappings(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n  - key: a\n    metadata: &big\n")
+	for i := range 100 {
+		fmt.Fprintf(&b, "      k%d: %d\n", i, i)
+	}
+	b.WriteString("      k42: again\n  - key: b\n    metadata: {<<: *big, k7: mine}\n")
+	_, err := Parse("big.yaml", []byte(b.String()))
+	// Reported where the mapping is used, and again where it is merged.
+	want := `big.yaml:105:7: descriptor "a": duplicate key "k42" (first at 47:7)` + "\n" +
+		`big.yaml:105:7: descriptor "b": duplicate key "k42" (first at 47:7)`
+	if err == nil || err.Error() != want {
+		t.Errorf("Parse(metadata of 100 keys and a duplicate) error = %v, want %s", err, want)
+	}
+	// Without the duplicate: the merged mapping's keys, the explicit one winning.
+	c := parseString(t, strings.Replace(b.String(), "      k42: again\n", "", 1))
+	md := c.Domain("d").Descriptors[1].Metadata
+	if len(md) != 100 || md["k7"] != "mine" || md["k99"] != 99.0 {
+		t.Errorf("metadata merged from 100 keys = %d keys, k7 %v, k99 %v; want 100, mine, 99", len(md), md["k7"], md["k99"])
 	}
 }

@@ -187,8 +187,8 @@ func (p *parser) fields(n *yaml.Node) []field {
 		p.errorf(n, "a merge key (<<) brings in the mapping that contains it")
 		return nil
 	}
-	var out, merged []field
-	seen := make(map[string]*yaml.Node, len(n.Content)/2)
+	out := fieldList{fields: make([]field, 0, len(n.Content)/2)}
+	var merged []field
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := p.resolve(n.Content[i]), n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
@@ -204,20 +204,54 @@ func (p *parser) fields(n *yaml.Node) []field {
 			delete(p.merging, n)
 			continue
 		}
-		if first, dup := seen[k.Value]; dup {
+		if first := out.find(k.Value); first != nil {
 			p.errorf(k, "duplicate key %q (first at %d:%d)", k.Value, first.Line, first.Column)
 			continue
 		}
-		seen[k.Value] = k
-		out = append(out, field{key: k.Value, k: k, v: v})
+		out.add(field{key: k.Value, k: k, v: v})
 	}
 	for _, f := range merged {
-		if _, dup := seen[f.key]; !dup {
-			seen[f.key] = f.k
-			out = append(out, f)
+		if out.find(f.key) == nil {
+			out.add(f)
 		}
 	}
-	return out
+	return out.fields
+}
+
+// smallMapping is the most fields found by a scan; past it (a metadata map
+// of thousands of keys, a merge of one) they are found through a map.
+const smallMapping = 16
+
+// fieldList is the fields of a mapping being read, found by key.
+type fieldList struct {
+	fields []field
+	byKey  map[string]*yaml.Node // nil while there are few fields
+}
+
+// find returns the key node of the field called key, or nil.
+func (l *fieldList) find(key string) *yaml.Node {
+	if l.byKey != nil {
+		return l.byKey[key]
+	}
+	for _, f := range l.fields {
+		if f.key == key {
+			return f.k
+		}
+	}
+	return nil
+}
+
+func (l *fieldList) add(f field) {
+	l.fields = append(l.fields, f)
+	switch {
+	case l.byKey != nil:
+		l.byKey[f.key] = f.k
+	case len(l.fields) > smallMapping:
+		l.byKey = make(map[string]*yaml.Node, 2*len(l.fields))
+		for _, f := range l.fields {
+			l.byKey[f.key] = f.k
+		}
+	}
 }
 
 // mergeFields returns the pairs that a merge key's value brings in.
@@ -291,8 +325,9 @@ func (p *parser) str(f field) (string, bool) {
 
 const quotedStyles = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.LiteralStyle | yaml.FoldedStyle
 
-// boolean returns f's value as a bool: true/false in any case, and the
-// YAML 1.1 forms (yes, no, on, off) that yaml.v2 accepts; null is false.
+// boolean returns f's value as a bool: true/false in any of YAML's
+// spellings, and the YAML 1.1 forms (yes, no, on, off, ...) that yaml.v2
+// accepts; null is false.
 func (p *parser) boolean(f field) bool {
 	v := p.resolve(f.v)
 	if v.Kind == yaml.ScalarNode {
@@ -301,14 +336,21 @@ func (p *parser) boolean(f field) bool {
 		}
 		tag := v.ShortTag()
 		if tag == "!!bool" || (tag == "!!str" && v.Style&quotedStyles == 0) {
-			var b bool
-			if v.Decode(&b) == nil {
+			if b, ok := boolWords[v.Value]; ok {
 				return b
 			}
 		}
 	}
 	p.errorf(v, "%s must be true or false, got %s", f.key, describe(v))
 	return false
+}
+
+// boolWords are the spellings of booleans that yaml.v3 reads into a bool
+// (yaml.v3's resolve and decode tables, YAML 1.2 and 1.1).
+var boolWords = map[string]bool{
+	"true": true, "True": true, "TRUE": true, "false": false, "False": false, "FALSE": false,
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }
 
 var integerText = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
@@ -321,23 +363,23 @@ func (p *parser) number(f field, max uint64) (uint64, bool) {
 		case "!!null":
 			return 0, true
 		case "!!int":
-			var x any
-			if v.Decode(&x) == nil {
-				switch x := x.(type) {
-				case int:
-					if x < 0 {
-						p.errorf(v, "%s must not be negative, got %d", f.key, x)
-						return 0, false
-					}
-					if uint64(x) > max {
-						p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
-						return 0, false
-					}
-					return uint64(x), true
-				case uint64:
+			// As yaml.v3 reads an !!int: underscores dropped, then Go's
+			// syntax (0x, 0o, 0b, a leading 0 for octal).
+			plain := strings.ReplaceAll(v.Value, "_", "")
+			if x, err := strconv.ParseInt(plain, 0, 64); err == nil {
+				if x < 0 {
+					p.errorf(v, "%s must not be negative, got %d", f.key, x)
+					return 0, false
+				}
+				if uint64(x) > max {
 					p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
 					return 0, false
 				}
+				return uint64(x), true
+			}
+			if x, err := strconv.ParseUint(plain, 0, 64); err == nil {
+				p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
+				return 0, false
 			}
 		case "!!float":
 			// yaml.v3 reads an integer too large for 64 bits as a float.
