@@ -50,34 +50,7 @@ func parseAlgorithm(s string) (Algorithm, bool) {
 // limits parses a descriptor's rate_limit or rate_limits and checks that no
 // two of them share a counter identity.
 func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
-	var nodes []*yaml.Node
-	what := "rate_limit"
-	if rateLimits.k != nil {
-		what = "rate_limits item"
-		v := p.resolve(rateLimits.v)
-		nodes = p.list(rateLimits)
-		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
-			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
-		}
-	}
-	if rateLimit.k != nil {
-		v := p.resolve(rateLimit.v)
-		if rateLimits.k != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
-			second := rateLimit.k
-			if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
-				second = rateLimits.k
-			}
-			p.errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
-			return nil
-		}
-		switch {
-		case isNull(v):
-		case v.Kind == yaml.SequenceNode:
-			p.errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
-		default:
-			nodes = []*yaml.Node{v}
-		}
-	}
+	nodes, what := p.limitNodes(rateLimit, rateLimits)
 	var out []*Limit
 	ids := make(map[string]*Limit, len(nodes))
 	for _, n := range nodes {
@@ -99,6 +72,41 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
 	}
 	distinctLabels(out)
 	return out
+}
+
+// limitNodes returns the limits given by rate_limit or rate_limits (not
+// both), and what to call one in messages.
+func (p *parser) limitNodes(rateLimit, rateLimits field) ([]*yaml.Node, string) {
+	var nodes []*yaml.Node
+	what := "rate_limit"
+	if rateLimits.k != nil {
+		what = "rate_limits item"
+		v := p.resolve(rateLimits.v)
+		nodes = p.list(rateLimits)
+		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
+			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
+		}
+	}
+	if rateLimit.k == nil {
+		return nodes, what
+	}
+	v := p.resolve(rateLimit.v)
+	if rateLimits.k != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
+		second := rateLimit.k
+		if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
+			second = rateLimits.k
+		}
+		p.errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
+		return nil, what
+	}
+	switch {
+	case isNull(v):
+	case v.Kind == yaml.SequenceNode:
+		p.errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
+	default:
+		nodes = []*yaml.Node{v}
+	}
+	return nodes, what
 }
 
 // distinctLabels appends the algorithm to the labels of unnamed limits
