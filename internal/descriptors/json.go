@@ -118,7 +118,7 @@ type dumper struct {
 	enc     *json.Encoder // encodes one item into scratch
 }
 
-// raw writes closing brackets and the truncation note, outside the budget.
+// raw writes structure outside the budget: brackets, the truncation note.
 func (d *dumper) raw(s string) {
 	if d.err == nil {
 		_, d.err = io.WriteString(d.w, s)
