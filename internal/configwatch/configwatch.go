@@ -1,10 +1,13 @@
 // Package configwatch tells when the config files under a path have
-// changed: it watches the file's directory (or the directory and its
-// subdirectories) with inotify, waits for a quiet moment, and reports a
-// change only when the content of the YAML files differs from the last
-// report. Atomic renames, editors' temporary files and Kubernetes ConfigMap
-// symlink swaps are all just events that lead to a content check. It knows
-// nothing of parsing; which files count is descriptors.ListConfig's call.
+// changed: it watches the config's directory, its subdirectories and the
+// directory above it with inotify, waits for a quiet moment (but never
+// longer than a maximum after the first event), and reports a change only
+// when the content of the YAML files differs from the last report. Atomic
+// renames, editors' temporary files, Kubernetes ConfigMap symlink swaps and
+// a directory deleted and made again or replaced by a rename are all just
+// events that lead to a content check; a directory that was replaced is
+// watched again. It knows nothing of parsing; which files count is
+// descriptors.ListConfig's call.
 package configwatch
 
 import (
@@ -12,6 +15,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,104 +26,326 @@ import (
 	"github.com/rlsproject/rls/internal/descriptors"
 )
 
-// Fingerprint returns a hash of the YAML files that path stands for
-// (descriptors.ListConfig), in order. Unreadable paths count as their
-// error text.
-func Fingerprint(path string) [32]byte {
-	files, _, unreadable := descriptors.ListConfig(path)
-	return fingerprint(files, unreadable)
+// Defaults of Options.
+const (
+	DefaultQuiet   = 250 * time.Millisecond
+	DefaultMaxWait = 2 * time.Second
+)
+
+// Options tune WatchWith. The zero value gives the defaults.
+type Options struct {
+	// Quiet is how long the files must be left alone before they are
+	// checked (DefaultQuiet).
+	Quiet time.Duration
+	// MaxWait bounds how long a check waits after the first event of a
+	// busy spell, so that a neighbour file rewritten without pause does
+	// not postpone it forever (DefaultMaxWait, and at least Quiet). While
+	// the config's directory is missing, it is looked for this often.
+	MaxWait time.Duration
+	// Limits are the caps the config is loaded with: a file is
+	// fingerprinted up to its cap only.
+	Limits descriptors.LoadOptions
+	// Log receives what the watcher does; nil discards it.
+	Log *slog.Logger
+
+	clock    clock    // nil: the real one
+	observer observer // tests: nil
 }
 
-func fingerprint(files []string, unreadable []error) [32]byte {
+func (o Options) withDefaults() Options {
+	if o.Quiet <= 0 {
+		o.Quiet = DefaultQuiet
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	o.MaxWait = max(o.MaxWait, o.Quiet)
+	o.Limits = o.Limits.WithDefaults()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.clock == nil {
+		o.clock = newRealClock()
+	}
+	if o.observer == nil {
+		o.observer = noObserver{}
+	}
+	return o
+}
+
+// Watch is WatchWith with the quiet period and log given and the other
+// options at their defaults.
+func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logger, onChange func()) error {
+	return WatchWith(ctx, path, Options{Quiet: quiet, Log: log}, onChange)
+}
+
+// WatchWith calls onChange each time the content under path changes, at
+// most once per check, until ctx ends. It returns when ctx ends (nil) or
+// when the watch cannot be set up (path missing, no inotify).
+func WatchWith(ctx context.Context, path string, opts Options, onChange func()) error {
+	opts = opts.withDefaults()
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", path, err)
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", path, err)
+	}
+	defer fsw.Close()
+	w := &watcher{path: path, isDir: st.IsDir(), opts: opts, fs: fsw, watched: make(map[string]os.FileInfo)}
+	w.dir = path
+	if !w.isDir {
+		w.dir = filepath.Dir(path)
+	}
+	w.parent = filepath.Dir(w.dir)
+	w.wait = debounce{quiet: opts.Quiet, maxWait: opts.MaxWait}
+	w.last = w.check()
+	if _, ok := w.watched[w.dir]; !ok {
+		return fmt.Errorf("watching %s: cannot watch %s", path, w.dir)
+	}
+	opts.observer.started()
+	return w.run(ctx, onChange)
+}
+
+// watcher is the state of one Watch. It is used by Watch's goroutine only.
+type watcher struct {
+	path   string
+	isDir  bool   // path is a directory (else a file)
+	dir    string // the directory whose entries are the config: path, or the file's directory
+	parent string // dir's parent, watched for dir's own entry only (replaced, removed)
+	opts   Options
+	fs     *fsnotify.Watcher
+	// watched are the directories watched, each as it was when its watch
+	// was added: one found different (replaced) is watched again.
+	watched map[string]os.FileInfo
+	// content says which watched directories hold config: their events
+	// count. The parent's count only for dir's own name.
+	content map[string]bool
+	last    [32]byte // fingerprint of the last report
+	wait    debounce
+}
+
+// run handles events until ctx ends.
+func (w *watcher) run(ctx context.Context, onChange func()) error {
+	log := w.opts.Log
+	missing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.fs.Events:
+			if !ok {
+				return errors.New("config watch: watcher closed")
+			}
+			relevant := w.relevant(ev)
+			log.Debug("config watch event", "event", ev.String(), "relevant", relevant)
+			if relevant {
+				w.opts.clock.Arm(w.wait.event(w.opts.clock.Now()))
+			}
+			w.opts.observer.event(ev.Name, relevant)
+		case err, ok := <-w.fs.Errors:
+			if !ok {
+				return errors.New("config watch: watcher closed")
+			}
+			// A full event queue loses events: check anyway.
+			log.Warn("config watch", "error", err)
+			w.opts.clock.Arm(w.wait.event(w.opts.clock.Now()))
+		case <-w.opts.clock.C():
+			w.wait.fired()
+			fp := w.check()
+			changed := fp != w.last
+			if changed {
+				w.last = fp
+				onChange()
+			}
+			// With the config's directory gone, no event may announce its
+			// return (its parent may be gone too): look again later.
+			_, err := os.Stat(w.dir)
+			if gone := err != nil; gone != missing {
+				missing = gone
+				if gone {
+					log.Warn("config watch: the config directory is gone; looking for it periodically", "dir", w.dir, "every", w.opts.MaxWait)
+				}
+			}
+			if missing {
+				w.opts.clock.Arm(w.opts.clock.Now().Add(w.opts.MaxWait))
+			}
+			w.opts.observer.checked(changed)
+		}
+	}
+}
+
+// relevant says whether ev may change the config: an event in a directory
+// holding config, or on the config's directory itself.
+func (w *watcher) relevant(ev fsnotify.Event) bool {
+	return ev.Name == w.dir || w.content[ev.Name] || w.content[filepath.Dir(ev.Name)]
+}
+
+// check lists the config files, brings the watches in line with the
+// directories that hold them, and returns their fingerprint. Watching
+// first, reading after: a change made in between is in the fingerprint or
+// brings an event.
+func (w *watcher) check() [32]byte {
+	files, dirs, unreadable := descriptors.ListConfig(w.path)
+	want := map[string]bool{w.dir: true}
+	for _, d := range dirs {
+		want[d] = true
+	}
+	if !w.isDir {
+		// A config file that is a symlink into another directory (a
+		// ConfigMap's ..data, a hand-made link): that directory too.
+		if target, err := filepath.EvalSymlinks(w.path); err == nil {
+			want[filepath.Dir(target)] = true
+		}
+	}
+	if _, ok := want[w.parent]; !ok {
+		want[w.parent] = false
+	}
+	w.rewatch(want)
+	return fingerprint(files, unreadable, w.opts.Limits.MaxFileBytes)
+}
+
+// rewatch watches the directories of want (a directory that does not
+// exist is left for later), again any that was replaced since its watch
+// was added, and no others. A replaced directory has lost its watch
+// (deleted or moved: fsnotify drops it) or is another directory than the
+// one watched (a symlink that now points elsewhere); a new directory may
+// have the inode number of the deleted one, so both are looked at.
+func (w *watcher) rewatch(want map[string]bool) {
+	log := w.opts.Log
+	held := make(map[string]bool)
+	for _, dir := range w.fs.WatchList() {
+		held[dir] = true
+	}
+	for dir := range want {
+		st, err := os.Stat(dir)
+		if err != nil || !st.IsDir() {
+			continue // gone: an event on its parent, or the next check, brings it back
+		}
+		old, had := w.watched[dir]
+		if had && held[dir] && os.SameFile(old, st) {
+			continue
+		}
+		if had {
+			_ = w.fs.Remove(dir) // the replaced directory's watch, if fsnotify still holds it
+		}
+		if err := w.fs.Add(dir); err != nil {
+			log.Warn("config watch: cannot watch a directory", "dir", dir, "error", err)
+			continue
+		}
+		if had {
+			log.Info("config watch: re-watching a replaced directory", "dir", dir)
+		} else {
+			log.Debug("config watch: watching", "dir", dir)
+		}
+		w.watched[dir] = st
+	}
+	for dir := range w.watched {
+		if _, ok := want[dir]; !ok {
+			_ = w.fs.Remove(dir)
+			delete(w.watched, dir)
+		}
+	}
+	w.content = want
+}
+
+// fingerprint hashes the YAML files (with their names) and the errors of
+// those that cannot be read. A file is read up to limit+1 bytes: past its
+// cap it cannot load anyway, so its size stands for the rest.
+func fingerprint(files []string, unreadable []error, limit int64) [32]byte {
 	h := sha256.New()
 	for _, err := range unreadable {
 		fmt.Fprintf(h, "unreadable: %v\x00", err)
 	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+	for _, name := range files {
+		fmt.Fprintf(h, "%s\x00", name)
+		n, err := hashFile(h, name, limit)
+		fmt.Fprintf(h, "\x00%d\x00", n)
 		if err != nil {
-			fmt.Fprintf(h, "error: %v", err)
+			fmt.Fprintf(h, "error: %v\x00", err)
 		}
-		h.Write(data)
 	}
 	var sum [32]byte
 	h.Sum(sum[:0])
 	return sum
 }
 
-// Watch calls onChange each time the content under path changes, at most
-// once per quiet period, until ctx ends. It returns when ctx ends (nil) or
-// when the watch cannot be set up.
-func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logger, onChange func()) error {
-	w, err := fsnotify.NewWatcher()
+// hashFile writes up to limit+1 bytes of the file called name to h; a
+// regular file bigger than limit is not read. It returns the file's size,
+// or the bytes read when the size says nothing (a pipe).
+func hashFile(h io.Writer, name string, limit int64) (int64, error) {
+	f, err := os.Open(name)
 	if err != nil {
-		return fmt.Errorf("watching %s: %w", path, err)
+		return 0, err
 	}
-	defer w.Close()
-	dir := path
-	if st, err := os.Stat(path); err != nil {
-		return fmt.Errorf("watching %s: %w", path, err)
-	} else if !st.IsDir() {
-		dir = filepath.Dir(path)
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > limit {
+		return st.Size(), nil
 	}
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watching %s: %w", dir, err)
-	}
-	// A config file that is a symlink into another directory (a ConfigMap
-	// mounted with subPath, a hand-made link): watch the target's directory
-	// too.
-	if target, err := filepath.EvalSymlinks(path); err == nil && target != path {
-		if tdir := filepath.Dir(target); tdir != dir && !isDir(path) {
-			if err := w.Add(tdir); err != nil {
-				log.Warn("config watch: cannot watch the symlink target's directory", "dir", tdir, "error", err)
-			}
-		}
-	}
-
-	// scan lists the files once: it watches every subdirectory (they are
-	// loaded too; new ones appear) and returns the fingerprint.
-	scan := func() [32]byte {
-		files, dirs, unreadable := descriptors.ListConfig(path)
-		for _, d := range dirs {
-			if d != dir {
-				if err := w.Add(d); err != nil {
-					log.Warn("config watch: cannot watch a subdirectory", "dir", d, "error", err)
-				}
-			}
-		}
-		return fingerprint(files, unreadable)
-	}
-
-	last := scan()
-	timer := time.NewTimer(quiet)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("config watch: watcher closed")
-			}
-			log.Debug("config watch event", "event", ev.String())
-			timer.Reset(quiet)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return errors.New("config watch: watcher closed")
-			}
-			log.Warn("config watch", "error", err)
-		case <-timer.C:
-			if fp := scan(); fp != last {
-				last = fp
-				onChange()
-			}
-		}
-	}
+	return io.Copy(h, io.LimitReader(f, limit+1))
 }
 
-func isDir(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
+// debounce decides when a spell of events is checked: Quiet after its
+// last event, but no later than MaxWait after its first. Time is a
+// parameter; an instant earlier than the last event counts as no time
+// passed.
+type debounce struct {
+	quiet, maxWait time.Duration
+	pending        bool
+	first, last    time.Time // events of the pending spell
 }
+
+// event records an event at now and returns when to check.
+func (d *debounce) event(now time.Time) time.Time {
+	if !d.pending {
+		d.pending, d.first, d.last = true, now, now
+	}
+	if now.After(d.last) {
+		d.last = now
+	}
+	due := d.last.Add(d.quiet)
+	if limit := d.first.Add(d.maxWait); due.After(limit) {
+		due = limit
+	}
+	return due
+}
+
+// fired ends the pending spell: the check is made.
+func (d *debounce) fired() { d.pending = false }
+
+// clock is the watcher's time and its one timer: the real ones, or a
+// test's.
+type clock interface {
+	Now() time.Time
+	// Arm makes C deliver once at instant t (at once if t has passed),
+	// replacing any earlier arming.
+	Arm(t time.Time)
+	C() <-chan time.Time
+}
+
+type realClock struct{ timer *time.Timer }
+
+func newRealClock() *realClock {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &realClock{timer: t}
+}
+
+func (c *realClock) Now() time.Time      { return time.Now() }
+func (c *realClock) Arm(t time.Time)     { c.timer.Reset(time.Until(t)) }
+func (c *realClock) C() <-chan time.Time { return c.timer.C }
+
+// observer sees what the watcher does, for tests to follow it without
+// waiting on the wall clock.
+type observer interface {
+	started()                         // the watch is set up
+	event(name string, relevant bool) // an event was handled
+	checked(changed bool)             // the files were checked
+}
+
+type noObserver struct{}
+
+func (noObserver) started()           {}
+func (noObserver) event(string, bool) {}
+func (noObserver) checked(bool)       {}

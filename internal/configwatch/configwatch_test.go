@@ -2,59 +2,43 @@ package configwatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
 )
 
-// watcher runs Watch on path and counts the changes it reports.
-type watcher struct {
-	changes chan struct{}
-	cancel  context.CancelFunc
-	done    chan error
-}
-
-func startWatch(t *testing.T, path string) *watcher {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{changes: make(chan struct{}, 16), cancel: cancel, done: make(chan error, 1)}
-	started := make(chan struct{})
-	go func() {
-		close(started)
-		w.done <- Watch(ctx, path, 50*time.Millisecond, slog.New(slog.DiscardHandler), func() { w.changes <- struct{}{} })
-	}()
-	<-started
-	time.Sleep(50 * time.Millisecond) // let the watch be set up before the test writes
-	t.Cleanup(func() {
-		cancel()
-		if err := <-w.done; err != nil {
-			t.Errorf("Watch returned %v, want nil after cancel", err)
-		}
-	})
-	return w
-}
-
-// expect waits for one change (want) or makes sure none comes.
-func (w *watcher) expect(t *testing.T, what string, want bool) {
-	t.Helper()
-	select {
-	case <-w.changes:
-		if !want {
-			t.Errorf("%s: a change was reported, want none", what)
-		}
-	case <-time.After(2 * time.Second):
-		if want {
-			t.Errorf("%s: no change reported within 2s", what)
-		}
+// TestDebounce: a check comes Quiet after the last event of a spell, but
+// no later than MaxWait after its first; a clock that steps back counts as
+// no time passed.
+func TestDebounce(t *testing.T) {
+	d := debounce{quiet: 250 * time.Millisecond, maxWait: 2 * time.Second}
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	steps := []struct {
+		what string
+		at   time.Time
+		fire bool // the check is made before this step's event
+		want time.Time
+	}{
+		{what: "first event", at: ms(0), want: ms(250)},
+		{what: "another within the quiet period", at: ms(100), want: ms(350)},
+		{what: "busy: every 100ms", at: ms(1600), want: ms(1850)},
+		{what: "busy, near the maximum", at: ms(1900), want: ms(2000)},
+		{what: "busy, past the maximum", at: ms(2100), want: ms(2000)},
+		{what: "after the check: a new spell", at: ms(3000), fire: true, want: ms(3250)},
+		{what: "clock stepped back", at: ms(2500), want: ms(3250)},
 	}
-}
-
-func write(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
+	for i, s := range steps {
+		if s.fire {
+			d.fired()
+		}
+		if got := d.event(s.at); !got.Equal(s.want) {
+			t.Errorf("step %d (%s): event(t0+%v) = check at t0+%v, want t0+%v", i, s.what, s.at.Sub(t0), got.Sub(t0), s.want.Sub(t0))
+		}
 	}
 }
 
@@ -65,21 +49,17 @@ func TestFileWritesAndAtomicRenames(t *testing.T) {
 	w := startWatch(t, path)
 
 	write(t, path, "domain: b\n")
-	w.expect(t, "write in place", true)
+	w.expectChange("write in place", path, true)
 
 	tmp := filepath.Join(dir, ".limits.yaml.tmp")
 	write(t, tmp, "domain: c\n")
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-	w.expect(t, "atomic rename over the file", true)
+	must(t, os.Rename(tmp, path))
+	w.expectChange("atomic rename over the file", path, true)
 
 	now := time.Now()
-	if err := os.Chtimes(path, now, now); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.Chtimes(path, now, now))
 	write(t, filepath.Join(dir, "other.txt"), "x")
-	w.expect(t, "touch and an unrelated file", false)
+	w.expectChange("touch and an unrelated file", filepath.Join(dir, "other.txt"), false)
 }
 
 func TestDirectory(t *testing.T) {
@@ -87,82 +67,210 @@ func TestDirectory(t *testing.T) {
 	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
 	w := startWatch(t, dir)
 	write(t, filepath.Join(dir, "b.yml"), "domain: b\n")
-	w.expect(t, "a new file", true)
-	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	w.expect(t, "a removed file", true)
+	w.expectChange("a new file", filepath.Join(dir, "b.yml"), true)
+	must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+	w.expectChange("a removed file", filepath.Join(dir, "a.yaml"), true)
 	write(t, filepath.Join(dir, "notes.md"), "x")
-	w.expect(t, "a non-YAML file", false)
+	w.expectChange("a non-YAML file", filepath.Join(dir, "notes.md"), false)
+	// The parent is watched for the directory's own entry only.
+	sibling := filepath.Join(filepath.Dir(dir), filepath.Base(dir)+"-sibling.yaml")
+	write(t, sibling, "x")
+	if w.waitEvent(sibling) {
+		t.Errorf("a file next to the config directory was taken as relevant")
+	}
 }
 
 // TestSubdirectories: files in subdirectories are loaded, so a change in
 // one is seen, in a subdirectory made after the watch started too.
 func TestSubdirectories(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "teams", "a"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	write(t, filepath.Join(dir, "teams", "a", "a.yaml"), "domain: a\n")
 	w := startWatch(t, dir)
 	write(t, filepath.Join(dir, "teams", "a", "a.yaml"), "domain: a2\n")
-	w.expect(t, "a write in a subdirectory", true)
-	if err := os.Mkdir(filepath.Join(dir, "teams", "b"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	w.expect(t, "an empty new subdirectory", false)
+	w.expectChange("a write in a subdirectory", filepath.Join(dir, "teams", "a", "a.yaml"), true)
+	must(t, os.Mkdir(filepath.Join(dir, "teams", "b"), 0o755))
+	w.expectChange("an empty new subdirectory", filepath.Join(dir, "teams", "b"), false)
 	write(t, filepath.Join(dir, "teams", "b", "b.yaml"), "domain: b\n")
-	w.expect(t, "a file in the new subdirectory", true)
+	w.expectChange("a file in the new subdirectory", filepath.Join(dir, "teams", "b", "b.yaml"), true)
 	write(t, filepath.Join(dir, "teams", "b", "b.yaml"), "domain: b2\n")
-	w.expect(t, "a write in the new subdirectory", true)
+	w.expectChange("a write in the new subdirectory", filepath.Join(dir, "teams", "b", "b.yaml"), true)
 }
 
 // TestConfigMapSymlinkSwap reproduces how the kubelet updates a mounted
 // ConfigMap: the files are symlinks through ..data, which is swapped
-// atomically to a new timestamped directory.
+// atomically to a new timestamped directory, again and again.
 func TestConfigMapSymlinkSwap(t *testing.T) {
-	dir := t.TempDir()
-	mkVersion := func(name, content string) {
-		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		write(t, filepath.Join(dir, name, "limits.yaml"), content)
-	}
-	mkVersion("..2026_01_01_00_00_00.1", "domain: one\n")
-	if err := os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("..data/limits.yaml", filepath.Join(dir, "limits.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	for _, watched := range []string{dir, filepath.Join(dir, "limits.yaml")} {
-		t.Run(filepath.Base(watched), func(t *testing.T) {
+	for _, watchFile := range []bool{false, true} {
+		t.Run(fmt.Sprintf("file=%v", watchFile), func(t *testing.T) {
+			dir := t.TempDir()
+			version := func(n int) string {
+				name := fmt.Sprintf("..2026_01_01_00_00_0%d.1", n)
+				write(t, filepath.Join(dir, name, "limits.yaml"), fmt.Sprintf("domain: v%d\n", n))
+				return name
+			}
+			must(t, os.Symlink(version(1), filepath.Join(dir, "..data")))
+			must(t, os.Symlink(filepath.Join("..data", "limits.yaml"), filepath.Join(dir, "limits.yaml")))
+			watched := dir
+			if watchFile {
+				watched = filepath.Join(dir, "limits.yaml")
+			}
 			w := startWatch(t, watched)
-			next := "..2026_01_01_00_00_00." + filepath.Base(t.Name())
-			mkVersion(next, "domain: "+filepath.Base(t.Name())+"\n")
-			if err := os.Symlink(next, filepath.Join(dir, "..data_tmp")); err != nil {
-				t.Fatal(err)
+			for n := 2; n <= 4; n++ {
+				must(t, os.Symlink(version(n), filepath.Join(dir, "..data_tmp")))
+				must(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+				w.expectChange(fmt.Sprintf("swap %d of ..data", n-1), filepath.Join(dir, "..data"), true)
+				must(t, os.RemoveAll(filepath.Join(dir, fmt.Sprintf("..2026_01_01_00_00_0%d.1", n-1))))
 			}
-			if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-				t.Fatal(err)
-			}
-			w.expect(t, "..data swapped", true)
 		})
 	}
+}
+
+// TestDirectoryRecreated: the config directory deleted and made again
+// (rm -rf, mkdir, new files) is watched again; before, the first change
+// loaded and the later ones were missed.
+func TestDirectoryRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "conf")
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
+	w := startWatch(t, dir)
+	must(t, os.RemoveAll(dir))
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a2\n")
+	w.expectChange("directory deleted and made again", dir, true)
+	if !w.logged("re-watching a replaced directory", "dir="+dir) {
+		t.Errorf("no re-watching line in the log:\n%s", w.log.String())
+	}
+	write(t, filepath.Join(dir, "b.yaml"), "domain: b\n")
+	w.expectChange("a new file in the new directory", filepath.Join(dir, "b.yaml"), true)
+	write(t, filepath.Join(dir, "b.yaml"), "domain: b2\n")
+	w.expectChange("a write in the new directory", filepath.Join(dir, "b.yaml"), true)
+}
+
+// TestDirectoryRenamedOver: a new directory renamed into the config's
+// place (the old one moved aside) is watched; the old one no longer is.
+func TestDirectoryRenamedOver(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "conf")
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
+	w := startWatch(t, dir)
+	write(t, filepath.Join(root, "conf.new", "a.yaml"), "domain: new\n")
+	must(t, os.Rename(dir, filepath.Join(root, "conf.old")))
+	must(t, os.Rename(filepath.Join(root, "conf.new"), dir))
+	w.expectChange("directory swapped by rename", dir, true)
+	write(t, filepath.Join(dir, "b.yaml"), "domain: b\n")
+	w.expectChange("a new file in the new directory", filepath.Join(dir, "b.yaml"), true)
+	// The old directory's files are not the config any more: no event of
+	// theirs comes before that of a file written after them.
+	write(t, filepath.Join(root, "marker1"), "x")
+	w.eventsUntil(filepath.Join(root, "marker1"))
+	write(t, filepath.Join(root, "conf.old", "c.yaml"), "domain: c\n")
+	write(t, filepath.Join(root, "marker2"), "x")
+	for _, ev := range w.eventsUntil(filepath.Join(root, "marker2")) {
+		if ev.relevant {
+			t.Errorf("after the swap, event %s (from the moved-aside directory) was taken as relevant", ev.name)
+		}
+	}
+}
+
+// TestSymlinkedDirectorySwapped: a config path that is a symlink to a
+// directory, pointed elsewhere (ln -sfn), is followed to its new target.
+func TestSymlinkedDirectorySwapped(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "v1", "a.yaml"), "domain: v1\n")
+	write(t, filepath.Join(root, "v2", "a.yaml"), "domain: v2\n")
+	link := filepath.Join(root, "current")
+	must(t, os.Symlink("v1", link))
+	w := startWatch(t, link)
+	must(t, os.Symlink("v2", link+".tmp"))
+	must(t, os.Rename(link+".tmp", link))
+	w.expectChange("symlink swapped to v2", link, true)
+	write(t, filepath.Join(root, "v2", "b.yaml"), "domain: b\n")
+	w.expectChange("a new file in v2", filepath.Join(link, "b.yaml"), true)
+}
+
+// TestDirectoryGoneAndBack: with the config's directory and its parent
+// deleted, no event can tell of their return: the watcher looks for them
+// every MaxWait and watches them again.
+func TestDirectoryGoneAndBack(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "etc")
+	dir := filepath.Join(parent, "conf")
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
+	w := startWatch(t, dir)
+	must(t, os.RemoveAll(parent))
+	w.expectChange("directory and parent deleted", filepath.Join(dir, "a.yaml"), true)
+	if !w.logged("the config directory is gone") {
+		t.Errorf("the directory's absence is not logged:\n%s", w.log.String())
+	}
+	if w.check("still gone") {
+		t.Errorf("still gone: a change was found")
+	}
+	write(t, filepath.Join(dir, "a.yaml"), "domain: back\n")
+	if !w.check("back") {
+		t.Errorf("back: no change found")
+	}
+	write(t, filepath.Join(dir, "a.yaml"), "domain: back2\n")
+	w.expectChange("a write after the return", filepath.Join(dir, "a.yaml"), true)
+}
+
+// TestBusyNeighbourDoesNotPostponeForever: a neighbour file rewritten every
+// 100ms kept the quiet period from ever ending; the check now comes at
+// most MaxWait after the first event.
+func TestBusyNeighbourDoesNotPostponeForever(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
+	neighbour := filepath.Join(dir, "app.log")
+	w := startWatch(t, dir)
+	write(t, filepath.Join(dir, "a.yaml"), "domain: b\n")
+	w.waitEvent(filepath.Join(dir, "a.yaml"))
+	const step = 100 * time.Millisecond
+	for i := 1; i <= 40; i++ {
+		if w.clock.Advance(step) {
+			if elapsed := time.Duration(i) * step; elapsed != testOpts.MaxWait {
+				t.Errorf("checked %v after the first event, want at %v (MaxWait)", elapsed, testOpts.MaxWait)
+			}
+			if !w.verdict("the check at MaxWait") {
+				t.Errorf("the check found no change, want the a.yaml write")
+			}
+			return
+		}
+		write(t, neighbour, fmt.Sprintf("line %d\n", i))
+		w.waitEvent(neighbour)
+	}
+	t.Errorf("no check within 4s of fake time while the neighbour kept writing")
 }
 
 func TestFingerprint(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
-	fp := Fingerprint(dir)
+	const limit = 64
+	fp := func() [32]byte {
+		files, _, unreadable := descriptors.ListConfig(dir)
+		return fingerprint(files, unreadable, limit)
+	}
+	first := fp()
 	write(t, filepath.Join(dir, ".hidden.yaml"), "x")
 	write(t, filepath.Join(dir, "readme.txt"), "x")
-	if Fingerprint(dir) != fp {
+	if fp() != first {
 		t.Error("dot-files and non-YAML files changed the fingerprint")
 	}
 	write(t, filepath.Join(dir, "a.yaml"), "domain: b\n")
-	if Fingerprint(dir) == fp {
+	if fp() == first {
 		t.Error("a changed YAML file kept the fingerprint")
+	}
+	// Past the cap a file is not read: its size stands for it.
+	big := make([]byte, 2*limit)
+	write(t, filepath.Join(dir, "big.yaml"), string(big))
+	withBig := fp()
+	big[limit+10] = 'x'
+	write(t, filepath.Join(dir, "big.yaml"), string(big))
+	if fp() != withBig {
+		t.Error("a change past the cap of a file over the cap changed the fingerprint: it was read")
+	}
+	write(t, filepath.Join(dir, "big.yaml"), string(big[:limit]))
+	if fp() == withBig {
+		t.Error("a file brought under the cap kept the fingerprint")
+	}
+	// A file whose size says nothing is read up to the cap only.
+	if a, b := fingerprint([]string{"/dev/zero"}, nil, limit), fingerprint([]string{"/dev/zero"}, nil, limit); a != b {
+		t.Error("two fingerprints of /dev/zero differ")
 	}
 }
 

@@ -15,12 +15,16 @@ func build(srcs []source) (*Config, error) {
 	var all ErrorList
 	for _, src := range srcs {
 		if src.err != nil {
-			msg := src.err.Error()
+			msg := "cannot read: " + src.err.Error()
 			var pe *fs.PathError
-			if errors.As(src.err, &pe) {
-				msg = pe.Err.Error() // the path is already in front
+			var ce *capError
+			switch {
+			case errors.As(src.err, &ce):
+				msg = ce.msg
+			case errors.As(src.err, &pe):
+				msg = "cannot read: " + pe.Err.Error() // the path is already in front
 			}
-			all = append(all, &Error{File: src.name, Line: 1, Column: 1, Msg: "cannot read: " + msg, Err: src.err})
+			all = append(all, &Error{File: src.name, Line: 1, Column: 1, Msg: msg, Err: src.err})
 			continue
 		}
 		c.files = append(c.files, src.name)

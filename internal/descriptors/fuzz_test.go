@@ -61,22 +61,6 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// globMatch is a plain recursive reference for '*' patterns.
-func globMatch(p, s string) bool {
-	if p == "" {
-		return s == ""
-	}
-	if p[0] == '*' {
-		for i := 0; i <= len(s); i++ {
-			if globMatch(p[1:], s[i:]) {
-				return true
-			}
-		}
-		return false
-	}
-	return s != "" && s[0] == p[0] && globMatch(p[1:], s[1:])
-}
-
 // FuzzMatch: matching never panics, the node reached belongs to the last
 // entry's key at the right depth, and a wildcard node matched the value
 // alone (never key and value joined, a defect of the reference).

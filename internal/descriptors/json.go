@@ -3,39 +3,13 @@ package descriptors
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 )
 
 // The shapes of the config dump. Flags that are false and optional fields
 // that are empty are left out; everything else is always there.
 type (
-	jsonConfig struct {
-		Files   []string     `json:"files"`
-		Domains []jsonDomain `json:"domains"`
-	}
-	jsonDomain struct {
-		Name            string               `json:"name"`
-		File            string               `json:"file"`
-		Line            int                  `json:"line"`
-		Column          int                  `json:"column"`
-		Descriptors     []jsonDescriptor     `json:"descriptors"`
-		HTTPDescriptors []jsonHTTPDescriptor `json:"http_descriptors,omitempty"`
-	}
-	jsonDescriptor struct {
-		Path           string           `json:"path"`
-		Key            string           `json:"key"`
-		Value          string           `json:"value,omitempty"`
-		Wildcard       bool             `json:"wildcard,omitempty"`
-		ShadowMode     bool             `json:"shadow_mode,omitempty"`
-		QuotaMode      bool             `json:"quota_mode,omitempty"`
-		DetailedMetric bool             `json:"detailed_metric,omitempty"`
-		ValueToMetric  bool             `json:"value_to_metric,omitempty"`
-		ShareThreshold bool             `json:"share_threshold,omitempty"`
-		Metadata       map[string]any   `json:"metadata,omitempty"`
-		Line           int              `json:"line"`
-		Column         int              `json:"column"`
-		Limits         []jsonLimit      `json:"limits,omitempty"`
-		Descriptors    []jsonDescriptor `json:"descriptors,omitempty"`
-	}
 	jsonLimit struct {
 		Index           int      `json:"index"`
 		ID              string   `json:"id"`
@@ -84,57 +58,215 @@ type (
 	}
 )
 
-// MarshalJSON dumps the whole config, for GET /debug/config: the files,
-// then the domains by name, each with its descriptor tree (paths, flags,
-// metadata, limits with their IDs, labels and indexes) and its
-// http_descriptors. The output is indented and stable: the same config
-// gives the same bytes.
+// DefaultMaxDumpBytes bounds MarshalJSON's output. A dump stops there
+// (see WriteJSON): aliases and long paths can make a config's dump much
+// bigger than its files, and /debug/config must not build it whole.
+const DefaultMaxDumpBytes = 32 << 20
+
+// MarshalJSON dumps the whole config, for GET /debug/config: WriteJSON
+// with DefaultMaxDumpBytes.
 func (c *Config) MarshalJSON() ([]byte, error) {
-	out := jsonConfig{Files: []string{}, Domains: []jsonDomain{}}
-	if c != nil {
-		out.Files = append(out.Files, c.files...)
-		for _, d := range c.Domains() {
-			out.Domains = append(out.Domains, dumpDomain(d))
-		}
-	}
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
+	if err := c.WriteJSON(&b, DefaultMaxDumpBytes); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	return b.Bytes(), nil
 }
 
-func dumpDomain(d *Domain) jsonDomain {
-	out := jsonDomain{Name: d.Name, File: d.File, Line: d.Line, Column: d.Column, Descriptors: dumpDescriptors(d.Descriptors)}
-	if out.Descriptors == nil {
-		out.Descriptors = []jsonDescriptor{}
+// WriteJSON writes the config to w as JSON: the files, then the domains
+// by name, each with its descriptor tree (paths, flags, metadata, limits
+// with their IDs, labels and indexes) and its http_descriptors. The output
+// is indented and stable: the same config gives the same bytes. Flags that
+// are false and optional fields that are empty are left out.
+//
+// At most maxBytes are written, plus the closing brackets (maxBytes ≤ 0
+// means DefaultMaxDumpBytes): the dump stops before the first item (a
+// field, a limit, a metadata map) that would go past it, closes what is
+// open and ends with a "truncated" field that says so, so that it stays
+// valid JSON. One item at a time is held in memory.
+func (c *Config) WriteJSON(w io.Writer, maxBytes int) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxDumpBytes
 	}
-	for _, h := range d.HTTPDescriptors {
-		jh := jsonHTTPDescriptor{Line: h.Line, Column: h.Column}
-		for _, a := range h.Actions {
-			jh.Actions = append(jh.Actions, dumpAction(a))
-		}
-		out.HTTPDescriptors = append(out.HTTPDescriptors, jh)
+	d := &dumper{w: w, left: maxBytes}
+	d.enc = json.NewEncoder(&d.scratch)
+	d.enc.SetEscapeHTML(false)
+	files := []string{}
+	if c != nil {
+		files = append(files, c.files...)
 	}
-	return out
+	domains := c.Domains()
+	d.raw("{")
+	filesOK := d.field("  ", "files", files, true)
+	_ = filesOK && d.objects("  ", "domains", len(domains), false, func(i int, ind string) bool { return d.domain(domains[i], ind) })
+	if d.full {
+		note := fmt.Sprintf("the dump stops at its cap of %s; the rest of the config is left out", bytesText(int64(maxBytes)))
+		d.raw(sep("  ", !filesOK) + `"truncated": ` + quote(note))
+	}
+	d.raw("\n}")
+	return d.err
 }
 
-func dumpDescriptors(nodes []*Descriptor) []jsonDescriptor {
-	var out []jsonDescriptor
-	for _, n := range nodes {
-		jd := jsonDescriptor{
-			Path: n.Path, Key: n.Key, Value: n.Value, Wildcard: n.Wildcard,
-			ShadowMode: n.ShadowMode, QuotaMode: n.QuotaMode, DetailedMetric: n.DetailedMetric,
-			ValueToMetric: n.ValueToMetric, ShareThreshold: n.ShareThreshold, Metadata: n.Metadata,
-			Line: n.Line, Column: n.Column, Descriptors: dumpDescriptors(n.Children),
+// dumper writes the JSON dump item by item within a budget. Each writing
+// method reports whether it wrote everything it was asked to.
+type dumper struct {
+	w       io.Writer
+	err     error
+	left    int  // bytes the budget still allows
+	full    bool // something did not fit: only closing brackets follow
+	scratch bytes.Buffer
+	enc     *json.Encoder // encodes one item into scratch
+}
+
+// raw writes structure outside the budget: brackets, the truncation note.
+func (d *dumper) raw(s string) {
+	if d.err == nil {
+		_, d.err = io.WriteString(d.w, s)
+	}
+}
+
+// put writes s when it fits in the budget; otherwise the dump is full.
+func (d *dumper) put(s ...string) bool {
+	n := 0
+	for _, part := range s {
+		n += len(part)
+	}
+	if !d.spend(n) {
+		return false
+	}
+	for _, part := range s {
+		d.raw(part)
+	}
+	return d.err == nil
+}
+
+// spend takes n bytes from the budget, or marks the dump full.
+func (d *dumper) spend(n int) bool {
+	if d.full || d.err != nil {
+		return false
+	}
+	if n > d.left {
+		d.full = true
+		return false
+	}
+	d.left -= n
+	return true
+}
+
+// item writes head then v, encoded with its inner lines at indentation
+// ind, when both fit in the budget.
+func (d *dumper) item(head string, v any, ind string) bool {
+	if d.full || d.err != nil {
+		return false
+	}
+	d.scratch.Reset()
+	d.enc.SetIndent(ind, "  ")
+	if d.err = d.enc.Encode(v); d.err != nil {
+		return false
+	}
+	body := bytes.TrimSuffix(d.scratch.Bytes(), []byte("\n"))
+	if !d.spend(len(head) + len(body)) {
+		return false
+	}
+	d.raw(head)
+	if d.err == nil {
+		_, d.err = d.w.Write(body)
+	}
+	return d.err == nil
+}
+
+// sep is what comes before the element or field at indentation ind.
+func sep(ind string, first bool) string {
+	if first {
+		return "\n" + ind
+	}
+	return ",\n" + ind
+}
+
+// field writes one field of an object whose fields sit at indentation ind.
+func (d *dumper) field(ind, key string, v any, first bool) bool {
+	return d.item(sep(ind, first)+quote(key)+": ", v, ind)
+}
+
+// objects writes the field key holding n objects, whose fields elem writes
+// at the indentation it is given; n == 0 gives [].
+func (d *dumper) objects(ind, key string, n int, first bool, elem func(i int, ind string) bool) bool {
+	if n == 0 {
+		return d.put(sep(ind, first), quote(key), ": []")
+	}
+	if !d.put(sep(ind, first), quote(key), ": [") {
+		return false
+	}
+	inner := ind + "  "
+	ok := true
+	for i := 0; ok && i < n; i++ {
+		if ok = d.put(sep(inner, i == 0), "{"); ok {
+			ok = elem(i, inner+"  ")
+			d.raw("\n" + inner + "}")
 		}
-		for _, l := range n.Limits {
-			jd.Limits = append(jd.Limits, dumpLimit(l))
-		}
-		out = append(out, jd)
+	}
+	d.raw("\n" + ind + "]")
+	return ok
+}
+
+// items writes the field key holding n elements, each written as one item.
+func (d *dumper) items(ind, key string, n int, elem func(i int) any) bool {
+	if !d.put(sep(ind, false), quote(key), ": [") {
+		return false
+	}
+	inner := ind + "  "
+	ok := true
+	for i := 0; ok && i < n; i++ {
+		ok = d.item(sep(inner, i == 0), elem(i), inner)
+	}
+	d.raw("\n" + ind + "]")
+	return ok
+}
+
+// domain writes the fields of one domain, at indentation ind.
+func (d *dumper) domain(dom *Domain, ind string) bool {
+	return d.field(ind, "name", dom.Name, true) && d.field(ind, "file", dom.File, false) &&
+		d.field(ind, "line", dom.Line, false) && d.field(ind, "column", dom.Column, false) &&
+		d.objects(ind, "descriptors", len(dom.Descriptors), false, func(i int, ind string) bool {
+			return d.descriptor(dom.Descriptors[i], ind)
+		}) &&
+		(len(dom.HTTPDescriptors) == 0 || d.items(ind, "http_descriptors", len(dom.HTTPDescriptors), func(i int) any {
+			return dumpHTTPDescriptor(dom.HTTPDescriptors[i])
+		}))
+}
+
+// descriptor writes the fields of one node and its subtree, at
+// indentation ind.
+func (d *dumper) descriptor(n *Descriptor, ind string) bool {
+	ok := d.field(ind, "path", n.Path, true) && d.field(ind, "key", n.Key, false) &&
+		(n.Value == "" || d.field(ind, "value", n.Value, false))
+	for _, flag := range [...]struct {
+		key string
+		on  bool
+	}{
+		{"wildcard", n.Wildcard}, {"shadow_mode", n.ShadowMode}, {"quota_mode", n.QuotaMode},
+		{"detailed_metric", n.DetailedMetric}, {"value_to_metric", n.ValueToMetric}, {"share_threshold", n.ShareThreshold},
+	} {
+		ok = ok && (!flag.on || d.field(ind, flag.key, true, false))
+	}
+	return ok && (len(n.Metadata) == 0 || d.field(ind, "metadata", n.Metadata, false)) &&
+		d.field(ind, "line", n.Line, false) && d.field(ind, "column", n.Column, false) &&
+		(len(n.Limits) == 0 || d.items(ind, "limits", len(n.Limits), func(i int) any { return dumpLimit(n.Limits[i]) })) &&
+		(len(n.Children) == 0 || d.objects(ind, "descriptors", len(n.Children), false, func(i int, ind string) bool {
+			return d.descriptor(n.Children[i], ind)
+		}))
+}
+
+// quote is s as a JSON string.
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func dumpHTTPDescriptor(h *HTTPDescriptor) jsonHTTPDescriptor {
+	out := jsonHTTPDescriptor{Line: h.Line, Column: h.Column}
+	for _, a := range h.actions {
+		out.Actions = append(out.Actions, dumpAction(a))
 	}
 	return out
 }
@@ -157,25 +289,25 @@ func dumpLimit(l *Limit) jsonLimit {
 	return jl
 }
 
-func dumpAction(a *Action) jsonAction {
+func dumpAction(a *action) jsonAction {
 	ja := jsonAction{
 		Kind: a.Kind.String(), DescriptorKey: a.DescriptorKey, DescriptorValue: a.DescriptorValue,
 		HeaderName: a.HeaderName, QueryParameterName: a.QueryParameterName, SkipIfAbsent: a.SkipIfAbsent,
 		Line: a.Line, Column: a.Column,
 	}
 	switch a.Kind {
-	case ActionMaskedRemoteAddress:
+	case actionMaskedRemoteAddress:
 		v4, v6 := a.V4PrefixLen, a.V6PrefixLen
 		ja.V4PrefixLen, ja.V6PrefixLen = &v4, &v6
-	case ActionHeaderValueMatch:
+	case actionHeaderValueMatch:
 		expect := a.ExpectMatch
 		ja.ExpectMatch = &expect
 		for _, m := range a.Headers {
-			jm := jsonHeaderMatcher{Name: m.Name, Match: m.MatchKind.String(), IgnoreCase: m.IgnoreCase, Invert: m.Invert}
-			switch m.MatchKind {
-			case MatchRegex:
+			jm := jsonHeaderMatcher{Name: m.Name, Match: m.Kind.String(), IgnoreCase: m.IgnoreCase, Invert: m.Invert}
+			switch m.Kind {
+			case matchRegex:
 				jm.Regex = m.regexSrc
-			case MatchPresent:
+			case matchPresent:
 				present := m.Present
 				jm.Present = &present
 			default:

@@ -49,35 +49,8 @@ func parseAlgorithm(s string) (Algorithm, bool) {
 
 // limits parses a descriptor's rate_limit or rate_limits and checks that no
 // two of them share a counter identity.
-func (p *parser) limits(d *Descriptor, rateLimit, rateLimits *field) []*Limit {
-	var nodes []*yaml.Node
-	what := "rate_limit"
-	if rateLimits != nil {
-		what = "rate_limits item"
-		v := p.resolve(rateLimits.v)
-		nodes = p.list(*rateLimits)
-		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
-			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
-		}
-	}
-	if rateLimit != nil {
-		v := p.resolve(rateLimit.v)
-		if rateLimits != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
-			second := rateLimit.k
-			if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
-				second = rateLimits.k
-			}
-			p.errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
-			return nil
-		}
-		switch {
-		case isNull(v):
-		case v.Kind == yaml.SequenceNode:
-			p.errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
-		default:
-			nodes = []*yaml.Node{v}
-		}
-	}
+func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
+	nodes, what := p.limitNodes(rateLimit, rateLimits)
 	var out []*Limit
 	ids := make(map[string]*Limit, len(nodes))
 	for _, n := range nodes {
@@ -101,6 +74,41 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits *field) []*Limit {
 	return out
 }
 
+// limitNodes returns the limits given by rate_limit or rate_limits (not
+// both), and what to call one in messages.
+func (p *parser) limitNodes(rateLimit, rateLimits field) ([]*yaml.Node, string) {
+	var nodes []*yaml.Node
+	what := "rate_limit"
+	if rateLimits.k != nil {
+		what = "rate_limits item"
+		v := p.resolve(rateLimits.v)
+		nodes = p.list(rateLimits)
+		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
+			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
+		}
+	}
+	if rateLimit.k == nil {
+		return nodes, what
+	}
+	v := p.resolve(rateLimit.v)
+	if rateLimits.k != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
+		second := rateLimit.k
+		if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
+			second = rateLimits.k
+		}
+		p.errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
+		return nil, what
+	}
+	switch {
+	case isNull(v):
+	case v.Kind == yaml.SequenceNode:
+		p.errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
+	default:
+		nodes = []*yaml.Node{v}
+	}
+	return nodes, what
+}
+
 // distinctLabels appends the algorithm to the labels of unnamed limits
 // that would share one (same window, different algorithms), so that their
 // metrics stay apart: "remote_address/1m" and "remote_address/1m/sliding_window".
@@ -118,7 +126,19 @@ func distinctLabels(limits []*Limit) {
 	}
 }
 
-// limit parses and validates one limit of d. what names it in messages.
+// limitFields are the fields of one limit as given (non-null), for the
+// checks that relate them.
+type limitFields struct {
+	unit, rpu, alg, burst, mult field // k is nil when not given
+	replaceNodes                []*yaml.Node
+	shadow                      bool // the limit's own shadow_mode
+	unitBad                     bool // unit given but not a string (reported)
+	bad                         bool // a field did not parse (reported): skip the checks that relate fields
+}
+
+// limit parses and validates one limit of d, in phases: its fields, then
+// either the unlimited rules or its window and algorithm, then its identity.
+// what names it in messages.
 func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "%s must be a mapping, got %s", what, describe(n))
@@ -126,142 +146,161 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	}
 	l := &Limit{Descriptor: d, UnitMultiplier: 1}
 	l.Line, l.Column = at(n)
-	// The fields given (non-null), for the checks that relate them.
-	var unitF, rpuF, algF, burstF, multF *field
-	var replaceNodes []*yaml.Node
-	var ownShadow, ok, unitBad bool
-	bad := false // a field did not parse: skip the checks that relate fields
+	g := p.limitFields(n, l)
+	l.Shadow = g.shadow || d.ShadowMode
+	for i, r := range l.Replaces {
+		if r != "" && r == l.Name {
+			p.errorf(g.replaceNodes[i], "replaces names this limit itself (%q)", r)
+		}
+	}
+	if l.Unlimited {
+		p.unlimited(n, l, g)
+		return l
+	}
+	if !p.window(n, l, g) {
+		return l
+	}
+	p.algorithm(l, g)
+	l.ID = algorithmCodes[l.Algorithm] + strconv.FormatInt(int64(l.Window/time.Second), 10) + "s" + nameSuffix(l.Name)
+	l.Label = l.Name
+	if window := compactWindow(l); l.Label == "" && p.spendNames(len(d.Path)+1+len(window), n) {
+		l.Label = d.Path + "/" + window
+	}
+	return l
+}
+
+// limitFields decodes the fields of the limit n into l and returns what
+// was given.
+func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
+	var g limitFields
+	var ok bool
 	for _, f := range p.fields(n) {
 		given := !isNull(p.resolve(f.v))
 		switch f.key {
 		case "unit":
 			var s string
 			s, ok = p.str(f)
-			unitBad = !ok
+			g.unitBad = !ok
 			if ok && s != "" {
-				unitF = &f
+				g.unit = f
 				if l.Unit, ok = parseUnit(s); !ok {
 					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
 				}
 			}
-			bad = bad || !ok
+			g.bad = g.bad || !ok
 		case "requests_per_unit":
 			if given {
-				rpuF = &f
+				g.rpu = f
 			}
 			l.RequestsPerUnit, ok = p.uint32Field(f)
-			bad = bad || !ok
+			g.bad = g.bad || !ok
 		case "unlimited":
 			l.Unlimited = p.boolean(f)
 		case "name":
 			l.Name, _ = p.str(f)
 		case "replaces":
-			l.Replaces, replaceNodes = p.replaces(f)
+			l.Replaces, g.replaceNodes = p.replaces(f)
 		case "algorithm":
 			var s string
 			if s, ok = p.str(f); ok && s != "" {
-				algF = &f
+				g.alg = f
 				if l.Algorithm, ok = parseAlgorithm(s); !ok {
 					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
 				}
 			}
-			bad = bad || !ok
+			g.bad = g.bad || !ok
 		case "burst":
 			if given {
-				burstF = &f
+				g.burst = f
 			}
 			l.Burst, ok = p.uint32Field(f)
-			bad = bad || !ok
+			g.bad = g.bad || !ok
 		case "unit_multiplier":
 			if given {
-				multF = &f
+				g.mult = f
 				if l.UnitMultiplier, ok = p.uint32Field(f); ok && l.UnitMultiplier == 0 {
 					p.errorf(f.v, "unit_multiplier must be at least 1")
 					ok = false
 				}
-				bad = bad || !ok
+				g.bad = g.bad || !ok
 			}
 		case "shadow_mode":
-			ownShadow = p.boolean(f)
+			g.shadow = p.boolean(f)
 		default:
 			p.misplaced(f, levelLimit)
 		}
 	}
-	l.Shadow = ownShadow || d.ShadowMode
-	for i, r := range l.Replaces {
-		if r != "" && r == l.Name {
-			p.errorf(replaceNodes[i], "replaces names this limit itself (%q)", r)
+	return g
+}
+
+// unlimited checks and completes an unlimited limit: it has no unit,
+// window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
+// ignores it: files it accepts must load here.
+func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
+	for _, f := range [...]field{g.unit, g.alg, g.burst, g.mult} {
+		if f.k == nil {
+			continue
+		}
+		if f.key == "unit" {
+			p.errorf(f.k, "should not specify rate limit unit when unlimited")
+		} else {
+			p.errorf(f.k, "should not specify %s when unlimited", f.key)
 		}
 	}
-
-	if l.Unlimited {
-		// requests_per_unit is ignored, as envoyproxy/ratelimit ignores it:
-		// files it accepts must load here.
-		for _, f := range []*field{unitF, algF, burstF, multF} {
-			if f == nil {
-				continue
-			}
-			if f.key == "unit" {
-				p.errorf(f.k, "should not specify rate limit unit when unlimited")
-			} else {
-				p.errorf(f.k, "should not specify %s when unlimited", f.key)
-			}
-		}
-		l.Unit, l.UnitMultiplier, l.RequestsPerUnit, l.Algorithm, l.Burst = UnitUnknown, 0, 0, FixedWindow, 0
-		l.ID = "unlimited" + nameSuffix(l.Name)
-		l.Label = l.Name
-		if l.Label == "" {
-			l.Label = d.Path + "/unlimited"
-		}
-		return l
+	l.Unit, l.UnitMultiplier, l.RequestsPerUnit, l.Algorithm, l.Burst = UnitUnknown, 0, 0, FixedWindow, 0
+	l.ID = "unlimited" + nameSuffix(l.Name)
+	l.Label = l.Name
+	if l.Label == "" && p.spendNames(len(l.Descriptor.Path)+len("/unlimited"), n) {
+		l.Label = l.Descriptor.Path + "/unlimited"
 	}
+}
 
-	if unitF == nil {
-		if !unitBad {
+// window sets l.Window from its unit and multiplier, and reports whether
+// the limit is sound enough for the checks that follow.
+func (p *parser) window(n *yaml.Node, l *Limit, g limitFields) bool {
+	if g.unit.k == nil {
+		if !g.unitBad {
 			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
 		}
-		return l
+		return false
 	}
-	if bad {
-		return l // reported above
+	if g.bad {
+		return false // reported
 	}
 	if time.Duration(l.UnitMultiplier) > maxWindow/l.Unit.Duration() {
-		at := unitF.v
-		if multF != nil {
-			at = multF.v
+		at := g.unit.v
+		if g.mult.k != nil {
+			at = g.mult.v
 		}
 		p.errorf(at, "window %d × %s is longer than 100 years", l.UnitMultiplier, l.Unit)
-		return l
+		return false
 	}
 	l.Window = time.Duration(l.UnitMultiplier) * l.Unit.Duration()
+	return true
+}
 
-	if burstF != nil && l.Algorithm != TokenBucket {
-		p.errorf(burstF.k, "burst is only for algorithm token_bucket, not %s", l.Algorithm)
+// algorithm checks the fields that depend on l's algorithm.
+func (p *parser) algorithm(l *Limit, g limitFields) {
+	if g.burst.k != nil && l.Algorithm != TokenBucket {
+		p.errorf(g.burst.k, "burst is only for algorithm token_bucket, not %s", l.Algorithm)
 	}
 	switch l.Algorithm {
 	case TokenBucket:
-		p.tokenBucket(l, rpuF, burstF)
+		p.tokenBucket(l, g.rpu, g.burst)
 	case SlidingLog:
 		if l.RequestsPerUnit > maxSlidingLog {
-			p.errorf(rpuF.v, "requests_per_unit %d is too large for sliding_log (at most %d: it keeps one entry per hit; use sliding_window)",
+			p.errorf(g.rpu.v, "requests_per_unit %d is too large for sliding_log (at most %d: it keeps one entry per hit; use sliding_window)",
 				l.RequestsPerUnit, maxSlidingLog)
 		}
 	default:
 		l.Burst = 0
 	}
-
-	l.ID = algorithmCodes[l.Algorithm] + strconv.FormatInt(int64(l.Window/time.Second), 10) + "s" + nameSuffix(l.Name)
-	l.Label = l.Name
-	if l.Label == "" {
-		l.Label = d.Path + "/" + compactWindow(l)
-	}
-	return l
 }
 
 // tokenBucket defaults and bounds burst: one token per microsecond at most,
 // and the bucket's span (burst × emission interval) within 2^53 µs.
-func (p *parser) tokenBucket(l *Limit, rpuF, burstF *field) {
-	if burstF == nil {
+func (p *parser) tokenBucket(l *Limit, rpuF, burstF field) {
+	if burstF.k == nil {
 		l.Burst = l.RequestsPerUnit
 	}
 	windowMicros := uint64(l.Window / time.Microsecond)
@@ -271,7 +310,7 @@ func (p *parser) tokenBucket(l *Limit, rpuF, burstF *field) {
 			p.errorf(burstF.v, "burst %d needs requests_per_unit above 0 (a token_bucket with requests_per_unit 0 denies every request)", l.Burst)
 		}
 		return
-	case burstF != nil && l.Burst == 0:
+	case burstF.k != nil && l.Burst == 0:
 		p.errorf(burstF.v, "burst must be at least 1 when requests_per_unit is above 0 (a bucket of 0 admits nothing)")
 		return
 	case uint64(l.RequestsPerUnit) > windowMicros:
@@ -283,7 +322,7 @@ func (p *parser) tokenBucket(l *Limit, rpuF, burstF *field) {
 	if uint64(l.Burst) > maxTokenSpan/interval {
 		at := rpuF.v
 		msg := "requests_per_unit %d (the default burst) × emission interval %dµs is more than 2^53µs (about 285 years)"
-		if burstF != nil {
+		if burstF.k != nil {
 			at, msg = burstF.v, "burst %d × emission interval %dµs is more than 2^53µs (about 285 years)"
 		}
 		p.errorf(at, msg, l.Burst, interval)

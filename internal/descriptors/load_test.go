@@ -2,31 +2,15 @@ package descriptors
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 )
-
-// writeFiles creates files (name → contents) under dir.
-func writeFiles(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for name, text := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func domainDoc(name string) string {
-	return "domain: " + name + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
-}
 
 func TestLoadDirectory(t *testing.T) {
 	dir := t.TempDir()
@@ -148,9 +132,7 @@ func TestLoadIOError(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFiles(t, dir, map[string]string{"bad.yaml": "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"})
 	// A path that cannot be read is one problem among the others, in the
 	// same path:line:col form, and every other file is still checked.
 	_, err := Load(missing, bad)
@@ -219,9 +201,7 @@ func TestLoadUnreadableSubdirectory(t *testing.T) {
 func TestLoadFileAndItsDirectory(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "a.yaml")
-	if err := os.WriteFile(file, []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFiles(t, dir, map[string]string{"a.yaml": domainDoc("a")})
 	t.Chdir(dir)
 	c, err := Load(file, dir, dir+"/./a.yaml", "a.yaml")
 	if err != nil {
@@ -237,4 +217,118 @@ func TestNilConfig(t *testing.T) {
 	if c.Domain("a") != nil || c.Domains() != nil || c.Limits() != nil || c.Files() != nil {
 		t.Errorf("a nil *Config must answer like an empty one")
 	}
+}
+
+// allocated returns the bytes f allocates (the heap's cumulative count).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestLoadFileCap: a file over MaxFileBytes is refused with its place and
+// the cap; one at the cap loads.
+func TestLoadFileCap(t *testing.T) {
+	dir := t.TempDir()
+	doc := domainDoc("a")
+	const limit = 128
+	atCap := doc + "#" + strings.Repeat("x", limit-len(doc)-2) + "\n"
+	writeFiles(t, dir, map[string]string{"at.yaml": atCap, "over.yaml": atCap + "\n"})
+	opts := LoadOptions{MaxFileBytes: limit}
+	if c, err := LoadWith(opts, filepath.Join(dir, "at.yaml")); err != nil || c.Domain("a") == nil {
+		t.Errorf("LoadWith(MaxFileBytes %d, a file of %d bytes) = %v; want domain a", limit, len(atCap), err)
+	}
+	over := filepath.Join(dir, "over.yaml")
+	_, err := LoadWith(opts, over)
+	if want := over + ":1:1: file is larger than the cap of 128 bytes on one config file"; err == nil || err.Error() != want {
+		t.Errorf("LoadWith(MaxFileBytes %d, a file of %d bytes) error = %v, want %s", limit, len(atCap)+1, err, want)
+	}
+}
+
+// TestLoadTotalCap: the files of one load together are bounded; the one
+// that crosses the cap is named and the files after it are not read.
+func TestLoadTotalCap(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"a.yaml": domainDoc("a"), "b.yaml": domainDoc("b"), "c.yaml": domainDoc("c"), "d.yaml": "not: [read",
+	})
+	size := int64(len(domainDoc("a")))
+	if c, err := LoadWith(LoadOptions{MaxTotalBytes: 3 * size}, filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml"), filepath.Join(dir, "c.yaml")); err != nil || len(c.Domains()) != 3 {
+		t.Errorf("LoadWith(MaxTotalBytes = the 3 files) = %v; want 3 domains", err)
+	}
+	_, err := LoadWith(LoadOptions{MaxTotalBytes: 2*size + 1}, dir)
+	want := filepath.Join(dir, "c.yaml") + fmt.Sprintf(":1:1: config files together are larger than the cap of %d bytes on all files", 2*size+1)
+	if err == nil || err.Error() != want {
+		t.Errorf("LoadWith(MaxTotalBytes %d, 4 files of %d bytes) error =\n%v\nwant (d.yaml not read):\n%s", 2*size+1, size, err, want)
+	}
+}
+
+// TestLoadHugeSparseFile: a 1 GiB file is refused at once, without being
+// read, under the default caps.
+func TestLoadHugeSparseFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var loadErr error
+	n := allocated(func() { _, loadErr = Load(path) })
+	if want := path + ":1:1: file is larger than the cap of 8 MiB (8388608 bytes) on one config file"; loadErr == nil || loadErr.Error() != want {
+		t.Errorf("Load(1 GiB sparse file) error = %v, want %s", loadErr, want)
+	}
+	if n > 1<<20 {
+		t.Errorf("Load(1 GiB sparse file) allocated %d bytes, want under 1 MiB", n)
+	}
+}
+
+// TestLoadEndlessDevice: a file whose size says nothing (a device, a pipe)
+// is read up to the cap and no further.
+func TestLoadEndlessDevice(t *testing.T) {
+	const limit = 64 << 10
+	var err error
+	n := allocated(func() { _, err = LoadWith(LoadOptions{MaxFileBytes: limit}, "/dev/zero") })
+	if want := "/dev/zero:1:1: file is larger than the cap of 65536 bytes on one config file"; err == nil || err.Error() != want {
+		t.Errorf("LoadWith(MaxFileBytes %d, /dev/zero) error = %v, want %s", limit, err, want)
+	}
+	// The buffer grows as it is read: a few times the cap at most.
+	if n > 8*limit {
+		t.Errorf("LoadWith(MaxFileBytes %d, /dev/zero) allocated %d bytes, want at most %d", limit, n, 8*limit)
+	}
+}
+
+// BenchmarkLoad100k loads one file of 100,000 descriptors (about 8 MB, in
+// flow style) and reports, besides time and allocations, the heap the
+// loaded Config keeps (live-B).
+func BenchmarkLoad100k(b *testing.B) {
+	var cfg strings.Builder
+	cfg.WriteString("domain: big\ndescriptors:\n")
+	for i := range 100000 {
+		fmt.Fprintf(&cfg, "  - {key: user, value: u%d, rate_limit: {unit: minute, requests_per_unit: 100}}\n", i)
+	}
+	path := filepath.Join(b.TempDir(), "big.yaml")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	var live uint64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c, err := Load(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		live = after.HeapAlloc - before.HeapAlloc
+		runtime.KeepAlive(c)
+	}
+	b.ReportMetric(float64(live), "live-B")
 }

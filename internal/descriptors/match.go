@@ -29,8 +29,8 @@ func (ix *levelIndex) lookup(e Entry) *Descriptor {
 	if n := ix.exact[e]; n != nil {
 		return n
 	}
-	for _, n := range ix.wildcards {
-		if n.Key == e.Key && matchWildcard(n.segs, e.Value) {
+	if w := ix.wildcards[e.Key]; w != nil {
+		if n := w.lookup(e.Value); n != nil {
 			return n
 		}
 	}
@@ -40,6 +40,7 @@ func (ix *levelIndex) lookup(e Entry) *Descriptor {
 // newLevelIndex indexes the nodes of one level.
 func newLevelIndex(nodes []*Descriptor) levelIndex {
 	var ix levelIndex
+	var wildcards map[string][]*Descriptor // by key, in file order
 	for _, n := range nodes {
 		switch {
 		case n.Value == "":
@@ -48,12 +49,21 @@ func newLevelIndex(nodes []*Descriptor) levelIndex {
 			}
 			ix.keyOnly[n.Key] = n
 		case n.Wildcard:
-			ix.wildcards = append(ix.wildcards, n)
+			if wildcards == nil {
+				wildcards = make(map[string][]*Descriptor)
+			}
+			wildcards[n.Key] = append(wildcards[n.Key], n)
 		default:
 			if ix.exact == nil {
 				ix.exact = make(map[Entry]*Descriptor)
 			}
 			ix.exact[Entry{Key: n.Key, Value: n.Value}] = n
+		}
+	}
+	if wildcards != nil {
+		ix.wildcards = make(map[string]*wildcardIndex, len(wildcards))
+		for key, ns := range wildcards {
+			ix.wildcards[key] = newWildcardIndex(ns)
 		}
 	}
 	return ix

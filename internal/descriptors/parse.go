@@ -5,17 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 )
 
-// maxDepth is how many levels of descriptors may nest.
-const maxDepth = 16
+// MaxDepth is the deepest descriptor tree a config may hold (levels of
+// nested descriptors), and so the most entries a request descriptor needs:
+// one with more entries matches nothing. It is the one definition of this
+// bound; request validation and counter keys use it too.
+const MaxDepth = 16
 
 // maxMetadataDepth bounds the nesting of a metadata value.
 const maxMetadataDepth = 64
@@ -28,131 +28,11 @@ func Parse(filename string, data []byte) (*Config, error) {
 	return build([]source{{name: filename, data: data}})
 }
 
-// Load reads and parses the config files at paths (see ListConfig for
-// what a directory stands for). All domains of all files form one Config;
-// a domain defined twice is an error. A file named twice (also through its
-// directory, or through a symlink) is read once. No path, or only empty
-// directories, gives an empty Config. Every problem, a path that cannot be
-// read included, is returned in one ErrorList.
-func Load(paths ...string) (*Config, error) {
-	var srcs []source
-	seen := make(map[string]bool)
-	for _, path := range paths {
-		files, _, unreadable := ListConfig(path)
-		for _, err := range unreadable {
-			name := path
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				name = pe.Path
-			}
-			srcs = append(srcs, source{name: name, err: err})
-		}
-		for _, f := range files {
-			if id := realPath(f); !seen[id] {
-				seen[id] = true
-				srcs = append(srcs, source{name: f})
-			}
-		}
-	}
-	for i := range srcs {
-		if srcs[i].err == nil {
-			srcs[i].data, srcs[i].err = os.ReadFile(srcs[i].name)
-		}
-	}
-	return build(srcs)
-}
-
-// realPath is p with symlinks resolved and made absolute: one name per
-// file or directory, whatever way it was reached.
-func realPath(p string) string {
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		p = r
-	}
-	if a, err := filepath.Abs(p); err == nil {
-		p = a
-	}
-	return p
-}
-
-// readDir is os.ReadDir; tests make it fail (root reads any directory).
-var readDir = os.ReadDir
-
-// ListConfig returns what a config path stands for: the file itself, or
-// every *.yaml and *.yml file (in any case) in the directory and, as
-// envoyproxy/ratelimit's loader does, in its subdirectories, in name order
-// at each level. Names starting with "." are skipped (Kubernetes ConfigMap
-// volumes keep their real files in ..data, behind symlinks at the top);
-// symlinks are followed, and a directory reached twice (a symlink loop, a
-// link to a sibling) is read once. dirs are the directories read, to
-// watch. unreadable holds the YAML files that cannot be read, and path
-// itself when it cannot be; a subdirectory that cannot be read (a
-// lost+found owned by root) is passed over.
-func ListConfig(path string) (files, dirs []string, unreadable []error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, nil, []error{err}
-	}
-	if !st.IsDir() {
-		return []string{path}, nil, nil
-	}
-	visited := make(map[string]bool)
-	var walk func(dir string)
-	walk = func(dir string) {
-		id := realPath(dir)
-		if visited[id] {
-			return
-		}
-		visited[id] = true
-		entries, err := readDir(dir) // sorted by name
-		if err != nil {
-			if dir == path {
-				unreadable = append(unreadable, err)
-			}
-			return
-		}
-		dirs = append(dirs, dir)
-		for _, e := range entries {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") {
-				continue
-			}
-			full := filepath.Join(dir, name)
-			// Stat, not e.Type: symlinks count as what they point to.
-			st, err := os.Stat(full)
-			switch {
-			case err != nil:
-				if isYAML(name) {
-					unreadable = append(unreadable, err)
-				}
-			case st.IsDir():
-				walk(full)
-			case st.Mode().IsRegular() && isYAML(name):
-				files = append(files, full)
-			}
-		}
-	}
-	walk(path)
-	return files, dirs, unreadable
-}
-
-func isYAML(name string) bool {
-	ext := strings.ToLower(filepath.Ext(name))
-	return ext == ".yaml" || ext == ".yml"
-}
-
-// source is one config file's name and contents, or why it could not be
-// read.
-type source struct {
-	name string
-	data []byte
-	err  error
-}
-
 // parseFile parses the documents of one file into domains, with every
 // problem found. Domains are returned even when they have problems, so that
 // duplicates across files can still be reported.
 func parseFile(name string, data []byte) ([]*Domain, []*Error) {
-	p := &parser{file: name}
+	p := newParser(name, len(data))
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var domains []*Domain
 	for {
@@ -193,7 +73,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 	d.Line, d.Column = at(n)
 	d.nameLine, d.nameCol = d.Line, d.Column
 	var named bool
-	var descriptors *field
+	var descriptors field
 	for _, f := range p.fields(n) {
 		switch f.key {
 		case "domain":
@@ -205,7 +85,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 			}
 			d.Name = name
 		case "descriptors":
-			descriptors = &f
+			descriptors = f
 		case "http_descriptors":
 			d.HTTPDescriptors = p.httpDescriptors(f)
 		default:
@@ -215,8 +95,8 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 	if !named {
 		p.errorf(n, "domain is required")
 	}
-	if descriptors != nil {
-		d.Descriptors = p.descriptors(*descriptors, nil, 0, true)
+	if descriptors.k != nil {
+		d.Descriptors = p.descriptors(descriptors, nil, 0, true)
 	}
 	return d
 }
@@ -226,8 +106,11 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 // the parent's path is complete enough to prefix messages with.
 func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool) []*Descriptor {
 	items := p.list(f)
-	if len(items) > 0 && depth >= maxDepth {
-		p.errorf(items[0], "descriptors nested deeper than %d levels", maxDepth)
+	if p.nameOver {
+		return nil // reported: the paths below would only add to it
+	}
+	if len(items) > 0 && depth >= MaxDepth {
+		p.errorf(items[0], "descriptors nested deeper than %d levels", MaxDepth)
 		return nil
 	}
 	var out []*Descriptor
@@ -250,7 +133,9 @@ func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool
 	return out
 }
 
-// descriptor parses one descriptor node and its subtree.
+// descriptor parses one descriptor node and its subtree: its key and
+// value first (the path names the node in later messages), then its other
+// fields, its limits and its children.
 func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK bool) *Descriptor {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "a descriptor must be a mapping with key:, got %s", describe(n))
@@ -259,54 +144,26 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 	d := &Descriptor{Parent: parent, Depth: depth}
 	d.Line, d.Column = at(n)
 	fields := p.fields(n)
-
-	// key and value first: the path names the node in later messages.
-	var keyNode *yaml.Node
-	for _, f := range fields {
-		switch f.key {
-		case "key":
-			keyNode = f.v
-			d.Key, _ = p.str(f)
-		case "value":
-			d.Value, _ = p.str(f)
-		}
-	}
-	if d.Key == "" {
-		if keyNode != nil {
-			p.errorf(keyNode, "descriptor has empty key")
-		} else {
-			p.errorf(n, "descriptor has empty key")
-		}
+	if !p.identity(n, d, fields) {
 		pathOK = false
 	}
-	d.Path = d.Key
-	if d.Value != "" {
-		d.Path += "=" + d.Value
-	}
-	if parent != nil {
-		d.Path = parent.Path + "/" + d.Path
-	}
-	if strings.Contains(d.Value, "*") {
-		d.Wildcard = true
-		d.segs = strings.Split(d.Value, "*")
-	}
 
-	outer := p.ctx
+	outer := p.in
 	if pathOK {
-		p.ctx = fmt.Sprintf("descriptor %q: ", d.Path)
+		p.in = d
 	}
-	defer func() { p.ctx = outer }()
+	defer func() { p.in = outer }()
 
-	var rateLimit, rateLimits, children, share *field
+	var rateLimit, rateLimits, children, share field // k is nil when absent
 	for _, f := range fields {
 		switch f.key {
 		case "key", "value":
 		case "descriptors":
-			children = &f
+			children = f
 		case "rate_limit":
-			rateLimit = &f
+			rateLimit = f
 		case "rate_limits":
-			rateLimits = &f
+			rateLimits = f
 		case "shadow_mode":
 			d.ShadowMode = p.boolean(f)
 		case "quota_mode":
@@ -316,7 +173,7 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		case "value_to_metric":
 			d.ValueToMetric = p.boolean(f)
 		case "share_threshold":
-			share = &f
+			share = f
 			d.ShareThreshold = p.boolean(f)
 		case "metadata":
 			d.Metadata = p.metadata(f)
@@ -328,10 +185,45 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		p.errorf(share.k, "share_threshold needs a value with a * wildcard, got value %q", d.Value)
 	}
 	d.Limits = p.limits(d, rateLimit, rateLimits)
-	if children != nil {
-		d.Children = p.descriptors(*children, d, depth+1, pathOK)
+	if children.k != nil {
+		d.Children = p.descriptors(children, d, depth+1, pathOK)
 	}
 	return d
+}
+
+// identity reads the key and value of the descriptor n into d and sets its
+// path; false when the key is missing or empty (reported).
+func (p *parser) identity(n *yaml.Node, d *Descriptor, fields []field) bool {
+	var keyNode *yaml.Node
+	for _, f := range fields {
+		switch f.key {
+		case "key":
+			keyNode = f.v
+			d.Key, _ = p.str(f)
+		case "value":
+			d.Value, _ = p.str(f)
+		}
+	}
+	d.Path = d.Key
+	if d.Value != "" {
+		d.Path += "=" + d.Value
+	}
+	if d.Parent != nil && p.spendNames(len(d.Parent.Path)+1+len(d.Path), n) {
+		d.Path = d.Parent.Path + "/" + d.Path
+	}
+	if strings.Contains(d.Value, "*") {
+		d.Wildcard = true
+		d.segs = strings.Split(d.Value, "*")
+	}
+	if d.Key != "" {
+		return true
+	}
+	if keyNode != nil {
+		p.errorf(keyNode, "descriptor has empty key")
+	} else {
+		p.errorf(n, "descriptor has empty key")
+	}
+	return false
 }
 
 // metadata parses a descriptor's metadata into JSON-compatible values.

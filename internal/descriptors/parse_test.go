@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,16 +14,6 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-// parseString parses one file's text, failing the test on error.
-func parseString(t *testing.T, text string) *Config {
-	t.Helper()
-	c, err := Parse("test.yaml", []byte(text))
-	if err != nil {
-		t.Fatalf("Parse:\n%s\nerror:\n%v", text, err)
-	}
-	return c
-}
 
 // TestParseBad pins the exact errors of every file in testdata/bad.
 func TestParseBad(t *testing.T) {
@@ -35,6 +26,7 @@ func TestParseBad(t *testing.T) {
 		{"merge_not_mapping.yaml", "merge_not_mapping.yaml:2:1: unknown key \"base\" in domain (allowed: domain, descriptors, http_descriptors)\n" +
 			"merge_not_mapping.yaml:6:19: descriptor \"k\": a merge key (<<) takes mappings, got number 5"},
 		{"unit_not_string.yaml", "unit_not_string.yaml:4:24: descriptor \"user\": unit must be a string, got a list"},
+		{"alias_text_bomb.yaml", "alias_text_bomb.yaml:7:1044: aliases expand to more than 1054019 bytes of text (the file's size plus 1 MiB): each use of an alias repeats its text"},
 		{"alias_bomb.yaml", "alias_bomb.yaml:6:26: aliases expand to more than 100000 nodes (an alias cycle, or an exponential expansion)"},
 		{"bad_algorithm.yaml", "bad_algorithm.yaml:4:66: descriptor \"user\": algorithm \"leaky_bucket\" is not one of fixed_window|sliding_window|sliding_log|token_bucket"},
 		{"bad_unit.yaml", "bad_unit.yaml:4:24: descriptor \"user\": unit \"fortnight\" is not one of second|minute|hour|day|week|month|year"},
@@ -321,13 +313,13 @@ func TestParseGood(t *testing.T) {
 	if len(h) != 5 {
 		t.Fatalf("ext: %d http_descriptors, want 5", len(h))
 	}
-	if m := h[2].Actions[1].Headers[0]; m.Name != ":method" || m.MatchKind != MatchExact || m.Pattern != "POST" {
+	if m := h[2].actions[1].Headers[0]; m.Name != ":method" || m.Kind != matchExact || m.Pattern != "POST" {
 		t.Errorf("header matcher = %+v, want :method exact POST (name lower-cased)", m)
 	}
-	if a := h[3].Actions[0]; a.HeaderName != "x-api-key" || a.DescriptorKey != "api_key" || a.SkipIfAbsent {
+	if a := h[3].actions[0]; a.HeaderName != "x-api-key" || a.DescriptorKey != "api_key" || a.SkipIfAbsent {
 		t.Errorf("request_headers = %+v", a)
 	}
-	re := h[4].Actions[1].Headers[3].Regex
+	re := h[4].actions[1].Headers[3].Regex
 	if re == nil || !re.MatchString("v12") || re.MatchString("xv12") || re.MatchString("v12x") {
 		t.Errorf("safe_regex v[0-9]+ must match the whole value: %v", re)
 	}
@@ -455,19 +447,19 @@ descriptors:
 func TestParseDeepestAllowed(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: d\ndescriptors:\n")
-	for i := range maxDepth {
+	for i := range MaxDepth {
 		indent := strings.Repeat("    ", i)
 		b.WriteString(indent + "  - key: k\n")
-		if i < maxDepth-1 {
+		if i < MaxDepth-1 {
 			b.WriteString(indent + "    descriptors:\n")
 		}
 	}
 	c := parseString(t, b.String())
-	entries := make([]Entry, maxDepth)
+	entries := make([]Entry, MaxDepth)
 	for i := range entries {
 		entries[i] = Entry{Key: "k", Value: "v"}
 	}
-	if n := c.Domain("d").Match(entries); n == nil || n.Depth != maxDepth-1 {
+	if n := c.Domain("d").Match(entries); n == nil || n.Depth != MaxDepth-1 {
 		t.Errorf("Match(16 entries) = %v, want the node at depth 15", n)
 	}
 }
@@ -482,5 +474,64 @@ func TestUnlimitedIgnoresRequestsPerUnit(t *testing.T) {
 	l := cfg.Domain("d").Descriptors[0].Limits[0]
 	if !l.Unlimited || l.RequestsPerUnit != 0 {
 		t.Errorf("limit = %+v, want unlimited with requests_per_unit ignored", l)
+	}
+}
+
+// TestParseNumbers: whole numbers in every form yaml.v3 reads as an
+// integer, and the bounds, one per row.
+func TestParseNumbers(t *testing.T) {
+	tests := []struct {
+		rpu     string
+		want    uint32
+		wantErr string
+	}{
+		{"10", 10, ""},
+		{"+10", 10, ""},
+		{"1_000", 1000, ""},
+		{"0x10", 16, ""},
+		{"0o17", 15, ""},
+		{"017", 15, ""},
+		{"0b101", 5, ""},
+		{"4294967295", 4294967295, ""},
+		{"4294967296", 0, "requests_per_unit 4294967296 is out of range (at most 4294967295)"},
+		{"18446744073709551615", 0, "requests_per_unit 18446744073709551615 is out of range (at most 4294967295)"},
+		{"-0x1", 0, "requests_per_unit must not be negative, got -1"},
+		{"1e3", 0, "requests_per_unit must be a whole number, got number 1e3"},
+	}
+	for _, tt := range tests {
+		c, err := Parse("n.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: "+tt.rpu+"}\n"))
+		if tt.wantErr != "" {
+			if want := `n.yaml:4:51: descriptor "k": ` + tt.wantErr; err == nil || err.Error() != want {
+				t.Errorf("requests_per_unit: %s: error %v, want %s", tt.rpu, err, want)
+			}
+			continue
+		}
+		if err != nil || c.Limits()[0].RequestsPerUnit != tt.want {
+			t.Errorf("requests_per_unit: %s: %v, %v; want %d", tt.rpu, c, err, tt.want)
+		}
+	}
+}
+
+// TestParseBigMappings: duplicate keys are found in mappings of any size,
+// merged ones included.
+func TestParseBigMappings(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n  - key: a\n    metadata: &big\n")
+	for i := range 100 {
+		fmt.Fprintf(&b, "      k%d: %d\n", i, i)
+	}
+	b.WriteString("      k42: again\n  - key: b\n    metadata: {<<: *big, k7: mine}\n")
+	_, err := Parse("big.yaml", []byte(b.String()))
+	// Reported where the mapping is used, and again where it is merged.
+	want := `big.yaml:105:7: descriptor "a": duplicate key "k42" (first at 47:7)` + "\n" +
+		`big.yaml:105:7: descriptor "b": duplicate key "k42" (first at 47:7)`
+	if err == nil || err.Error() != want {
+		t.Errorf("Parse(metadata of 100 keys and a duplicate) error = %v, want %s", err, want)
+	}
+	// Without the duplicate: the merged mapping's keys, the explicit one winning.
+	c := parseString(t, strings.Replace(b.String(), "      k42: again\n", "", 1))
+	md := c.Domain("d").Descriptors[1].Metadata
+	if len(md) != 100 || md["k7"] != "mine" || md["k99"] != 99.0 {
+		t.Errorf("metadata merged from 100 keys = %d keys, k7 %v, k99 %v; want 100, mine, 99", len(md), md["k7"], md["k99"])
 	}
 }

@@ -1,10 +1,6 @@
 package descriptors
 
-import (
-	"net/netip"
-	"regexp"
-	"time"
-)
+import "time"
 
 // Unit is the time unit of a limit. The zero value is UnitUnknown, which no
 // valid limit has. Month and year are fixed blocks of 30 and 365 days, as in
@@ -184,8 +180,8 @@ type Descriptor struct {
 
 // levelIndex is the match index of one level of the tree.
 type levelIndex struct {
-	exact     map[Entry]*Descriptor // key + exact value
-	wildcards []*Descriptor         // nodes with a wildcard value, file order
+	exact     map[Entry]*Descriptor     // key + exact value
+	wildcards map[string]*wildcardIndex // nodes with a wildcard value, by key
 	keyOnly   map[string]*Descriptor
 }
 
@@ -220,92 +216,4 @@ type Config struct {
 	names   []string // sorted domain names
 	limits  []*Limit
 	files   []string
-}
-
-// HTTPDescriptor is one item of http_descriptors: it yields one descriptor
-// whose entries come from its actions, in order.
-type HTTPDescriptor struct {
-	Actions      []*Action
-	Line, Column int
-}
-
-// ActionKind is the kind of an http_descriptors action, named like Envoy's
-// route rate-limit actions.
-type ActionKind uint8
-
-// The supported actions.
-const (
-	ActionRemoteAddress ActionKind = iota
-	ActionMaskedRemoteAddress
-	ActionRequestHeaders
-	ActionQueryParameters
-	ActionGenericKey
-	ActionHeaderValueMatch
-)
-
-// Action is one http_descriptors action. Which fields matter depends on Kind.
-type Action struct {
-	Kind ActionKind
-	// DescriptorKey is the entry's key (defaults as in Envoy:
-	// "remote_address", "masked_remote_address", "generic_key",
-	// "header_match").
-	DescriptorKey string
-	// DescriptorValue is the entry's value for generic_key and
-	// header_value_match.
-	DescriptorValue string
-	// HeaderName (request_headers) is lower-case; pseudo-headers
-	// ":method", ":path", ":authority" are allowed.
-	HeaderName string
-	// QueryParameterName (query_parameters).
-	QueryParameterName string
-	// SkipIfAbsent leaves the entry out instead of dropping the descriptor.
-	SkipIfAbsent bool
-	// V4PrefixLen, V6PrefixLen (masked_remote_address): defaults 32 and 128.
-	V4PrefixLen, V6PrefixLen int
-	// ExpectMatch (header_value_match, default true) and Headers: the entry
-	// is produced when all Headers match (or, with ExpectMatch false, when
-	// not all match).
-	ExpectMatch bool
-	Headers     []*HeaderMatcher
-
-	Line, Column int
-}
-
-// HeaderMatcher is Envoy's HeaderMatcher restricted to string_match,
-// present_match and invert_match.
-type HeaderMatcher struct {
-	Name string // lower-case
-	// Exactly one of the following is in use, by MatchKind.
-	MatchKind  MatchKind
-	Pattern    string         // exact, prefix, suffix, contains
-	Regex      *regexp.Regexp // safe_regex (RE2, anchored: the whole value must match)
-	IgnoreCase bool
-	Present    bool // present_match: true = header present, false = absent
-	Invert     bool
-
-	regexSrc string // the safe_regex as written, for the config dump
-}
-
-// MatchKind selects what a HeaderMatcher tests.
-type MatchKind uint8
-
-// The match kinds.
-const (
-	MatchExact MatchKind = iota
-	MatchPrefix
-	MatchSuffix
-	MatchContains
-	MatchRegex
-	MatchPresent
-)
-
-// HTTPRequest is what http_descriptors read from an HTTP request. The
-// transport adapters implement it.
-type HTTPRequest interface {
-	// Header returns the first value of the header with the lower-case name,
-	// and whether it is present. The pseudo-headers ":method", ":path" (with
-	// the query string) and ":authority" are answered too.
-	Header(name string) (string, bool)
-	// ClientAddr returns the client's address; the zero Addr when unknown.
-	ClientAddr() netip.Addr
 }

@@ -11,22 +11,44 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// maxExpansion bounds how many YAML nodes one file may bring in through
-// aliases (each dereference costs the size of the aliased node). It is far
-// above what a hand-written config needs and stops alias cycles and
-// exponential ("billion laughs") expansion.
-const maxExpansion = 100000
+// Bounds on what one file may expand to. Aliases let a small file stand
+// for a huge one (an alias cycle, a "billion laughs", one long text used a
+// thousand times), and a node's path repeats its ancestors' keys and
+// values: the parser counts both and gives up past these bounds, so that
+// parsing, the Config and its dump stay in proportion to the file.
+const (
+	// maxAliasNodes bounds the YAML nodes brought in through aliases (each
+	// use of an alias costs the size of the aliased node). Far above what a
+	// hand-written config needs.
+	maxAliasNodes = 100000
+	// Aliases may bring in as many bytes of text as the file holds, plus
+	// expansionSlack; descriptor paths and limit labels may add up to
+	// nameRatio times the file's size, plus expansionSlack.
+	expansionSlack = 1 << 20
+	nameRatio      = 8
+)
 
 // parser walks the yaml.Node trees of one file and collects every problem
 // with its position. It is used by one goroutine, for one file.
 type parser struct {
 	file string
 	errs []*Error
-	ctx  string // prefix of messages: the descriptor being parsed
+	// in is the descriptor being parsed, whose path prefixes messages; nil
+	// when its path is not known.
+	in *Descriptor
 
-	expanded int                 // nodes brought in through aliases
-	sizes    map[*yaml.Node]int  // memo of nodeSize
-	merging  map[*yaml.Node]bool // mappings whose merge keys are being expanded
+	aliasNodes, aliasBytes  int                 // brought in through aliases
+	maxAliasBytes           int                 // expansionSlack + the file's size
+	aliasOver               bool                // past a bound: aliases resolve to null
+	nameBytes, maxNameBytes int                 // descriptor paths and limit labels
+	nameOver                bool                // past maxNameBytes: reported
+	sizes                   map[*yaml.Node]size // memo of nodeSize
+	merging                 map[*yaml.Node]bool // mappings whose merge keys are being expanded
+}
+
+// newParser returns a parser for the file called name holding size bytes.
+func newParser(name string, size int) *parser {
+	return &parser{file: name, maxAliasBytes: expansionSlack + size, maxNameBytes: expansionSlack + nameRatio*size}
 }
 
 // at returns the position of n: for a mapping, that of its first key.
@@ -40,9 +62,14 @@ func at(n *yaml.Node) (line, col int) {
 	return n.Line, n.Column
 }
 
-// errorf records a problem at n, prefixed with the current context.
+// errorf records a problem at n, prefixed with the descriptor being
+// parsed.
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	p.errorAt(n, p.ctx+fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	if p.in != nil {
+		msg = fmt.Sprintf("descriptor %q: %s", p.in.Path, msg)
+	}
+	p.errorAt(n, msg)
 }
 
 // errorAt records msg at n without a context prefix.
@@ -51,19 +78,26 @@ func (p *parser) errorAt(n *yaml.Node, msg string) {
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Column: col, Msg: msg})
 }
 
-// resolve follows aliases. Past maxExpansion it reports the problem once
-// and answers a null node, so that cyclic documents end.
+// resolve follows aliases. Past a bound on what aliases bring in it
+// reports the problem once and answers a null node, so that cyclic
+// documents end.
 func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode {
-		over := p.expanded > maxExpansion
-		if n.Alias != nil && !over {
-			p.expanded += p.nodeSize(n.Alias)
-			over = p.expanded > maxExpansion
-			if over {
-				p.errorAt(n, fmt.Sprintf("aliases expand to more than %d nodes (an alias cycle, or an exponential expansion)", maxExpansion))
-			}
+		if n.Alias == nil || p.aliasOver {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
 		}
-		if over || n.Alias == nil {
+		size := p.nodeSize(n.Alias)
+		p.aliasNodes += size.nodes
+		p.aliasBytes += size.bytes
+		switch {
+		case p.aliasNodes > maxAliasNodes:
+			p.aliasOver = true
+			p.errorAt(n, fmt.Sprintf("aliases expand to more than %d nodes (an alias cycle, or an exponential expansion)", maxAliasNodes))
+		case p.aliasBytes > p.maxAliasBytes:
+			p.aliasOver = true
+			p.errorAt(n, fmt.Sprintf("aliases expand to more than %d bytes of text (the file's size plus 1 MiB): each use of an alias repeats its text", p.maxAliasBytes))
+		}
+		if p.aliasOver {
 			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: n.Line, Column: n.Column}
 		}
 		n = n.Alias
@@ -71,23 +105,45 @@ func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// nodeSize counts the nodes of n's tree, an alias in it counting as one.
-func (p *parser) nodeSize(n *yaml.Node) int {
-	if size, ok := p.sizes[n]; ok {
-		return size
+// size is what a YAML tree holds: its nodes and the bytes of its scalars.
+type size struct{ nodes, bytes int }
+
+// nodeSize measures n's tree, an alias in it counting as one node.
+func (p *parser) nodeSize(n *yaml.Node) size {
+	if s, ok := p.sizes[n]; ok {
+		return s
 	}
 	if p.sizes == nil {
-		p.sizes = make(map[*yaml.Node]int)
+		p.sizes = make(map[*yaml.Node]size)
 	}
-	p.sizes[n] = 1 // a node that contains itself counts once
-	size := 1
+	p.sizes[n] = size{nodes: 1} // a node that contains itself counts once
+	s := size{nodes: 1, bytes: len(n.Value)}
 	if n.Kind != yaml.AliasNode {
 		for _, c := range n.Content {
-			size += p.nodeSize(c)
+			cs := p.nodeSize(c)
+			s.nodes += cs.nodes
+			s.bytes += cs.bytes
 		}
 	}
-	p.sizes[n] = size
-	return size
+	p.sizes[n] = s
+	return s
+}
+
+// spendNames counts n more bytes of descriptor paths and limit labels and
+// reports whether they fit; the first time they do not, the problem is
+// reported at at.
+func (p *parser) spendNames(n int, at *yaml.Node) bool {
+	if p.nameOver {
+		return false
+	}
+	p.nameBytes += n
+	if p.nameBytes <= p.maxNameBytes {
+		return true
+	}
+	p.nameOver = true
+	p.errorAt(at, fmt.Sprintf("descriptor paths and limit labels add up to more than %d bytes (8 times the file's size plus 1 MiB): "+
+		"a long key or value is repeated in the path of every descriptor below it", p.maxNameBytes))
+	return false
 }
 
 func isNull(n *yaml.Node) bool {
@@ -131,8 +187,8 @@ func (p *parser) fields(n *yaml.Node) []field {
 		p.errorf(n, "a merge key (<<) brings in the mapping that contains it")
 		return nil
 	}
-	var out, merged []field
-	seen := make(map[string]*yaml.Node, len(n.Content)/2)
+	out := fieldList{fields: make([]field, 0, len(n.Content)/2)}
+	var merged []field
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := p.resolve(n.Content[i]), n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
@@ -148,20 +204,54 @@ func (p *parser) fields(n *yaml.Node) []field {
 			delete(p.merging, n)
 			continue
 		}
-		if first, dup := seen[k.Value]; dup {
+		if first := out.find(k.Value); first != nil {
 			p.errorf(k, "duplicate key %q (first at %d:%d)", k.Value, first.Line, first.Column)
 			continue
 		}
-		seen[k.Value] = k
-		out = append(out, field{key: k.Value, k: k, v: v})
+		out.add(field{key: k.Value, k: k, v: v})
 	}
 	for _, f := range merged {
-		if _, dup := seen[f.key]; !dup {
-			seen[f.key] = f.k
-			out = append(out, f)
+		if out.find(f.key) == nil {
+			out.add(f)
 		}
 	}
-	return out
+	return out.fields
+}
+
+// smallMapping is the most fields found by a scan; past it (a metadata map
+// of thousands of keys, a merge of one) they are found through a map.
+const smallMapping = 16
+
+// fieldList is the fields of a mapping being read, found by key.
+type fieldList struct {
+	fields []field
+	byKey  map[string]*yaml.Node // nil while there are few fields
+}
+
+// find returns the key node of the field called key, or nil.
+func (l *fieldList) find(key string) *yaml.Node {
+	if l.byKey != nil {
+		return l.byKey[key]
+	}
+	for _, f := range l.fields {
+		if f.key == key {
+			return f.k
+		}
+	}
+	return nil
+}
+
+func (l *fieldList) add(f field) {
+	l.fields = append(l.fields, f)
+	switch {
+	case l.byKey != nil:
+		l.byKey[f.key] = f.k
+	case len(l.fields) > smallMapping:
+		l.byKey = make(map[string]*yaml.Node, 2*len(l.fields))
+		for _, f := range l.fields {
+			l.byKey[f.key] = f.k
+		}
+	}
 }
 
 // mergeFields returns the pairs that a merge key's value brings in.
@@ -235,8 +325,9 @@ func (p *parser) str(f field) (string, bool) {
 
 const quotedStyles = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.LiteralStyle | yaml.FoldedStyle
 
-// boolean returns f's value as a bool: true/false in any case, and the
-// YAML 1.1 forms (yes, no, on, off) that yaml.v2 accepts; null is false.
+// boolean returns f's value as a bool: true/false in any of YAML's
+// spellings, and the YAML 1.1 forms (yes, no, on, off, ...) that yaml.v2
+// accepts; null is false.
 func (p *parser) boolean(f field) bool {
 	v := p.resolve(f.v)
 	if v.Kind == yaml.ScalarNode {
@@ -245,14 +336,21 @@ func (p *parser) boolean(f field) bool {
 		}
 		tag := v.ShortTag()
 		if tag == "!!bool" || (tag == "!!str" && v.Style&quotedStyles == 0) {
-			var b bool
-			if v.Decode(&b) == nil {
+			if b, ok := boolWords[v.Value]; ok {
 				return b
 			}
 		}
 	}
 	p.errorf(v, "%s must be true or false, got %s", f.key, describe(v))
 	return false
+}
+
+// boolWords are the spellings of booleans that yaml.v3 reads into a bool
+// (yaml.v3's resolve and decode tables, YAML 1.2 and 1.1).
+var boolWords = map[string]bool{
+	"true": true, "True": true, "TRUE": true, "false": false, "False": false, "FALSE": false,
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
 }
 
 var integerText = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
@@ -265,23 +363,23 @@ func (p *parser) number(f field, max uint64) (uint64, bool) {
 		case "!!null":
 			return 0, true
 		case "!!int":
-			var x any
-			if v.Decode(&x) == nil {
-				switch x := x.(type) {
-				case int:
-					if x < 0 {
-						p.errorf(v, "%s must not be negative, got %d", f.key, x)
-						return 0, false
-					}
-					if uint64(x) > max {
-						p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
-						return 0, false
-					}
-					return uint64(x), true
-				case uint64:
+			// As yaml.v3 reads an !!int: underscores dropped, then Go's
+			// syntax (0x, 0o, 0b, a leading 0 for octal).
+			plain := strings.ReplaceAll(v.Value, "_", "")
+			if x, err := strconv.ParseInt(plain, 0, 64); err == nil {
+				if x < 0 {
+					p.errorf(v, "%s must not be negative, got %d", f.key, x)
+					return 0, false
+				}
+				if uint64(x) > max {
 					p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
 					return 0, false
 				}
+				return uint64(x), true
+			}
+			if x, err := strconv.ParseUint(plain, 0, 64); err == nil {
+				p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
+				return 0, false
 			}
 		case "!!float":
 			// yaml.v3 reads an integer too large for 64 bits as a float.

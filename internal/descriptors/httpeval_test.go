@@ -1,43 +1,9 @@
 package descriptors
 
 import (
-	"net/netip"
 	"reflect"
 	"testing"
 )
-
-// fakeRequest is an HTTPRequest with fixed headers (lower-case names) and
-// client address.
-type fakeRequest struct {
-	headers map[string]string
-	addr    netip.Addr
-}
-
-func (r fakeRequest) Header(name string) (string, bool) {
-	v, ok := r.headers[name]
-	return v, ok
-}
-
-func (r fakeRequest) ClientAddr() netip.Addr { return r.addr }
-
-func req(addr string, kv ...string) fakeRequest {
-	r := fakeRequest{headers: map[string]string{}}
-	if addr != "" {
-		r.addr = netip.MustParseAddr(addr)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		r.headers[kv[i]] = kv[i+1]
-	}
-	return r
-}
-
-func entries(kv ...string) []Entry {
-	out := []Entry{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		out = append(out, Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return out
-}
 
 func TestBuildHTTPDescriptors(t *testing.T) {
 	tests := []struct {
@@ -129,6 +95,39 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}, {query_parameters: {query_parameter_name: 'a b', descriptor_key: ab}}]",
 			r:       req("", ":path", "/list?x=1&page=2%2B3&page=9&a+b=c%20d#frag"),
 			want:    [][]Entry{entries("page", "2+3", "ab", "c d")},
+		},
+		{
+			name:    "query_parameters: a fragment is not the query",
+			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}]\n- actions: [{generic_key: {descriptor_value: g}}]",
+			r:       req("", ":path", "/a#?page=z"),
+			want:    [][]Entry{entries("generic_key", "g")},
+		},
+		{
+			name:    "query_parameters: the query ends at the fragment",
+			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}, {query_parameters: {query_parameter_name: x, descriptor_key: x, skip_if_absent: true}}]",
+			r:       req("", ":path", "/a?page=1#x=2&page=3"),
+			want:    [][]Entry{entries("page", "1")},
+		},
+		{
+			name:    ":path without its fragment",
+			actions: "- actions: [{request_headers: {header_name: ':path', descriptor_key: path}}]",
+			r:       req("", ":path", "/a/b?x=1#frag?y=2"),
+			want:    [][]Entry{entries("path", "/a/b?x=1")},
+		},
+		{
+			name: "header_value_match on :path without its fragment",
+			actions: `- actions:
+    - header_value_match:
+        descriptor_value: root
+        headers: [{name: ":path", string_match: {exact: /}}]`,
+			r:    req("", ":path", "/#top"),
+			want: [][]Entry{entries("header_match", "root")},
+		},
+		{
+			name:    "other headers keep their #",
+			actions: "- actions: [{request_headers: {header_name: x-tag, descriptor_key: tag}}]",
+			r:       req("", "x-tag", "a#b"),
+			want:    [][]Entry{entries("tag", "a#b")},
 		},
 		{
 			name:    "query_parameters without = is empty",
@@ -236,7 +235,7 @@ func TestBuildHTTPDescriptorsAppends(t *testing.T) {
 	}
 }
 
-// TestHeaderMatcher pins Envoy's HeaderMatcher rules, one matcher per row.
+// TestHeaderMatcher pins Envoy's headerMatcher rules, one matcher per row.
 func TestHeaderMatcher(t *testing.T) {
 	tests := []struct {
 		matcher string
@@ -272,7 +271,7 @@ func TestHeaderMatcher(t *testing.T) {
 				text += ", invert_match: true"
 			}
 			text += "}]\n"
-			m := parseString(t, text).Domain("h").HTTPDescriptors[0].Actions[0].Headers[0]
+			m := parseString(t, text).Domain("h").HTTPDescriptors[0].actions[0].Headers[0]
 			r := req("")
 			if tt.value != "<absent>" {
 				r = req("", "x-h", tt.value)
@@ -299,7 +298,7 @@ func TestHeaderMatcher(t *testing.T) {
 		{present: false, invert: true, headerSet: false, want: false},
 	}
 	for _, tt := range presence {
-		m := &HeaderMatcher{Name: "x-h", MatchKind: MatchPresent, Present: tt.present, Invert: tt.invert}
+		m := &headerMatcher{Name: "x-h", Kind: matchPresent, Present: tt.present, Invert: tt.invert}
 		r := req("")
 		if tt.headerSet {
 			r = req("", "x-h", "")
@@ -311,16 +310,16 @@ func TestHeaderMatcher(t *testing.T) {
 }
 
 func TestKindStrings(t *testing.T) {
-	if got := ActionHeaderValueMatch.String(); got != "header_value_match" {
-		t.Errorf("ActionHeaderValueMatch.String() = %q", got)
+	if got := actionHeaderValueMatch.String(); got != "header_value_match" {
+		t.Errorf("actionHeaderValueMatch.String() = %q", got)
 	}
-	if got := ActionKind(99).String(); got != "unknown" {
-		t.Errorf("ActionKind(99).String() = %q", got)
+	if got := actionKind(99).String(); got != "unknown" {
+		t.Errorf("actionKind(99).String() = %q", got)
 	}
-	if got := MatchRegex.String(); got != "safe_regex" {
-		t.Errorf("MatchRegex.String() = %q", got)
+	if got := matchRegex.String(); got != "safe_regex" {
+		t.Errorf("matchRegex.String() = %q", got)
 	}
-	if got := MatchKind(99).String(); got != "unknown" {
-		t.Errorf("MatchKind(99).String() = %q", got)
+	if got := matchKind(99).String(); got != "unknown" {
+		t.Errorf("matchKind(99).String() = %q", got)
 	}
 }
