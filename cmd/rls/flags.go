@@ -61,39 +61,51 @@ func exitCode(err error) int {
 	return 1
 }
 
-// parseServeFlags parses args, falling back to RLS_<FLAG> variables of env
-// for flags not given on the command line.
-func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
+// serveFlags are the serve flags as given, before they are checked: the
+// options that take a flag's value as it is, and the text of the others.
+type serveFlags struct {
+	o                                                          options
+	cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
+}
+
+// newServeFlagSet defines the serve flags on a new FlagSet that writes its
+// messages to stderr.
+func newServeFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs := flag.NewFlagSet("rls serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		o                                                          options
-		cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
-	)
+	f := &serveFlags{}
+	o := &f.o
 	fs.StringVar(&o.config, "config", "config/limits.yaml", "a YAML `file`, or a directory whose *.yaml/*.yml files are all loaded")
 	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen `address` (RateLimitService, Authorization, health, reflection)")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /json, /auth/{domain}, /debug)")
 	fs.StringVar(&o.store, "store", "memory", "counter store: memory (embedded, one process) or redis")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL")
-	fs.StringVar(&cluster, "redis-cluster", "", "comma-separated `host:port` seeds; when set, Redis Cluster mode")
+	fs.StringVar(&f.cluster, "redis-cluster", "", "comma-separated `host:port` seeds; when set, Redis Cluster mode")
 	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "prefix of every Redis key")
 	fs.StringVar(&o.redisCA, "redis-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss:// with a private CA)")
 	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "bound on one store call")
-	fs.StringVar(&onErr, "on-store-error", "error", "when the store fails: error (gRPC UNAVAILABLE / HTTP 503), allow (OK) or deny (OVER_LIMIT)")
-	fs.StringVar(&headers, "response-headers", "off", "rate-limit headers in RateLimitService responses: off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both")
-	fs.StringVar(&mem, "memory-limit", "256MiB", "memory bound of the memory store's counters (bytes, or with KiB/MiB/GiB)")
+	fs.StringVar(&f.onErr, "on-store-error", "error", "when the store fails: error (gRPC UNAVAILABLE / HTTP 503), allow (OK) or deny (OVER_LIMIT)")
+	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses: off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both")
+	fs.StringVar(&f.mem, "memory-limit", "256MiB", "memory bound of the memory store's counters (bytes, or with KiB/MiB/GiB)")
 	fs.BoolVar(&o.denyCache, "deny-cache", true, "answer requests that Redis said are denied until an exact instant from memory until then")
-	fs.StringVar(&debug, "debug-endpoints", "loopback", "who may use /debug/config and /debug/pprof: loopback, on or off")
-	fs.StringVar(&proxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For /auth believes (empty: trust X-Real-IP / X-Forwarded-For from any peer)")
+	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config and /debug/pprof: loopback, on or off")
+	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For /auth believes (empty: trust X-Real-IP / X-Forwarded-For from any peer)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate `file`: serve TLS (re-read when it changes)")
 	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
 	fs.StringVar(&o.tls.ClientCA, "tls-client-ca", "", "PEM CA `file`: require client certificates signed by it (mutual TLS)")
-	fs.StringVar(&tlsOn, "tls-listeners", "grpc,http", "which listeners --tls-cert applies to: grpc, http or grpc,http")
-	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.tlsOn, "tls-listeners", "grpc,http", "which listeners --tls-cert applies to: grpc, http or grpc,http")
+	fs.StringVar(&f.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	return fs, f
+}
+
+// parseServeFlags parses args, falling back to RLS_<FLAG> variables of env
+// for flags not given on the command line, and checks the values.
+func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
+	fs, f := newServeFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -107,75 +119,117 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-
 	bad := func(name string, e error) error {
 		if fromEnv[name] {
-			return usageError{fmt.Errorf("%s (--%s): %w", EnvName(name), name, e)}
+			return usageError{fmt.Errorf("%s (--%s): %w", envName(name), name, e)}
 		}
 		return usageError{fmt.Errorf("--%s: %w", name, e)}
 	}
-	if o.store != "memory" && o.store != "redis" {
-		return nil, bad("store", fmt.Errorf("%q is not one of memory|redis", o.store))
-	}
-	if cluster != "" {
-		for _, s := range strings.Split(cluster, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				o.redisCluster = append(o.redisCluster, s)
-			}
+	for _, check := range []func(bad func(string, error) error) error{f.store, f.policies, f.network, f.tls, f.logging} {
+		if err := check(bad); err != nil {
+			return nil, err
 		}
 	}
+	return &f.o, nil
+}
+
+// store checks the flags of the counter store.
+func (f *serveFlags) store(bad func(string, error) error) error {
+	o := &f.o
+	if o.store != "memory" && o.store != "redis" {
+		return bad("store", fmt.Errorf("%q is not one of memory|redis", o.store))
+	}
+	o.redisCluster = splitList(f.cluster)
 	if o.storeTimeout <= 0 {
-		return nil, bad("store-timeout", fmt.Errorf("%s is not positive", o.storeTimeout))
+		return bad("store-timeout", fmt.Errorf("%s is not positive", o.storeTimeout))
 	}
-	if o.onStoreError, err = service.ParseStoreErrorPolicy(onErr); err != nil {
-		return nil, bad("on-store-error", err)
-	}
-	if o.responseHeaders, err = service.ParseHeaderMode(headers); err != nil {
-		return nil, bad("response-headers", err)
-	}
-	if o.memoryLimit, err = parseBytes(mem); err != nil {
-		return nil, bad("memory-limit", err)
+	var err error
+	if o.memoryLimit, err = parseBytes(f.mem); err != nil {
+		return bad("memory-limit", err)
 	}
 	if o.memoryLimit < memstore.MinMaxBytes {
-		return nil, bad("memory-limit", fmt.Errorf("%s is less than the minimum of %d bytes", mem, memstore.MinMaxBytes))
+		return bad("memory-limit", fmt.Errorf("%s is less than the minimum of %d bytes", f.mem, memstore.MinMaxBytes))
 	}
-	if o.debug, err = httpapi.ParseDebugAccess(debug); err != nil {
-		return nil, bad("debug-endpoints", err)
+	return nil
+}
+
+// policies checks the flags that shape answers.
+func (f *serveFlags) policies(bad func(string, error) error) error {
+	var err error
+	if f.o.onStoreError, err = service.ParseStoreErrorPolicy(f.onErr); err != nil {
+		return bad("on-store-error", err)
 	}
-	if proxies != "" {
-		for _, s := range strings.Split(proxies, ",") {
-			p, err := parsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				return nil, bad("trusted-proxies", err)
-			}
-			o.trustedProxies = append(o.trustedProxies, p)
+	if f.o.responseHeaders, err = service.ParseHeaderMode(f.headers); err != nil {
+		return bad("response-headers", err)
+	}
+	return nil
+}
+
+// network checks who may use what on the listeners.
+func (f *serveFlags) network(bad func(string, error) error) error {
+	var err error
+	if f.o.debug, err = httpapi.ParseDebugAccess(f.debug); err != nil {
+		return bad("debug-endpoints", err)
+	}
+	if f.proxies == "" {
+		return nil
+	}
+	for _, s := range strings.Split(f.proxies, ",") {
+		p, err := parsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return bad("trusted-proxies", err)
 		}
+		f.o.trustedProxies = append(f.o.trustedProxies, p)
 	}
+	return nil
+}
+
+// tls checks the TLS files and which listeners they apply to.
+func (f *serveFlags) tls(bad func(string, error) error) error {
+	o := &f.o
 	if (o.tls.Cert == "") != (o.tls.Key == "") {
-		return nil, bad("tls-cert", errors.New("--tls-cert and --tls-key go together"))
+		return bad("tls-cert", errors.New("--tls-cert and --tls-key go together"))
 	}
 	if o.tls.ClientCA != "" && o.tls.Cert == "" {
-		return nil, bad("tls-client-ca", errors.New("needs --tls-cert and --tls-key"))
+		return bad("tls-client-ca", errors.New("needs --tls-cert and --tls-key"))
 	}
-	if o.tls.Cert != "" {
-		for _, l := range strings.Split(tlsOn, ",") {
-			switch strings.TrimSpace(l) {
-			case "grpc":
-				o.tlsGRPC = true
-			case "http":
-				o.tlsHTTP = true
-			default:
-				return nil, bad("tls-listeners", fmt.Errorf("%q is not grpc or http", l))
-			}
+	if o.tls.Cert == "" {
+		return nil
+	}
+	for _, l := range strings.Split(f.tlsOn, ",") {
+		switch strings.TrimSpace(l) {
+		case "grpc":
+			o.tlsGRPC = true
+		case "http":
+			o.tlsHTTP = true
+		default:
+			return bad("tls-listeners", fmt.Errorf("%q is not grpc or http", l))
 		}
 	}
-	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {
-		return nil, bad("log-level", fmt.Errorf("%q is not one of debug|info|warn|error", level))
+	return nil
+}
+
+// logging checks the log flags.
+func (f *serveFlags) logging(bad func(string, error) error) error {
+	if err := f.o.logLevel.UnmarshalText([]byte(f.level)); err != nil {
+		return bad("log-level", fmt.Errorf("%q is not one of debug|info|warn|error", f.level))
 	}
-	if o.logFormat != "text" && o.logFormat != "json" {
-		return nil, bad("log-format", fmt.Errorf("%q is not one of text|json", o.logFormat))
+	if f.o.logFormat != "text" && f.o.logFormat != "json" {
+		return bad("log-format", fmt.Errorf("%q is not one of text|json", f.o.logFormat))
 	}
-	return &o, nil
+	return nil
+}
+
+// splitList splits a comma-separated list, dropping blanks around the
+// items and empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -197,7 +251,7 @@ func applyEnv(fs *flag.FlagSet, env []string) (map[string]bool, error) {
 		if set[f.Name] || err != nil {
 			return
 		}
-		name := EnvName(f.Name)
+		name := envName(f.Name)
 		if v := vars[name]; v != "" {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, e)
@@ -208,9 +262,9 @@ func applyEnv(fs *flag.FlagSet, env []string) (map[string]bool, error) {
 	return fromEnv, err
 }
 
-// EnvName returns the environment variable of a flag: RLS_ + upper case,
+// envName returns the environment variable of a flag: RLS_ + upper case,
 // '-' → '_'.
-func EnvName(flag string) string {
+func envName(flag string) string {
 	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 

@@ -29,13 +29,18 @@ func main() {
 
 // run is the whole program; main only wires the process to it.
 func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
+	return runWith(ctx, args, env, stdout, stderr, hooks{})
+}
+
+// runWith is run with the hooks that tests change.
+func runWith(ctx context.Context, args, env []string, stdout, stderr io.Writer, h hooks) error {
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, args, env, stdout, stderr)
+		return serve(ctx, args, env, stderr, h)
 	case "validate":
 		return validate(args, stdout, stderr)
 	case "version":

@@ -91,14 +91,7 @@ func TestTLS(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pki.caPEM)
 
-	s := &server{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go func() {
-		s.done <- run(ctx, []string{"serve", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr, "--config", "../../config/limits.yaml",
-			"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile}, nil, nil, s.logs)
-	}()
-	t.Cleanup(func() { s.stop(t) })
+	s := launch(t, nil, "--config", "../../config/limits.yaml", "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile)
 
 	httpClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cc}}}}
 	servedSerial := func() (int64, error) {
@@ -110,19 +103,13 @@ func TestTLS(t *testing.T) {
 		httpClient.CloseIdleConnections()
 		return resp.TLS.PeerCertificates[0].SerialNumber.Int64(), nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		serial, err := servedSerial()
-		if err == nil {
-			if serial != firstSerial {
-				t.Fatalf("served certificate serial %d, want %d", serial, firstSerial)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("HTTPS /healthz with a client certificate: %v\n%s", err, s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var serial int64
+	s.waitUntil(t, "HTTPS /healthz with a client certificate", func() bool {
+		serial, err = servedSerial()
+		return err == nil
+	})
+	if serial != firstSerial {
+		t.Fatalf("served certificate serial %d, want %d", serial, firstSerial)
 	}
 
 	// gRPC with a client certificate works; without one the handshake fails.
@@ -149,15 +136,8 @@ func TestTLS(t *testing.T) {
 	certPEM, keyPEM, secondSerial := pki.issue(t, "rls", false)
 	write("tls.key", keyPEM)
 	write("tls.crt", certPEM)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	s.waitUntil(t, "the rotated certificate is served", func() bool {
 		serial, err := servedSerial()
-		if err == nil && serial == secondSerial {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after rotation the served serial is %d (err %v), want %d", serial, err, secondSerial)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && serial == secondSerial
+	})
 }

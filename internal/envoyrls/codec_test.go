@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 
@@ -13,11 +12,12 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rlsproject/rls/internal/servetest"
 )
 
 // requestWithValue returns a marshaled RateLimitRequest of domain api with
@@ -68,19 +68,7 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // connection; without the codec the request fails with INTERNAL.
 func TestNotUTF8OverGRPC(t *testing.T) {
 	call := func(opts ...grpc.ServerOption) func(b []byte) (*rlsv3.RateLimitResponse, error) {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		gs := grpc.NewServer(opts...)
-		newServer(t).Register(gs)
-		go gs.Serve(lis)
-		t.Cleanup(gs.Stop)
-		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
+		cc := servetest.GRPC(t, newServer(t).Register, opts...)
 		return func(b []byte) (*rlsv3.RateLimitResponse, error) {
 			var resp rlsv3.RateLimitResponse
 			msg := rawMsg(b)

@@ -1,6 +1,9 @@
-// Package envoyrls is the gRPC adapter of Envoy's RateLimitService v3: it
-// converts RateLimitRequest to a service.Request and the service.Response
-// back, and maps errors to gRPC codes. It holds no rate-limit logic.
+// Package envoyrls is the adapter of Envoy's RateLimitService v3, over gRPC
+// and as envoyproxy/ratelimit's POST /json (proto3 JSON): it decodes
+// RateLimitRequest (with a codec of its own that accepts any bytes in
+// strings and bounds a request while decoding it), converts it to a
+// service.Request and the service.Response back, and maps errors to gRPC
+// codes or HTTP statuses. It holds no rate-limit logic.
 package envoyrls
 
 import (
@@ -49,19 +52,29 @@ func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer
 
 // ShouldRateLimit implements the RateLimitService.
 func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.decide(ctx, in)
+	if err != nil {
+		return nil, grpcStatus(err)
+	}
+	return resp, nil
+}
+
+// decide converts in, asks the service and converts its answer; errors are
+// the service's.
+func (s *Server) decide(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	r := s.requests.Get().(*request)
 	r.fromProto(in)
 	resp, err := s.svc.ShouldRateLimit(ctx, &r.req)
 	r.reset()
 	s.requests.Put(r)
 	if err != nil {
-		return nil, Status(err)
+		return nil, err
 	}
 	return s.conv.toProto(resp), nil
 }
 
-// Status converts a service error to a gRPC status error.
-func Status(err error) error {
+// grpcStatus converts an error of the service to a gRPC status error.
+func grpcStatus(err error) error {
 	var inv *service.InvalidError
 	switch {
 	case errors.As(err, &inv):
@@ -74,13 +87,6 @@ func Status(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
-}
-
-// FromProto converts a RateLimitRequest; the service validates it.
-func FromProto(in *rlsv3.RateLimitRequest) *service.Request {
-	var r request
-	r.fromProto(in)
-	return &r.req
 }
 
 // request is a converted request with the backing array of its entries,
@@ -171,14 +177,6 @@ var codeToProto = [...]rlsv3.RateLimitResponse_Code{
 	service.OverLimit: rlsv3.RateLimitResponse_OVER_LIMIT,
 }
 
-// ToProto converts a service response. duration_until_reset is rounded up
-// to whole seconds: Envoy truncates it to seconds for X-RateLimit-Reset and
-// Retry-After, so a sub-second wait would otherwise read as 0.
-func ToProto(resp *service.Response) *rlsv3.RateLimitResponse {
-	var c converter
-	return c.toProto(resp)
-}
-
 // converter builds responses, sharing the immutable parts between them:
 // the current_limit of each configured limit and the common durations.
 // (protobuf-go marshals a message concurrently safely: its size cache is
@@ -239,6 +237,9 @@ type protoResponse struct {
 	statuses [4]rlsv3.RateLimitResponse_DescriptorStatus
 }
 
+// toProto converts a service response. duration_until_reset is rounded up
+// to whole seconds: Envoy truncates it to seconds for X-RateLimit-Reset and
+// Retry-After, so a sub-second wait would otherwise read as 0.
 func (c *converter) toProto(resp *service.Response) *rlsv3.RateLimitResponse {
 	n := len(resp.Statuses)
 	var out *rlsv3.RateLimitResponse

@@ -11,14 +11,14 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
-// MaxMessage bounds a request: far above what the service's request bounds
+// maxMessage bounds a request: far above what the service's request bounds
 // allow, far below grpc-go's 4 MiB default.
-const MaxMessage = 1 << 20
+const maxMessage = 1 << 20
 
 // Options returns the server options.
 func Options() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxMessage),
+		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Serve streams on long-lived worker goroutines, enough for the
 		// concurrency of a busy Envoy fleet: a fresh goroutine per request

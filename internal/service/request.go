@@ -14,10 +14,10 @@ import (
 const (
 	MaxDescriptors  = 64
 	MaxEntries      = 16 // also the deepest descriptor tree a config may hold
-	MaxDomainLen    = 256
-	MaxKeyLen       = 256
-	MaxValueLen     = 4096
-	MaxRequestBytes = 64 << 10 // sum of the lengths of all strings
+	maxDomainLen    = 256
+	maxKeyLen       = 256
+	maxValueLen     = 4096
+	maxRequestBytes = 64 << 10 // sum of the lengths of all strings
 	MaxHits         = engine.MaxHits
 	maxOverride     = 100 * 365 * 24 * time.Hour
 )
@@ -63,13 +63,13 @@ func invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Validate checks req against the bounds and the RateLimitService rules.
-func (req *Request) Validate() error {
+// validate checks req against the bounds and the RateLimitService rules.
+func (req *Request) validate() error {
 	if req.Domain == "" {
 		return invalid("domain", "must not be empty")
 	}
-	if len(req.Domain) > MaxDomainLen {
-		return invalid("domain", "longer than %d bytes", MaxDomainLen)
+	if len(req.Domain) > maxDomainLen {
+		return invalid("domain", "longer than %d bytes", maxDomainLen)
 	}
 	if len(req.Descriptors) == 0 {
 		return invalid("descriptors", "must not be empty")
@@ -90,10 +90,10 @@ func (req *Request) Validate() error {
 			switch {
 			case e.Key == "":
 				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
-			case len(e.Key) > MaxKeyLen:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "longer than %d bytes", MaxKeyLen)
-			case len(e.Value) > MaxValueLen:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "longer than %d bytes", MaxValueLen)
+			case len(e.Key) > maxKeyLen:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "longer than %d bytes", maxKeyLen)
+			case len(e.Value) > maxValueLen:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "longer than %d bytes", maxValueLen)
 			}
 			total += len(e.Key) + len(e.Value)
 		}
@@ -109,8 +109,8 @@ func (req *Request) Validate() error {
 			}
 		}
 	}
-	if total > MaxRequestBytes {
-		return invalid("descriptors", "%d bytes of keys and values, at most %d allowed", total, MaxRequestBytes)
+	if total > maxRequestBytes {
+		return invalid("descriptors", "%d bytes of keys and values, at most %d allowed", total, maxRequestBytes)
 	}
 	return nil
 }

@@ -53,8 +53,8 @@ var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
 // does not have.
 var ErrUnknownDomain = errors.New("unknown domain")
 
-// ErrNoConfig is returned by Ready before a config is loaded.
-var ErrNoConfig = errors.New("no config loaded")
+// errNoConfig is returned by Ready before a config is loaded.
+var errNoConfig = errors.New("no config loaded")
 
 // Options configure a Service.
 type Options struct {
@@ -166,7 +166,7 @@ type pinger interface {
 // store answers.
 func (s *Service) Ready(ctx context.Context) error {
 	if s.current.Load() == nil {
-		return ErrNoConfig
+		return errNoConfig
 	}
 	if p, ok := s.store.(pinger); ok {
 		if err := p.Ping(ctx); err != nil {
@@ -195,13 +195,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 }
 
 func (s *Service) check(ctx context.Context, req *Request, headers HeaderMode) (*Response, error) {
-	if err := req.Validate(); err != nil {
+	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	return s.decide(ctx, req, headers)
 }
 
-// decide answers a valid request.
+// decide answers a valid request, in phases: resolve each descriptor's
+// limits, build the store's items, apply them in one store call, and turn
+// the results into statuses and headers.
 func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) (*Response, error) {
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
@@ -222,9 +224,43 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		return resp, nil
 	}
 
-	// Resolve each descriptor's limits: the override, or the matched node's.
+	replaced := sc.resolve(dom, req)
+	sc.buildItems(req, resp, replaced)
+	items, owner := sc.items, sc.owner
+	if len(items) == 0 {
+		s.m.requestsOK.Inc()
+		resp.Headers = appendHeaders(nil, headers, resp)
+		return resp, nil
+	}
+
+	if cap(sc.results) < len(items) {
+		sc.results = make([]engine.Result, len(items))
+	}
+	results := sc.results[:len(items)]
+	admitted, err := s.apply(ctx, items, results)
+	if err != nil {
+		return s.storeFailed(req, resp, items, owner, headers, err)
+	}
+
+	if !admitted {
+		resp.Code = OverLimit
+		s.m.requestsOver.Inc()
+	} else {
+		s.m.requestsOK.Inc()
+	}
+	s.fillStatuses(cur, dom, resp, items, results, owner, headers != HeadersOff)
+	resp.Headers = appendHeaders(nil, headers, resp)
+	for i := range items {
+		items[i] = engine.Item{} // drop references to config and strings
+	}
+	return resp, nil
+}
+
+// resolve matches each descriptor of req that has no override in dom,
+// into sc.nodes (nil for an override or no match), and returns the names
+// of the limits that the matched limits replace.
+func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[string]bool) {
 	sc.nodes = sc.nodes[:0]
-	var replaced map[string]bool
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		var node *descriptors.Descriptor
@@ -243,7 +279,13 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		}
 		sc.nodes = append(sc.nodes, node)
 	}
+	return replaced
+}
 
+// buildItems turns the resolved limits of req into sc.items, one per limit
+// that counts (not replaced, not unlimited), with sc.owner[i] the index of
+// item i's descriptor, and gives unlimited descriptors their status.
+func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool) {
 	items := sc.items[:0]
 	owner := sc.owner[:0]
 	sc.key, sc.spans = sc.key[:0], sc.spans[:0]
@@ -306,33 +348,6 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 			items[i].Desc = keys[sc.spans[span][0]:sc.spans[span][1]]
 		}
 	}
-	if len(items) == 0 {
-		s.m.requestsOK.Inc()
-		resp.Headers = appendHeaders(nil, headers, resp)
-		return resp, nil
-	}
-
-	if cap(sc.results) < len(items) {
-		sc.results = make([]engine.Result, len(items))
-	}
-	results := sc.results[:len(items)]
-	admitted, err := s.apply(ctx, items, results)
-	if err != nil {
-		return s.storeFailed(req, resp, items, owner, headers, err)
-	}
-
-	if !admitted {
-		resp.Code = OverLimit
-		s.m.requestsOver.Inc()
-	} else {
-		s.m.requestsOK.Inc()
-	}
-	s.fillStatuses(cur, dom, resp, items, results, owner, headers != HeadersOff)
-	resp.Headers = appendHeaders(nil, headers, resp)
-	for i := range items {
-		items[i] = engine.Item{} // drop references to config and strings
-	}
-	return resp, nil
 }
 
 func (s *Service) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
