@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
@@ -42,6 +45,8 @@ type options struct {
 	tlsHTTP         bool
 	logLevel        slog.Level
 	logFormat       string
+	httpLimits      httpapi.Limits
+	grpcLimits      grpcserver.Limits
 }
 
 // usageError is a bad command line; it exits 2.
@@ -66,6 +71,7 @@ func exitCode(err error) int {
 type serveFlags struct {
 	o                                                          options
 	cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
+	grpcMaxStreams                                             uint
 }
 
 // newServeFlagSet defines the serve flags on a new FlagSet that writes its
@@ -97,6 +103,13 @@ func newServeFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
 	fs.StringVar(&o.tls.ClientCA, "tls-client-ca", "", "PEM CA `file`: require client certificates signed by it (mutual TLS)")
 	fs.StringVar(&f.tlsOn, "tls-listeners", "grpc,http", "which listeners --tls-cert applies to: grpc, http or grpc,http")
+	fs.IntVar(&o.httpLimits.MaxConnections, "http-max-connections", 0, "open HTTP connections at most; at the bound a new connection closes the one idle longest, else the one stalled longest (0: half the open-file limit, at most 10000, leaving the rest to gRPC and Redis)")
+	fs.DurationVar(&o.httpLimits.ReadTimeout, "http-read-timeout", httpapi.DefaultReadTimeout, "bound on reading one HTTP request, body included")
+	fs.DurationVar(&o.httpLimits.WriteTimeout, "http-write-timeout", httpapi.DefaultWriteTimeout, "bound on writing one HTTP response (and on a /debug/pprof profile's length)")
+	fs.DurationVar(&o.httpLimits.IdleTimeout, "http-idle-timeout", httpapi.DefaultIdleTimeout, "close keep-alive HTTP connections idle that long")
+	fs.UintVar(&f.grpcMaxStreams, "grpc-max-streams", grpcserver.DefaultMaxStreams, "concurrent gRPC streams per connection; more are refused (Envoy then opens another connection)")
+	fs.DurationVar(&o.grpcLimits.MaxConnectionAge, "grpc-max-connection-age", grpcserver.DefaultMaxConnectionAge, "ask gRPC clients to reconnect (GOAWAY) after this long, to rebalance replicas")
+	fs.DurationVar(&o.grpcLimits.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", grpcserver.DefaultMaxConnectionAgeGrace, "then close the connection after this long more")
 	fs.StringVar(&f.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	return fs, f
@@ -125,7 +138,7 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 		}
 		return usageError{fmt.Errorf("--%s: %w", name, e)}
 	}
-	for _, check := range []func(bad func(string, error) error) error{f.store, f.policies, f.network, f.tls, f.logging} {
+	for _, check := range []func(bad func(string, error) error) error{f.store, f.policies, f.network, f.limits, f.tls, f.logging} {
 		if err := check(bad); err != nil {
 			return nil, err
 		}
@@ -182,6 +195,56 @@ func (f *serveFlags) network(bad func(string, error) error) error {
 		f.o.trustedProxies = append(f.o.trustedProxies, p)
 	}
 	return nil
+}
+
+// limits checks the bounds on what clients can hold.
+func (f *serveFlags) limits(bad func(string, error) error) error {
+	o := &f.o
+	if o.httpLimits.MaxConnections < 0 {
+		return bad("http-max-connections", fmt.Errorf("%d is negative", o.httpLimits.MaxConnections))
+	}
+	if o.httpLimits.MaxConnections == 0 {
+		o.httpLimits.MaxConnections = httpConnectionShare(openFileLimit())
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"http-read-timeout", o.httpLimits.ReadTimeout},
+		{"http-write-timeout", o.httpLimits.WriteTimeout},
+		{"http-idle-timeout", o.httpLimits.IdleTimeout},
+		{"grpc-max-connection-age", o.grpcLimits.MaxConnectionAge},
+		{"grpc-max-connection-age-grace", o.grpcLimits.MaxConnectionAgeGrace},
+	} {
+		if d.v <= 0 {
+			return bad(d.name, fmt.Errorf("%s is not positive", d.v))
+		}
+	}
+	// Headers are read within the read timeout.
+	o.httpLimits.ReadHeaderTimeout = o.httpLimits.ReadTimeout
+	if f.grpcMaxStreams == 0 || f.grpcMaxStreams > math.MaxUint32 {
+		return bad("grpc-max-streams", fmt.Errorf("%d is not between 1 and %d", f.grpcMaxStreams, uint32(math.MaxUint32)))
+	}
+	o.grpcLimits.MaxStreams = uint32(f.grpcMaxStreams)
+	return nil
+}
+
+// httpConnectionShare is the default bound on HTTP connections for a
+// process that may open nofile files: half of them, so that a flood of HTTP
+// connections leaves the other half to gRPC connections, Redis and config
+// files; at least 16, at most 10,000.
+func httpConnectionShare(nofile uint64) int {
+	return int(min(max(nofile/2, 16), 10000))
+}
+
+// openFileLimit returns the process's soft RLIMIT_NOFILE (1024 when it
+// cannot be read).
+func openFileLimit() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	return lim.Cur
 }
 
 // tls checks the TLS files and which listeners they apply to.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -106,7 +105,7 @@ type daemon struct {
 	closeStore func()
 	grpc       *grpc.Server
 	health     *health.Server
-	http       *http.Server
+	http       *httpapi.Server
 	// errc receives the error of a listener's server that stops serving.
 	errc chan error
 	// stop ends the goroutines that start started (readiness, watch); done
@@ -173,13 +172,13 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 	go func() { d.errc <- d.grpc.Serve(grpcLis) }()
 	go func() {
 		if o.tlsHTTP {
-			d.http.TLSConfig = tlsSource.Config()
-			d.errc <- d.http.ServeTLS(httpLis, "", "")
+			d.errc <- d.http.ServeTLS(httpLis, tlsSource.Config())
 			return
 		}
 		d.errc <- d.http.Serve(httpLis)
 	}()
 	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls_grpc", o.tlsGRPC, "tls_http", o.tlsHTTP,
+		"http_max_connections", o.httpLimits.MaxConnections, "grpc_max_streams", o.grpcLimits.MaxStreams,
 		"store", o.store, "config", o.config, "domains", len(cfg.Domains()))
 	return d, nil
 }
@@ -188,7 +187,7 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 // its health server.
 func newGRPCServer(o *options, svc *service.Service, rls *envoyrls.Server, tlsSource *tlsfiles.Source) (*grpc.Server, *health.Server) {
 	// rls's codec: descriptor values need not be UTF-8 (Envoy copies header bytes)
-	gopts := append(grpcserver.Options(), envoyrls.ServerCodec())
+	gopts := append(grpcserver.Options(o.grpcLimits), envoyrls.ServerCodec())
 	if o.tlsGRPC {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsSource.Config())))
 	}
@@ -202,21 +201,16 @@ func newGRPCServer(o *options, svc *service.Service, rls *envoyrls.Server, tlsSo
 }
 
 // newHTTPServer returns the HTTP server of the HTTP listener.
-func newHTTPServer(o *options, svc *service.Service, rls *envoyrls.Server, reg *prometheus.Registry, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			Service:  svc,
-			JSON:     rls.JSON(),
-			Gatherer: reg,
-			Debug:    o.debug,
-			Auth:     httpapi.AuthOptions{TrustedProxies: o.trustedProxies},
-			Logger:   log,
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+func newHTTPServer(o *options, svc *service.Service, rls *envoyrls.Server, reg *prometheus.Registry, log *slog.Logger) *httpapi.Server {
+	h := httpapi.New(httpapi.Options{
+		Service:  svc,
+		JSON:     rls.JSON(),
+		Gatherer: reg,
+		Debug:    o.debug,
+		Auth:     httpapi.AuthOptions{TrustedProxies: o.trustedProxies},
+		Logger:   log,
+	})
+	return httpapi.NewServer(h, o.httpLimits, log, reg)
 }
 
 // loop keeps the gRPC health status equal to readiness and reloads the

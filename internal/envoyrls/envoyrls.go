@@ -47,8 +47,39 @@ func New(svc Checker) *Server {
 	return s
 }
 
-// Register registers s on g.
-func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+// Register registers s on g. With ServerCodec among g's options, requests
+// are checked for their shape while they are decoded (see ServerCodec);
+// with another protobuf codec they are decoded as that codec does.
+func (s *Server) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
+
+// serviceDesc is rlsv3.RateLimitService_ServiceDesc with a handler that
+// decodes into a wireRequest, so that ServerCodec can say why it refused a
+// request: an error returned by a codec would reach the client as
+// INTERNAL, never as InvalidArgument.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: rlsv3.RateLimitService_ServiceDesc.ServiceName,
+	HandlerType: rlsv3.RateLimitService_ServiceDesc.HandlerType,
+	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimitHandler}},
+	Metadata:    rlsv3.RateLimitService_ServiceDesc.Metadata,
+}
+
+func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := &wireRequest{RateLimitRequest: new(rlsv3.RateLimitRequest)}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if in.invalid != nil {
+		return nil, grpcStatus(in.invalid)
+	}
+	s := srv.(*Server)
+	if interceptor == nil {
+		return s.ShouldRateLimit(ctx, in.RateLimitRequest)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
+	return interceptor(ctx, in.RateLimitRequest, info, func(ctx context.Context, req any) (any, error) {
+		return s.ShouldRateLimit(ctx, req.(*rlsv3.RateLimitRequest))
+	})
+}
 
 // ShouldRateLimit implements the RateLimitService.
 func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {

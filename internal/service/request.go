@@ -65,26 +65,14 @@ func invalid(field, format string, args ...any) error {
 
 // validate checks req against the bounds and the RateLimitService rules.
 func (req *Request) validate() error {
-	if req.Domain == "" {
-		return invalid("domain", "must not be empty")
-	}
-	if len(req.Domain) > maxDomainLen {
-		return invalid("domain", "longer than %d bytes", maxDomainLen)
-	}
-	if len(req.Descriptors) == 0 {
-		return invalid("descriptors", "must not be empty")
-	}
-	if len(req.Descriptors) > MaxDescriptors {
-		return invalid("descriptors", "%d descriptors, at most %d allowed", len(req.Descriptors), MaxDescriptors)
+	if err := CheckShape(req.Domain, len(req.Descriptors)); err != nil {
+		return err
 	}
 	total := len(req.Domain)
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		if len(d.Entries) == 0 {
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
-		}
-		if len(d.Entries) > MaxEntries {
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, at most %d allowed", len(d.Entries), MaxEntries)
+		if err := CheckEntryCount(i, len(d.Entries)); err != nil {
+			return err
 		}
 		for j, e := range d.Entries {
 			switch {
@@ -111,6 +99,38 @@ func (req *Request) validate() error {
 	}
 	if total > maxRequestBytes {
 		return invalid("descriptors", "%d bytes of keys and values, at most %d allowed", total, maxRequestBytes)
+	}
+	return nil
+}
+
+// CheckShape checks the first things a request is checked for: its domain
+// and its number of descriptors n. It returns the error that deciding the
+// request would return for them, nil when they are fine. A transport that
+// decodes a request itself calls it (and CheckEntryCount) while decoding,
+// before it builds per-descriptor state, so that a request of a million
+// descriptors costs no more than reading it.
+func CheckShape(domain string, n int) error {
+	switch {
+	case domain == "":
+		return invalid("domain", "must not be empty")
+	case len(domain) > maxDomainLen:
+		return invalid("domain", "longer than %d bytes", maxDomainLen)
+	case n == 0:
+		return invalid("descriptors", "must not be empty")
+	case n > MaxDescriptors:
+		return invalid("descriptors", "%d descriptors, at most %d allowed", n, MaxDescriptors)
+	}
+	return nil
+}
+
+// CheckEntryCount checks the number of entries n of descriptor i, as
+// deciding the request would (see CheckShape).
+func CheckEntryCount(i, n int) error {
+	switch {
+	case n == 0:
+		return invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
+	case n > MaxEntries:
+		return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, at most %d allowed", n, MaxEntries)
 	}
 	return nil
 }
