@@ -45,6 +45,7 @@ type options struct {
 	tlsHTTP         bool
 	logLevel        slog.Level
 	logFormat       string
+	maxValueSeries  int
 	httpLimits      httpapi.Limits
 	grpcLimits      grpcserver.Limits
 }
@@ -110,6 +111,7 @@ func newServeFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.UintVar(&f.grpcMaxStreams, "grpc-max-streams", grpcserver.DefaultMaxStreams, "concurrent gRPC streams per connection; more are refused (Envoy then opens another connection)")
 	fs.DurationVar(&o.grpcLimits.MaxConnectionAge, "grpc-max-connection-age", grpcserver.DefaultMaxConnectionAge, "ask gRPC clients to reconnect (GOAWAY) after this long, to rebalance replicas")
 	fs.DurationVar(&o.grpcLimits.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", grpcserver.DefaultMaxConnectionAgeGrace, "then close the connection after this long more")
+	fs.IntVar(&o.maxValueSeries, "metrics-max-values", service.DefaultMaxValueSeries, "distinct per-value series (detailed_metric, value_to_metric) per limit in rls_descriptor_decisions_total; further values are counted in descriptor=\""+service.OtherSeries+"\"")
 	fs.StringVar(&f.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	return fs, f
@@ -226,6 +228,9 @@ func (f *serveFlags) limits(bad func(string, error) error) error {
 		return bad("grpc-max-streams", fmt.Errorf("%d is not between 1 and %d", f.grpcMaxStreams, uint32(math.MaxUint32)))
 	}
 	o.grpcLimits.MaxStreams = uint32(f.grpcMaxStreams)
+	if o.maxValueSeries < 1 {
+		return bad("metrics-max-values", fmt.Errorf("%d is less than 1", o.maxValueSeries))
+	}
 	return nil
 }
 

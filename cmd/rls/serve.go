@@ -140,12 +140,13 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 	d.closeStore = closeStore
 	undo = append(undo, closeStore)
 	d.svc = service.New(service.Options{
-		Store:        store,
-		TimeStore:    o.store == "redis",
-		OnStoreError: o.onStoreError,
-		Headers:      o.responseHeaders,
-		Registry:     reg,
-		Logger:       log,
+		Store:          store,
+		TimeStore:      o.store == "redis",
+		OnStoreError:   o.onStoreError,
+		Headers:        o.responseHeaders,
+		Registry:       reg,
+		MaxValueSeries: o.maxValueSeries,
+		Logger:         log,
 	})
 	d.svc.Reload(func() (*descriptors.Config, error) { return cfg, nil })
 
