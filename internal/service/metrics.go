@@ -42,7 +42,7 @@ type metrics struct {
 	// reload, so that a request still on the old config cannot make again a
 	// series that the reload deleted.
 	mu     sync.Mutex
-	live   []*limitMetrics           // the current config's
+	live   []*limitMetrics            // the current config's
 	values map[seriesKey]*valueSeries // the current config's per-value series
 }
 
