@@ -59,12 +59,35 @@ func (e usageError) Unwrap() error { return e.err }
 // errSilent ends the program with exit code 1 after its output said why.
 var errSilent = errors.New("")
 
+// exitError ends the program with its code; main prints err unless it is
+// empty.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
 func exitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) {
 		return 2
 	}
+	var e exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
 	return 1
+}
+
+// helpIsSuccess turns the flag.ErrHelp of a command's --help (its help is
+// printed) into success, and returns other errors as they are.
+func helpIsSuccess(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }
 
 // serveFlags are the serve flags as given, before they are checked: the
@@ -75,57 +98,53 @@ type serveFlags struct {
 	grpcMaxStreams                                             uint
 }
 
-// newServeFlagSet defines the serve flags on a new FlagSet that writes its
-// messages to stderr.
-func newServeFlagSet(stderr io.Writer) (*flag.FlagSet, *serveFlags) {
+// newServeFlagSet defines the serve flags on a new FlagSet.
+func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs := flag.NewFlagSet("rls serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	f := &serveFlags{}
 	o := &f.o
-	fs.StringVar(&o.config, "config", "config/limits.yaml", "a YAML `file`, or a directory whose *.yaml/*.yml files are all loaded")
-	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen `address` (RateLimitService, Authorization, health, reflection)")
-	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /json, /auth/{domain}, /debug)")
-	fs.StringVar(&o.store, "store", "memory", "counter store: memory (embedded, one process) or redis")
-	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL")
-	fs.StringVar(&f.cluster, "redis-cluster", "", "comma-separated `host:port` seeds; when set, Redis Cluster mode")
-	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "prefix of every Redis key")
+	fs.StringVar(&o.config, "config", "config/limits.yaml", "a YAML `path`: a file, or a directory whose *.yaml and *.yml files (subdirectories included) are all loaded")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen `address`: RateLimitService, Authorization (ext_authz), health, reflection")
+	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen `address`: /healthz, /readyz, /metrics, /json, /auth/{domain}, /debug/")
+	fs.StringVar(&o.store, "store", "memory", "where counters live (`kind`): memory (embedded, one process) or redis (shared by every rls on it)")
+	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL; with --redis-cluster, only its credentials and TLS count")
+	fs.StringVar(&f.cluster, "redis-cluster", "", "comma-separated `host:port` seeds of a Redis Cluster; when set, cluster mode")
+	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "`prefix` of every Redis key (several rls deployments can share one Redis)")
 	fs.StringVar(&o.redisCA, "redis-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss:// with a private CA)")
-	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
-	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "bound on one store call")
-	fs.StringVar(&f.onErr, "on-store-error", "error", "when the store fails: error (gRPC UNAVAILABLE / HTTP 503), allow (OK) or deny (OVER_LIMIT)")
-	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses: off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both")
-	fs.StringVar(&f.mem, "memory-limit", "256MiB", "memory bound of the memory store's counters (bytes, or with KiB/MiB/GiB)")
-	fs.BoolVar(&o.denyCache, "deny-cache", true, "answer requests that Redis said are denied until an exact instant from memory until then")
-	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config and /debug/pprof: loopback, on or off")
-	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For /auth believes (empty: trust X-Real-IP / X-Forwarded-For from any peer)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis `connections` per node (0: 10 per CPU)")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "bound on one store call, after which --on-store-error decides (Envoy's own default timeout is 20ms)")
+	fs.StringVar(&f.onErr, "on-store-error", "error", "what a request gets when the store fails or times out (`policy`): error (gRPC UNAVAILABLE, HTTP 503: the proxy's failure mode decides), allow (OK) or deny (OVER_LIMIT)")
+	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses (`mode`): off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both; /auth and ext_authz always send both")
+	fs.StringVar(&f.mem, "memory-limit", "256MiB", "bound on the memory store's counters (`size`), in bytes or with KiB, MiB, GiB (KB, MB, GB: powers of 1000); the counters closest to expiry are evicted first")
+	fs.BoolVar(&o.denyCache, "deny-cache", true, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
+	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
+	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests before closing the connections")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its files change (SIGHUP always reloads)")
-	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate `file`: serve TLS (re-read when it changes)")
+	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate `file`: serve TLS on --tls-listeners (re-read when it changes)")
 	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
 	fs.StringVar(&o.tls.ClientCA, "tls-client-ca", "", "PEM CA `file`: require client certificates signed by it (mutual TLS)")
-	fs.StringVar(&f.tlsOn, "tls-listeners", "grpc,http", "which listeners --tls-cert applies to: grpc, http or grpc,http")
-	fs.IntVar(&o.httpLimits.MaxConnections, "http-max-connections", 0, "open HTTP connections at most; at the bound a new connection closes the one idle longest, else the one stalled longest (0: half the open-file limit, at most 10000, leaving the rest to gRPC and Redis)")
+	fs.StringVar(&f.tlsOn, "tls-listeners", "grpc,http", "the `listeners` that --tls-cert applies to: grpc, http or grpc,http")
+	fs.IntVar(&o.httpLimits.MaxConnections, "http-max-connections", 0, "bound on open HTTP `connections`; at the bound a new connection closes the one idle longest, else the one stalled longest. 0: half the open-file limit (RLIMIT_NOFILE), at most 10000, leaving the rest to gRPC and Redis")
 	fs.DurationVar(&o.httpLimits.ReadTimeout, "http-read-timeout", httpapi.DefaultReadTimeout, "bound on reading one HTTP request, body included")
 	fs.DurationVar(&o.httpLimits.WriteTimeout, "http-write-timeout", httpapi.DefaultWriteTimeout, "bound on writing one HTTP response (and on a /debug/pprof profile's length)")
 	fs.DurationVar(&o.httpLimits.IdleTimeout, "http-idle-timeout", httpapi.DefaultIdleTimeout, "close keep-alive HTTP connections idle that long")
-	fs.UintVar(&f.grpcMaxStreams, "grpc-max-streams", grpcserver.DefaultMaxStreams, "concurrent gRPC streams per connection; more are refused (Envoy then opens another connection)")
-	fs.DurationVar(&o.grpcLimits.MaxConnectionAge, "grpc-max-connection-age", grpcserver.DefaultMaxConnectionAge, "ask gRPC clients to reconnect (GOAWAY) after this long, to rebalance replicas")
-	fs.DurationVar(&o.grpcLimits.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", grpcserver.DefaultMaxConnectionAgeGrace, "then close the connection after this long more")
-	fs.IntVar(&o.maxValueSeries, "metrics-max-values", service.DefaultMaxValueSeries, "distinct per-value series (detailed_metric, value_to_metric) per limit in rls_descriptor_decisions_total; further values are counted in descriptor=\""+service.OtherSeries+"\"")
-	fs.StringVar(&f.level, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	fs.UintVar(&f.grpcMaxStreams, "grpc-max-streams", grpcserver.DefaultMaxStreams, "bound on concurrent gRPC `streams` (requests in flight) per connection; more are refused, and Envoy opens another connection")
+	fs.DurationVar(&o.grpcLimits.MaxConnectionAge, "grpc-max-connection-age", grpcserver.DefaultMaxConnectionAge, "ask a gRPC client to reconnect (GOAWAY) once its connection is this old, so that connections spread over replicas")
+	fs.DurationVar(&o.grpcLimits.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", grpcserver.DefaultMaxConnectionAgeGrace, "after --grpc-max-connection-age, how long requests in flight have before the connection is closed")
+	fs.IntVar(&o.maxValueSeries, "metrics-max-values", service.DefaultMaxValueSeries, "bound on the distinct per-value `series` of one limit in rls_descriptor_decisions_total (descriptors with detailed_metric or value_to_metric); further values are counted in descriptor=\""+service.OtherSeries+"\"")
+	fs.StringVar(&f.level, "log-level", "info", "least `level` logged: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
 	return fs, f
 }
 
 // parseServeFlags parses args, falling back to RLS_<FLAG> variables of env
-// for flags not given on the command line, and checks the values.
-func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
-	fs, f := newServeFlagSet(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
+// for flags not given on the command line, and checks the values. On -h or
+// --help it prints serve's help on stdout and returns flag.ErrHelp.
+func parseServeFlags(args, env []string, stdout io.Writer) (*options, error) {
+	fs, f := newServeFlagSet()
+	if err := commandFlags("serve", fs, args, stdout); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}

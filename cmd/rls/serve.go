@@ -54,8 +54,8 @@ func newLogger(o *options, w io.Writer) *slog.Logger {
 }
 
 // serve runs the server until ctx is done (SIGTERM/SIGINT), then drains.
-func serve(ctx context.Context, args, env []string, stderr io.Writer, h hooks) error {
-	o, err := parseServeFlags(args, env, stderr)
+func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer, h hooks) error {
+	o, err := parseServeFlags(args, env, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,11 +10,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,6 +133,16 @@ func TestTLS(t *testing.T) {
 	defer ccancel()
 	if _, err := rlsv3.NewRateLimitServiceClient(anon).ShouldRateLimit(cctx, rlRequest("api", "remote_address", "1.2.3.4")); err == nil {
 		t.Error("gRPC without a client certificate succeeded, want the handshake refused")
+	}
+
+	// rls check speaks TLS with a client certificate too.
+	clientCertFile, clientKeyFile := write("client.crt", clientCert), write("client.key", clientKey)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "--tls-ca", caFile, "--tls-cert", clientCertFile, "--tls-key", clientKeyFile, "api", "remote_address=1.2.3.5"}, nil, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "1 OK") {
+		t.Errorf("rls check over mutual TLS = %v, %q; want one OK line", err, out.String())
+	}
+	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "--tls-ca", caFile, "api", "remote_address=1.2.3.5"}, nil, io.Discard, io.Discard); exitCode(err) != checkFailed {
+		t.Errorf("rls check without a client certificate = %v (exit %d), want exit %d", err, exitCode(err), checkFailed)
 	}
 
 	// Rotate the certificate on disk: new handshakes get the new one.
