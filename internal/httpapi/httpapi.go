@@ -1,7 +1,8 @@
 // Package httpapi is the HTTP adapter: health and readiness, Prometheus
 // metrics, the /auth forward-auth endpoint for nginx auth_request, and the
 // debug endpoints; it mounts /json, which envoyrls serves (the
-// RateLimitService's own protocol in JSON). It converts HTTP to the
+// RateLimitService's own protocol in JSON). Server serves them within
+// Limits (timeouts, a bound on open connections). It converts HTTP to the
 // service's terms and back, and holds no rate-limit logic.
 package httpapi
 

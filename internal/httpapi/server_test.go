@@ -3,12 +3,14 @@ package httpapi
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +230,33 @@ func TestIdleConnectionClosed(t *testing.T) {
 		t.Error("the idle connection got more bytes, want it closed")
 	}
 	servetest.Eventually(t, "the server forgets the closed connection", func() bool { return s.conns.len() == 0 })
+}
+
+// TestTLSConnectionsTracked: over TLS too, the server knows which
+// connections are open (the http.Server sees them as *tls.Conn), so that
+// closed ones leave the bound's count.
+func TestTLSConnectionsTracked(t *testing.T) {
+	borrowed := httptest.NewUnstartedServer(nil)
+	borrowed.StartTLS() // for its test certificate
+	cert := borrowed.TLS.Certificates
+	borrowed.Close()
+
+	l := servetest.Listen(t)
+	s := NewServer(testHandler(nil), Limits{MaxConnections: 4}, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- s.ServeTLS(l, &tls.Config{Certificates: cert}) }()
+	t.Cleanup(func() { s.Shutdown(context.Background()); <-done })
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}}
+	for i := range 10 {
+		resp, err := client.Get("https://" + l.Addr().String() + "/ok")
+		if err != nil {
+			t.Fatalf("HTTPS request %d: %v", i, err)
+		}
+		resp.Body.Close()
+	}
+	servetest.Eventually(t, "the closed TLS connections leave the set", func() bool { return s.conns.len() == 0 })
+	if got := testutil.ToFloat64(s.conns.evicted); got != 0 {
+		t.Errorf("%v connections closed to make room, want 0: 10 requests one after the other never exceed 4", got)
+	}
 }
