@@ -160,10 +160,10 @@ func (f *checkFlags) credentials() (credentials.TransportCredentials, error) {
 
 // answerLine is one answer as rls check prints it, e.g.
 //
-//	11 OVER_LIMIT  OVER_LIMIT 10/second remaining=0 reset=1s
+//	11 OVER_LIMIT: OVER_LIMIT 10/second remaining=0 reset=1s
 func answerLine(i int, resp *rlsv3.RateLimitResponse) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d %s ", i, resp.GetOverallCode())
+	fmt.Fprintf(&b, "%d %s:", i, resp.GetOverallCode())
 	for j, st := range resp.GetStatuses() {
 		if j > 0 {
 			b.WriteString(";")

@@ -33,9 +33,9 @@ func TestCheckQuickstart(t *testing.T) {
 		t.Fatalf("rls check -n 11 printed %d lines, want 11:\n%s", len(lines), out.String())
 	}
 	for i, line := range lines {
-		want := fmt.Sprintf("%d OK  OK 10/second remaining=%d reset=1s", i+1, 9-i)
+		want := fmt.Sprintf("%d OK: OK 10/second remaining=%d reset=1s", i+1, 9-i)
 		if i == 10 {
-			want = "11 OVER_LIMIT  OVER_LIMIT 10/second remaining=0 reset=1s"
+			want = "11 OVER_LIMIT: OVER_LIMIT 10/second remaining=0 reset=1s"
 		}
 		if line != want {
 			t.Errorf("line %d = %q, want %q", i+1, line, want)
@@ -88,7 +88,7 @@ descriptors:
 		t.Errorf("5 requests took %d connections, want 1", got)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if want := `5 OK  OK 100/minute "per_a" remaining=90 reset=60s; OK unlimited; OK no limit`; len(lines) != 5 || lines[4] != want {
+	if want := `5 OK: OK 100/minute "per_a" remaining=90 reset=60s; OK unlimited; OK no limit`; len(lines) != 5 || lines[4] != want {
 		t.Errorf("rls check printed:\n%s\nwant 5 lines, the last %q", out.String(), want)
 	}
 }

@@ -138,7 +138,7 @@ func TestTLS(t *testing.T) {
 	// rls check speaks TLS with a client certificate too.
 	clientCertFile, clientKeyFile := write("client.crt", clientCert), write("client.key", clientKey)
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "--tls-ca", caFile, "--tls-cert", clientCertFile, "--tls-key", clientKeyFile, "api", "remote_address=1.2.3.5"}, nil, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "1 OK") {
+	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "--tls-ca", caFile, "--tls-cert", clientCertFile, "--tls-key", clientKeyFile, "api", "remote_address=1.2.3.5"}, nil, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "1 OK:") {
 		t.Errorf("rls check over mutual TLS = %v, %q; want one OK line", err, out.String())
 	}
 	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "--tls-ca", caFile, "api", "remote_address=1.2.3.5"}, nil, io.Discard, io.Discard); exitCode(err) != checkFailed {
