@@ -30,6 +30,10 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	if err := checkJSONShape(body); err != nil {
+		http.Error(w, err.Error(), httpStatus(err))
+		return
+	}
 	var in rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &in); err != nil {
 		http.Error(w, "bad RateLimitRequest: "+err.Error(), http.StatusBadRequest)
