@@ -132,7 +132,7 @@ func TestJSONShapeCheckedWhileScanning(t *testing.T) {
 	entries := `{"domain":"api","descriptors":[{"entries":[` + strings.Repeat(`{"key":"k","value":"v"},`, 99) + `{"key":"k","value":"v"}]}]}`
 	for _, tc := range []struct {
 		name, body, want string
-		sameAsService   bool
+		sameAsService    bool
 	}{
 		{"100 descriptors", jsonDescriptors(100, `{"key":"k","value":"v"}`, ""), "descriptors: 100 descriptors, at most 64 allowed", true},
 		{"100 entries", entries, "descriptors[0].entries: 100 entries, at most 16 allowed", true},
