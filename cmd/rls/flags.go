@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
@@ -42,6 +45,9 @@ type options struct {
 	tlsHTTP         bool
 	logLevel        slog.Level
 	logFormat       string
+	maxValueSeries  int
+	httpLimits      httpapi.Limits
+	grpcLimits      grpcserver.Limits
 }
 
 // usageError is a bad command line; it exits 2.
@@ -53,52 +59,92 @@ func (e usageError) Unwrap() error { return e.err }
 // errSilent ends the program with exit code 1 after its output said why.
 var errSilent = errors.New("")
 
+// exitError ends the program with its code; main prints err unless it is
+// empty.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
 func exitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) {
 		return 2
 	}
+	var e exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
 	return 1
 }
 
-// parseServeFlags parses args, falling back to RLS_<FLAG> variables of env
-// for flags not given on the command line.
-func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
+// helpIsSuccess turns the flag.ErrHelp of a command's --help (its help is
+// printed) into success, and returns other errors as they are.
+func helpIsSuccess(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+// serveFlags are the serve flags as given, before they are checked: the
+// options that take a flag's value as it is, and the text of the others.
+type serveFlags struct {
+	o                                                          options
+	cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
+	grpcMaxStreams                                             uint
+}
+
+// newServeFlagSet defines the serve flags on a new FlagSet.
+func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs := flag.NewFlagSet("rls serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		o                                                          options
-		cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
-	)
-	fs.StringVar(&o.config, "config", "config/limits.yaml", "a YAML `file`, or a directory whose *.yaml/*.yml files are all loaded")
-	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen `address` (RateLimitService, Authorization, health, reflection)")
-	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /json, /auth/{domain}, /debug)")
-	fs.StringVar(&o.store, "store", "memory", "counter store: memory (embedded, one process) or redis")
-	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL")
-	fs.StringVar(&cluster, "redis-cluster", "", "comma-separated `host:port` seeds; when set, Redis Cluster mode")
-	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "prefix of every Redis key")
+	f := &serveFlags{}
+	o := &f.o
+	fs.StringVar(&o.config, "config", "config/limits.yaml", "a YAML `path`: a file, or a directory whose *.yaml and *.yml files (subdirectories included) are all loaded")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen `address`: RateLimitService, Authorization (ext_authz), health, reflection")
+	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen `address`: /healthz, /readyz, /metrics, /json, /auth/{domain}, /debug/")
+	fs.StringVar(&o.store, "store", "memory", "where counters live (`kind`): memory (embedded, one process) or redis (shared by every rls on it)")
+	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL; with --redis-cluster, only its credentials and TLS count")
+	fs.StringVar(&f.cluster, "redis-cluster", "", "comma-separated `host:port` seeds of a Redis Cluster; when set, cluster mode")
+	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "`prefix` of every Redis key (several rls deployments can share one Redis)")
 	fs.StringVar(&o.redisCA, "redis-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss:// with a private CA)")
-	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
-	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "bound on one store call")
-	fs.StringVar(&onErr, "on-store-error", "error", "when the store fails: error (gRPC UNAVAILABLE / HTTP 503), allow (OK) or deny (OVER_LIMIT)")
-	fs.StringVar(&headers, "response-headers", "off", "rate-limit headers in RateLimitService responses: off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both")
-	fs.StringVar(&mem, "memory-limit", "256MiB", "memory bound of the memory store's counters (bytes, or with KiB/MiB/GiB)")
-	fs.BoolVar(&o.denyCache, "deny-cache", true, "answer requests that Redis said are denied until an exact instant from memory until then")
-	fs.StringVar(&debug, "debug-endpoints", "loopback", "who may use /debug/config and /debug/pprof: loopback, on or off")
-	fs.StringVar(&proxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For /auth believes (empty: trust X-Real-IP / X-Forwarded-For from any peer)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis `connections` per node (0: 10 per CPU)")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "bound on one store call, after which --on-store-error decides (Envoy's own default timeout is 20ms)")
+	fs.StringVar(&f.onErr, "on-store-error", "error", "what a request gets when the store fails or times out (`policy`): error (gRPC UNAVAILABLE, HTTP 503: the proxy's failure mode decides), allow (OK) or deny (OVER_LIMIT)")
+	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses (`mode`): off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both; /auth and ext_authz always send both")
+	fs.StringVar(&f.mem, "memory-limit", "256MiB", "bound on the memory store's counters (`size`), in bytes or with KiB, MiB, GiB (KB, MB, GB: powers of 1000); the counters closest to expiry are evicted first")
+	fs.BoolVar(&o.denyCache, "deny-cache", true, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
+	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
+	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests before closing the connections")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its files change (SIGHUP always reloads)")
-	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate `file`: serve TLS (re-read when it changes)")
+	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate `file`: serve TLS on --tls-listeners (re-read when it changes)")
 	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
 	fs.StringVar(&o.tls.ClientCA, "tls-client-ca", "", "PEM CA `file`: require client certificates signed by it (mutual TLS)")
-	fs.StringVar(&tlsOn, "tls-listeners", "grpc,http", "which listeners --tls-cert applies to: grpc, http or grpc,http")
-	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageError{err}
+	fs.StringVar(&f.tlsOn, "tls-listeners", "grpc,http", "the `listeners` that --tls-cert applies to: grpc, http or grpc,http")
+	fs.IntVar(&o.httpLimits.MaxConnections, "http-max-connections", 0, "bound on open HTTP `connections`; at the bound a new connection closes the one idle longest, else the one stalled longest. 0: half the open-file limit (RLIMIT_NOFILE), at most 10000, leaving the rest to gRPC and Redis")
+	fs.DurationVar(&o.httpLimits.ReadTimeout, "http-read-timeout", httpapi.DefaultReadTimeout, "bound on reading one HTTP request, body included")
+	fs.DurationVar(&o.httpLimits.WriteTimeout, "http-write-timeout", httpapi.DefaultWriteTimeout, "bound on writing one HTTP response (and on a /debug/pprof profile's length)")
+	fs.DurationVar(&o.httpLimits.IdleTimeout, "http-idle-timeout", httpapi.DefaultIdleTimeout, "close keep-alive HTTP connections idle that long")
+	fs.UintVar(&f.grpcMaxStreams, "grpc-max-streams", grpcserver.DefaultMaxStreams, "bound on concurrent gRPC `streams` (requests in flight) per connection; more are refused, and Envoy opens another connection")
+	fs.DurationVar(&o.grpcLimits.MaxConnectionAge, "grpc-max-connection-age", grpcserver.DefaultMaxConnectionAge, "ask a gRPC client to reconnect (GOAWAY) once its connection is this old, so that connections spread over replicas")
+	fs.DurationVar(&o.grpcLimits.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", grpcserver.DefaultMaxConnectionAgeGrace, "after --grpc-max-connection-age, how long requests in flight have before the connection is closed")
+	fs.IntVar(&o.maxValueSeries, "metrics-max-values", service.DefaultMaxValueSeries, "bound on the distinct per-value `series` of one limit in rls_descriptor_decisions_total (descriptors with detailed_metric or value_to_metric); further values are counted in descriptor=\""+service.OtherSeries+"\"")
+	fs.StringVar(&f.level, "log-level", "info", "least `level` logged: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
+	return fs, f
+}
+
+// parseServeFlags parses args, falling back to RLS_<FLAG> variables of env
+// for flags not given on the command line, and checks the values. On -h or
+// --help it prints serve's help on stdout and returns flag.ErrHelp.
+func parseServeFlags(args, env []string, stdout io.Writer) (*options, error) {
+	fs, f := newServeFlagSet()
+	if err := commandFlags("serve", fs, args, stdout); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
@@ -107,75 +153,170 @@ func parseServeFlags(args, env []string, stderr io.Writer) (*options, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-
 	bad := func(name string, e error) error {
 		if fromEnv[name] {
-			return usageError{fmt.Errorf("%s (--%s): %w", EnvName(name), name, e)}
+			return usageError{fmt.Errorf("%s (--%s): %w", envName(name), name, e)}
 		}
 		return usageError{fmt.Errorf("--%s: %w", name, e)}
 	}
-	if o.store != "memory" && o.store != "redis" {
-		return nil, bad("store", fmt.Errorf("%q is not one of memory|redis", o.store))
-	}
-	if cluster != "" {
-		for _, s := range strings.Split(cluster, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				o.redisCluster = append(o.redisCluster, s)
-			}
+	for _, check := range []func(bad func(string, error) error) error{f.store, f.policies, f.network, f.limits, f.tls, f.logging} {
+		if err := check(bad); err != nil {
+			return nil, err
 		}
 	}
+	return &f.o, nil
+}
+
+// store checks the flags of the counter store.
+func (f *serveFlags) store(bad func(string, error) error) error {
+	o := &f.o
+	if o.store != "memory" && o.store != "redis" {
+		return bad("store", fmt.Errorf("%q is not one of memory|redis", o.store))
+	}
+	o.redisCluster = splitList(f.cluster)
 	if o.storeTimeout <= 0 {
-		return nil, bad("store-timeout", fmt.Errorf("%s is not positive", o.storeTimeout))
+		return bad("store-timeout", fmt.Errorf("%s is not positive", o.storeTimeout))
 	}
-	if o.onStoreError, err = service.ParseStoreErrorPolicy(onErr); err != nil {
-		return nil, bad("on-store-error", err)
-	}
-	if o.responseHeaders, err = service.ParseHeaderMode(headers); err != nil {
-		return nil, bad("response-headers", err)
-	}
-	if o.memoryLimit, err = parseBytes(mem); err != nil {
-		return nil, bad("memory-limit", err)
+	var err error
+	if o.memoryLimit, err = parseBytes(f.mem); err != nil {
+		return bad("memory-limit", err)
 	}
 	if o.memoryLimit < memstore.MinMaxBytes {
-		return nil, bad("memory-limit", fmt.Errorf("%s is less than the minimum of %d bytes", mem, memstore.MinMaxBytes))
+		return bad("memory-limit", fmt.Errorf("%s is less than the minimum of %d bytes", f.mem, memstore.MinMaxBytes))
 	}
-	if o.debug, err = httpapi.ParseDebugAccess(debug); err != nil {
-		return nil, bad("debug-endpoints", err)
+	return nil
+}
+
+// policies checks the flags that shape answers.
+func (f *serveFlags) policies(bad func(string, error) error) error {
+	var err error
+	if f.o.onStoreError, err = service.ParseStoreErrorPolicy(f.onErr); err != nil {
+		return bad("on-store-error", err)
 	}
-	if proxies != "" {
-		for _, s := range strings.Split(proxies, ",") {
-			p, err := parsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				return nil, bad("trusted-proxies", err)
-			}
-			o.trustedProxies = append(o.trustedProxies, p)
+	if f.o.responseHeaders, err = service.ParseHeaderMode(f.headers); err != nil {
+		return bad("response-headers", err)
+	}
+	return nil
+}
+
+// network checks who may use what on the listeners.
+func (f *serveFlags) network(bad func(string, error) error) error {
+	var err error
+	if f.o.debug, err = httpapi.ParseDebugAccess(f.debug); err != nil {
+		return bad("debug-endpoints", err)
+	}
+	if f.proxies == "" {
+		return nil
+	}
+	for _, s := range strings.Split(f.proxies, ",") {
+		p, err := parsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return bad("trusted-proxies", err)
+		}
+		f.o.trustedProxies = append(f.o.trustedProxies, p)
+	}
+	return nil
+}
+
+// limits checks the bounds on what clients can hold.
+func (f *serveFlags) limits(bad func(string, error) error) error {
+	o := &f.o
+	if o.httpLimits.MaxConnections < 0 {
+		return bad("http-max-connections", fmt.Errorf("%d is negative", o.httpLimits.MaxConnections))
+	}
+	if o.httpLimits.MaxConnections == 0 {
+		o.httpLimits.MaxConnections = httpConnectionShare(openFileLimit())
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"http-read-timeout", o.httpLimits.ReadTimeout},
+		{"http-write-timeout", o.httpLimits.WriteTimeout},
+		{"http-idle-timeout", o.httpLimits.IdleTimeout},
+		{"grpc-max-connection-age", o.grpcLimits.MaxConnectionAge},
+		{"grpc-max-connection-age-grace", o.grpcLimits.MaxConnectionAgeGrace},
+	} {
+		if d.v <= 0 {
+			return bad(d.name, fmt.Errorf("%s is not positive", d.v))
 		}
 	}
+	// Headers are read within the read timeout.
+	o.httpLimits.ReadHeaderTimeout = o.httpLimits.ReadTimeout
+	if f.grpcMaxStreams == 0 || f.grpcMaxStreams > math.MaxUint32 {
+		return bad("grpc-max-streams", fmt.Errorf("%d is not between 1 and %d", f.grpcMaxStreams, uint32(math.MaxUint32)))
+	}
+	o.grpcLimits.MaxStreams = uint32(f.grpcMaxStreams)
+	if o.maxValueSeries < 1 {
+		return bad("metrics-max-values", fmt.Errorf("%d is less than 1", o.maxValueSeries))
+	}
+	return nil
+}
+
+// httpConnectionShare is the default bound on HTTP connections for a
+// process that may open nofile files: half of them, so that a flood of HTTP
+// connections leaves the other half to gRPC connections, Redis and config
+// files; at least 16, at most 10,000.
+func httpConnectionShare(nofile uint64) int {
+	return int(min(max(nofile/2, 16), 10000))
+}
+
+// openFileLimit returns the process's soft RLIMIT_NOFILE (1024 when it
+// cannot be read).
+func openFileLimit() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	return lim.Cur
+}
+
+// tls checks the TLS files and which listeners they apply to.
+func (f *serveFlags) tls(bad func(string, error) error) error {
+	o := &f.o
 	if (o.tls.Cert == "") != (o.tls.Key == "") {
-		return nil, bad("tls-cert", errors.New("--tls-cert and --tls-key go together"))
+		return bad("tls-cert", errors.New("--tls-cert and --tls-key go together"))
 	}
 	if o.tls.ClientCA != "" && o.tls.Cert == "" {
-		return nil, bad("tls-client-ca", errors.New("needs --tls-cert and --tls-key"))
+		return bad("tls-client-ca", errors.New("needs --tls-cert and --tls-key"))
 	}
-	if o.tls.Cert != "" {
-		for _, l := range strings.Split(tlsOn, ",") {
-			switch strings.TrimSpace(l) {
-			case "grpc":
-				o.tlsGRPC = true
-			case "http":
-				o.tlsHTTP = true
-			default:
-				return nil, bad("tls-listeners", fmt.Errorf("%q is not grpc or http", l))
-			}
+	if o.tls.Cert == "" {
+		return nil
+	}
+	for _, l := range strings.Split(f.tlsOn, ",") {
+		switch strings.TrimSpace(l) {
+		case "grpc":
+			o.tlsGRPC = true
+		case "http":
+			o.tlsHTTP = true
+		default:
+			return bad("tls-listeners", fmt.Errorf("%q is not grpc or http", l))
 		}
 	}
-	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {
-		return nil, bad("log-level", fmt.Errorf("%q is not one of debug|info|warn|error", level))
+	return nil
+}
+
+// logging checks the log flags.
+func (f *serveFlags) logging(bad func(string, error) error) error {
+	if err := f.o.logLevel.UnmarshalText([]byte(f.level)); err != nil {
+		return bad("log-level", fmt.Errorf("%q is not one of debug|info|warn|error", f.level))
 	}
-	if o.logFormat != "text" && o.logFormat != "json" {
-		return nil, bad("log-format", fmt.Errorf("%q is not one of text|json", o.logFormat))
+	if f.o.logFormat != "text" && f.o.logFormat != "json" {
+		return bad("log-format", fmt.Errorf("%q is not one of text|json", f.o.logFormat))
 	}
-	return &o, nil
+	return nil
+}
+
+// splitList splits a comma-separated list, dropping blanks around the
+// items and empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -197,7 +338,7 @@ func applyEnv(fs *flag.FlagSet, env []string) (map[string]bool, error) {
 		if set[f.Name] || err != nil {
 			return
 		}
-		name := EnvName(f.Name)
+		name := envName(f.Name)
 		if v := vars[name]; v != "" {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, e)
@@ -208,9 +349,9 @@ func applyEnv(fs *flag.FlagSet, env []string) (map[string]bool, error) {
 	return fromEnv, err
 }
 
-// EnvName returns the environment variable of a flag: RLS_ + upper case,
+// envName returns the environment variable of a flag: RLS_ + upper case,
 // '-' → '_'.
-func EnvName(flag string) string {
+func envName(flag string) string {
 	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,11 +13,15 @@ import (
 // healthcheck asks a readiness URL, for container health checks in an
 // image that has no curl or wget.
 func healthcheck(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("rls healthcheck", flag.ContinueOnError)
+	if err := commandFlags("healthcheck", fs, args, stdout); err != nil {
+		return helpIsSuccess(err)
+	}
 	url := "http://127.0.0.1:8080/readyz"
-	switch len(args) {
+	switch fs.NArg() {
 	case 0:
 	case 1:
-		url = args[0]
+		url = fs.Arg(0)
 	default:
 		return usageError{errors.New("usage: rls healthcheck [URL]")}
 	}

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -100,5 +103,46 @@ func TestHostileInput(t *testing.T) {
 	// The server is still fine.
 	if _, err := rl.ShouldRateLimit(ctx, rlRequest("api", "remote_address", "9.9.9.9")); err != nil {
 		t.Errorf("after the hostile requests: %v", err)
+	}
+}
+
+// TestSlowHTTPClientsLeaveRoom: more stalled /json requests than
+// --http-max-connections (the attack that once took every file descriptor:
+// /json bodies trickled over 1,100 connections). The HTTP listener stays
+// within its bound, closing the stalled connections to make room, and
+// normal /auth and gRPC requests are all answered meanwhile.
+func TestSlowHTTPClientsLeaveRoom(t *testing.T) {
+	const max, slow = 16, 64
+	s := startServer(t, nil, "--config", "../../config/limits.yaml", "--http-max-connections", fmt.Sprint(max))
+	for range slow {
+		c, err := net.Dial("tcp", s.httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /json HTTP/1.1\r\nHost: rls\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"domain\":")
+	}
+	s.waitUntil(t, "every stalled connection accepted", func() bool {
+		evicted, _ := strconv.Atoi(metricValue(t, s.httpAddr, "rls_http_connections_evicted_total"))
+		return evicted >= slow-max
+	})
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	for i := range 5 {
+		req, _ := http.NewRequest("GET", "http://"+s.httpAddr+"/auth/api", nil)
+		req.Header.Set("X-Real-IP", fmt.Sprint("198.51.100.", i))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("/auth %d with %d stalled /json requests: %v", i, slow, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("/auth %d with %d stalled /json requests: %d, want 200", i, slow, resp.StatusCode)
+		}
+		if _, err := rl.ShouldRateLimit(context.Background(), rlRequest("api", "remote_address", fmt.Sprint("198.51.100.", i))); err != nil {
+			t.Errorf("gRPC request %d with %d stalled /json requests: %v", i, slow, err)
+		}
+	}
+	if n, _ := strconv.Atoi(metricValue(t, s.httpAddr, "rls_http_connections")); n > max {
+		t.Errorf("rls_http_connections = %d, want at most --http-max-connections %d", n, max)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,22 +18,13 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
-)
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/servetest"
+)
 
 // syncBuffer is a bytes.Buffer safe for the server's and the test's
 // goroutines.
@@ -55,7 +45,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// server is rls started in process by run().
+// server is rls started in process by runWith().
 type server struct {
 	grpcAddr, httpAddr string
 	logs               *syncBuffer
@@ -63,35 +53,58 @@ type server struct {
 	done               chan error
 }
 
+// testHooks run the memory store on a clock stopped at storetest.T0: every
+// request of a test at the same instant, so that a per-second limit never
+// straddles a second.
+func testHooks() hooks { return hooks{now: storetest.NewClock(storetest.T0).Now} }
+
 // startServer runs `rls serve` with args plus loopback listeners, waits until
 // it answers /healthz, and stops it when the test ends.
 func startServer(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
-	s := &server{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
+	s := launch(t, env, args...)
+	s.waitUntil(t, "rls answers /healthz", func() bool {
+		resp, err := http.Get("http://" + s.httpAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return s
+}
+
+// launch runs `rls serve` with args plus loopback listeners, without
+// waiting for it, and stops it when the test ends.
+func launch(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{grpcAddr: servetest.Addr(t), httpAddr: servetest.Addr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	args = append([]string{"serve", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}, args...)
-	go func() { s.done <- run(ctx, args, env, io.Discard, s.logs) }()
-	t.Cleanup(func() { s.stop(t) })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + s.httpAddr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return s
-			}
+	go func() { s.done <- runWith(ctx, args, env, io.Discard, s.logs, testHooks()) }()
+	t.Cleanup(func() {
+		s.stop(t)
+		if t.Failed() {
+			t.Logf("rls logs:\n%s", s.logs)
 		}
+	})
+	return s
+}
+
+// waitUntil waits for cond (see servetest.Eventually), failing at once if
+// rls exits meanwhile.
+func (s *server) waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	servetest.Eventually(t, what, func() bool {
 		select {
 		case err := <-s.done:
-			t.Fatalf("rls exited at start: %v\n%s", err, s.logs)
+			s.done <- err // for stop
+			t.Fatalf("%s: rls exited: %v", what, err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rls did not answer /healthz within 10s:\n%s", s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return cond()
+	})
 }
 
 // stop sends the equivalent of SIGTERM and requires a clean exit.
@@ -104,22 +117,14 @@ func (s *server) stop(t *testing.T) {
 	select {
 	case err := <-s.done:
 		if err != nil {
-			t.Errorf("rls exited with %v after shutdown, want nil\n%s", err, s.logs)
+			t.Errorf("rls exited with %v after shutdown, want nil", err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Errorf("rls did not stop within 20s of shutdown\n%s", s.logs)
+		t.Errorf("rls did not stop within 20s of shutdown")
 	}
 }
 
-func (s *server) dial(t *testing.T) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
+func (s *server) dial(t *testing.T) *grpc.ClientConn { return servetest.Dial(t, s.grpcAddr) }
 
 func rlRequest(domain string, kv ...string) *rlsv3.RateLimitRequest {
 	d := &commonv3.RateLimitDescriptor{}
@@ -145,9 +150,8 @@ func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
 
-	// Start right after a second boundary so that the 11 requests share one
-	// second window.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+	// The memory store's clock stands still (testHooks): the 11 requests
+	// share one second window.
 	var last *rlsv3.RateLimitResponse
 	for i := range 11 {
 		resp, err := rl.ShouldRateLimit(ctx, rlRequest("api", "remote_address", "203.0.113.7"))
@@ -287,13 +291,7 @@ func TestSighupReload(t *testing.T) {
 	if err := syscallKill(os.Getpid()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for limit() != 7 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after SIGHUP the limit is still not 7\n%s", s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	s.waitUntil(t, "the limit is 7 after SIGHUP", func() bool { return limit() == 7 })
 }
 
 func TestStartErrors(t *testing.T) {
@@ -406,20 +404,27 @@ func TestDrainOnShutdown(t *testing.T) {
 	s := startServer(t, nil, "--config", "../../config/limits.yaml")
 	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
 	// Requests racing the shutdown either complete or are refused cleanly;
-	// run() returns nil.
+	// run() returns nil. The shutdown starts once every worker has had an
+	// answer, so that it meets requests in flight.
 	var wg sync.WaitGroup
+	answered := make(chan struct{}, 8)
 	for range 8 {
 		wg.Go(func() {
+			signal := sync.OnceFunc(func() { answered <- struct{}{} })
+			defer signal()
 			for range 50 {
 				_, err := rl.ShouldRateLimit(context.Background(), rlRequest("api", "remote_address", "10.0.0.1"))
 				if err != nil && status.Code(err) != codes.Unavailable {
 					t.Errorf("request during shutdown: %v", err)
 					return
 				}
+				signal()
 			}
 		})
 	}
-	time.Sleep(10 * time.Millisecond)
+	for range 8 {
+		<-answered
+	}
 	s.stop(t)
 	wg.Wait()
 	if !strings.Contains(s.logs.String(), "stopped") {
@@ -433,7 +438,7 @@ func TestHealthcheck(t *testing.T) {
 	if err := run(context.Background(), []string{"healthcheck", "http://" + s.httpAddr + "/readyz"}, nil, &out, io.Discard); err != nil {
 		t.Errorf("healthcheck of a ready server = %v", err)
 	}
-	if err := run(context.Background(), []string{"healthcheck", "http://" + freeAddr(t) + "/readyz"}, nil, io.Discard, io.Discard); err == nil {
+	if err := run(context.Background(), []string{"healthcheck", "http://" + servetest.Addr(t) + "/readyz"}, nil, io.Discard, io.Discard); err == nil {
 		t.Error("healthcheck of nothing = nil, want an error")
 	}
 }
@@ -466,26 +471,16 @@ func TestReloadOnFileChange(t *testing.T) {
 		}
 		return resp.Statuses[0].CurrentLimit.GetRequestsPerUnit()
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 10s\n%s", what, s.logs)
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-	}
 	// An atomic rename, as editors and deploy tools do.
 	tmp := writeFile(t, dir, ".limits.yaml.tmp", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("limit 5 after an atomic rename", func() bool { return limit() == 5 })
+	s.waitUntil(t, "limit 5 after an atomic rename", func() bool { return limit() == 5 })
 
 	// A broken file keeps the old config and says so.
 	writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
-	waitFor("rls_config_last_reload_successful 0", func() bool { return metricValue(t, s.httpAddr, "rls_config_last_reload_successful") == "0" })
+	s.waitUntil(t, "rls_config_last_reload_successful 0", func() bool { return metricValue(t, s.httpAddr, "rls_config_last_reload_successful") == "0" })
 	if got := limit(); got != 5 {
 		t.Errorf("limit after a bad file = %d, want the old 5", got)
 	}
@@ -495,7 +490,7 @@ func TestReloadOnFileChange(t *testing.T) {
 
 	// Fixed: loads again.
 	writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 9}\n")
-	waitFor("limit 9 after the fix", func() bool { return limit() == 9 })
+	s.waitUntil(t, "limit 9 after the fix", func() bool { return limit() == 9 })
 	if got := metricValue(t, s.httpAddr, "rls_config_last_reload_successful"); got != "1" {
 		t.Errorf("rls_config_last_reload_successful = %q after the fix, want 1", got)
 	}

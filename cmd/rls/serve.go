@@ -8,9 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +38,13 @@ import (
 	"github.com/rlsproject/rls/internal/tlsfiles"
 )
 
+// hooks are what tests change in a serving process; the zero value is the
+// real thing.
+type hooks struct {
+	// now is the memory store's clock (nil: time.Now).
+	now func() time.Time
+}
+
 func newLogger(o *options, w io.Writer) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: o.logLevel}
 	if o.logFormat == "json" {
@@ -46,8 +54,8 @@ func newLogger(o *options, w io.Writer) *slog.Logger {
 }
 
 // serve runs the server until ctx is done (SIGTERM/SIGINT), then drains.
-func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
-	o, err := parseServeFlags(args, env, stderr)
+func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer, h hooks) error {
+	o, err := parseServeFlags(args, env, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -60,180 +68,244 @@ func serve(ctx context.Context, args, env []string, stdout, stderr io.Writer) er
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	tuneGC(o, env, log)
+
+	d, err := start(ctx, o, log, h)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	serveErr := d.loop(ctx, hup)
+	d.drain()
+	return serveErr
+}
+
+// tuneGC sets the collector for the heap o bounds, leaving what the
+// environment's GOGC and GOMEMLIMIT set.
+func tuneGC(o *options, env []string, log *slog.Logger) {
 	heapBound := int64(0)
 	if o.store == "memory" {
 		heapBound = o.memoryLimit
 	}
-	if gogc, limit := grpcserver.TuneGC(heapBound); gogc != 0 || limit != 0 {
+	set := func(name string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+	}
+	if gogc, limit := grpcserver.TuneGC(heapBound, grpcserver.EnvGC{GOGC: set("GOGC"), GOMEMLIMIT: set("GOMEMLIMIT")}); gogc != 0 || limit != 0 {
 		log.Debug("garbage collector tuned", "gogc", gogc, "memory_limit", limit)
 	}
+}
 
-	load := func() (*descriptors.Config, error) { return descriptors.Load(o.config) }
-	cfg, err := load()
+// daemon is a started server: the service, its store and both listeners'
+// servers, serving. Its methods are called by serve, in order: loop, drain,
+// close.
+type daemon struct {
+	o          *options
+	log        *slog.Logger
+	svc        *service.Service
+	closeStore func()
+	grpc       *grpc.Server
+	health     *health.Server
+	http       *httpapi.Server
+	// errc receives the error of a listener's server that stops serving.
+	errc chan error
+	// stop ends the goroutines that start started (readiness, watch); done
+	// is closed when they have returned.
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// start loads the config, builds the store and the service, and serves
+// both listeners. On error what it started is stopped.
+func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemon, err error) {
+	cfg, err := descriptors.Load(o.config)
 	if err != nil {
-		return fmt.Errorf("loading config %s:\n%w", o.config, err)
+		return nil, fmt.Errorf("loading config %s:\n%w", o.config, err)
 	}
+	d = &daemon{o: o, log: log, errc: make(chan error, 2), done: make(chan struct{})}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for _, f := range slices.Backward(undo) {
+				f()
+			}
+		}
+	}()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store, closeStore, err := newStore(ctx, o, reg, log)
+	store, closeStore, err := newStore(ctx, o, reg, log, h)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer closeStore()
-
-	svc := service.New(service.Options{
-		Store:        store,
-		TimeStore:    o.store == "redis",
-		OnStoreError: o.onStoreError,
-		Headers:      o.responseHeaders,
-		Registry:     reg,
-		Logger:       log,
+	d.closeStore = closeStore
+	undo = append(undo, closeStore)
+	d.svc = service.New(service.Options{
+		Store:          store,
+		TimeStore:      o.store == "redis",
+		OnStoreError:   o.onStoreError,
+		Headers:        o.responseHeaders,
+		Registry:       reg,
+		MaxValueSeries: o.maxValueSeries,
+		Logger:         log,
 	})
-	svc.Reload(func() (*descriptors.Config, error) { return cfg, nil })
+	d.svc.Reload(func() (*descriptors.Config, error) { return cfg, nil })
 
 	grpcLis, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
+		return nil, fmt.Errorf("--grpc-addr: %w", err)
 	}
-	defer grpcLis.Close()
+	undo = append(undo, func() { grpcLis.Close() })
 	httpLis, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {
-		return fmt.Errorf("--http-addr: %w", err)
+		return nil, fmt.Errorf("--http-addr: %w", err)
 	}
-	defer httpLis.Close()
-
+	undo = append(undo, func() { httpLis.Close() })
 	var tlsSource *tlsfiles.Source
 	if o.tls.Cert != "" {
 		if tlsSource, err = tlsfiles.New(o.tls, log); err != nil {
-			return err
+			return nil, err
 		}
 	}
+
+	rls := envoyrls.New(d.svc)
+	d.grpc, d.health = newGRPCServer(o, d.svc, rls, tlsSource)
+	d.http = newHTTPServer(o, d.svc, rls, reg, log)
+	go func() { d.errc <- d.grpc.Serve(grpcLis) }()
+	go func() {
+		if o.tlsHTTP {
+			d.errc <- d.http.ServeTLS(httpLis, tlsSource.Config())
+			return
+		}
+		d.errc <- d.http.Serve(httpLis)
+	}()
+	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls_grpc", o.tlsGRPC, "tls_http", o.tlsHTTP,
+		"http_max_connections", o.httpLimits.MaxConnections, "grpc_max_streams", o.grpcLimits.MaxStreams,
+		"store", o.store, "config", o.config, "domains", len(cfg.Domains()))
+	return d, nil
+}
+
+// newGRPCServer returns the gRPC server with every service registered, and
+// its health server.
+func newGRPCServer(o *options, svc *service.Service, rls *envoyrls.Server, tlsSource *tlsfiles.Source) (*grpc.Server, *health.Server) {
 	// rls's codec: descriptor values need not be UTF-8 (Envoy copies header bytes)
-	gopts := append(grpcserver.Options(), envoyrls.ServerCodec())
+	gopts := append(grpcserver.Options(o.grpcLimits), envoyrls.ServerCodec())
 	if o.tlsGRPC {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsSource.Config())))
 	}
 	gs := grpc.NewServer(gopts...)
-	rls := envoyrls.New(svc)
 	rls.Register(gs)
 	authz.New(svc, o.trustedProxies).Register(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-	healthCtx, stopHealth := context.WithCancel(ctx)
-	healthDone := make(chan struct{})
-	go func() {
-		defer close(healthDone)
-		followReadiness(healthCtx, svc, hs, 2*time.Second)
-	}()
-	defer func() { stopHealth(); <-healthDone }()
+	return gs, hs
+}
 
-	httpSrv := &http.Server{
-		Handler: httpapi.New(httpapi.Options{
-			Service:     svc,
-			RateLimiter: rls,
-			Gatherer:    reg,
-			Debug:       o.debug,
-			Auth:        httpapi.AuthOptions{TrustedProxies: o.trustedProxies},
-			Logger:      log,
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+// newHTTPServer returns the HTTP server of the HTTP listener.
+func newHTTPServer(o *options, svc *service.Service, rls *envoyrls.Server, reg *prometheus.Registry, log *slog.Logger) *httpapi.Server {
+	h := httpapi.New(httpapi.Options{
+		Service:  svc,
+		JSON:     rls.JSON(),
+		Gatherer: reg,
+		Debug:    o.debug,
+		Auth:     httpapi.AuthOptions{TrustedProxies: o.trustedProxies},
+		Logger:   log,
+	})
+	return httpapi.NewServer(h, o.httpLimits, log, reg)
+}
 
-	errc := make(chan error, 2)
-	go func() { errc <- gs.Serve(grpcLis) }()
-	go func() {
-		if o.tlsHTTP {
-			httpSrv.TLSConfig = tlsSource.Config()
-			errc <- httpSrv.ServeTLS(httpLis, "", "")
-			return
-		}
-		errc <- httpSrv.Serve(httpLis)
-	}()
-	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls_grpc", o.tlsGRPC, "tls_http", o.tlsHTTP,
-		"store", o.store, "config", o.config, "domains", len(cfg.Domains()))
-
+// loop keeps the gRPC health status equal to readiness and reloads the
+// config on SIGHUP and (with --watch) when its files change, until ctx is
+// done or a listener's server fails.
+func (d *daemon) loop(ctx context.Context, hup <-chan os.Signal) error {
+	bg, stop := context.WithCancel(ctx)
+	d.stop = stop
 	changed := make(chan struct{}, 1)
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
+	go func() {
+		defer close(d.done)
+		followReadiness(bg, d.svc, d.health, 2*time.Second)
+	}()
 	watchDone := make(chan struct{})
-	if o.watch {
-		go func() {
-			defer close(watchDone)
-			err := configwatch.Watch(watchCtx, o.config, 250*time.Millisecond, log, func() {
-				select {
-				case changed <- struct{}{}:
-				default:
-				}
-			})
-			if err != nil {
-				log.Warn("not watching the config; SIGHUP still reloads it", "error", err)
-			}
-		}()
-	} else {
-		close(watchDone)
-	}
-	defer func() { stopWatch(); <-watchDone }()
-
-	var serveErr error
-loop:
+	go func() {
+		defer close(watchDone)
+		if d.o.watch {
+			d.watch(bg, changed)
+		}
+	}()
+	defer func() { stop(); <-watchDone }()
 	for {
 		select {
 		case <-ctx.Done():
-			break loop
+			return nil
 		case <-hup:
-			log.Info("SIGHUP: reloading config")
-			svc.Reload(load)
+			d.log.Info("SIGHUP: reloading config")
+			d.svc.Reload(d.load)
 		case <-changed:
-			log.Info("config files changed: reloading")
-			svc.Reload(load)
-		case err := <-errc:
-			serveErr = fmt.Errorf("serving: %w", err)
-			break loop
+			d.log.Info("config files changed: reloading")
+			d.svc.Reload(d.load)
+		case err := <-d.errc:
+			return fmt.Errorf("serving: %w", err)
 		}
 	}
+}
 
-	// Drain: stop taking new work, finish what is in flight, then stop.
-	log.Info("shutting down", "timeout", o.shutdownTimeout)
-	hs.Shutdown()
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+func (d *daemon) load() (*descriptors.Config, error) { return descriptors.Load(d.o.config) }
+
+// watch signals changed (without blocking) when the config's files change,
+// until ctx is done.
+func (d *daemon) watch(ctx context.Context, changed chan<- struct{}) {
+	err := configwatch.Watch(ctx, d.o.config, 250*time.Millisecond, d.log, func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		d.log.Warn("not watching the config; SIGHUP still reloads it", "error", err)
+	}
+}
+
+// drain stops taking new work, finishes what is in flight within
+// --shutdown-timeout, then stops both servers.
+func (d *daemon) drain() {
+	d.log.Info("shutting down", "timeout", d.o.shutdownTimeout)
+	d.health.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), d.o.shutdownTimeout)
 	defer cancel()
 	stopped := make(chan struct{})
 	go func() {
-		gs.GracefulStop()
+		d.grpc.GracefulStop()
 		close(stopped)
 	}()
-	if err := httpSrv.Shutdown(sctx); err != nil {
-		log.Warn("HTTP shutdown", "error", err)
+	if err := d.http.Shutdown(sctx); err != nil {
+		d.log.Warn("HTTP shutdown", "error", err)
 	}
 	select {
 	case <-stopped:
 	case <-sctx.Done():
-		log.Warn("gRPC drain timed out; closing the remaining connections")
-		gs.Stop()
+		d.log.Warn("gRPC drain timed out; closing the remaining connections")
+		d.grpc.Stop()
 		<-stopped
 	}
-	log.Info("stopped")
-	return serveErr
+	d.log.Info("stopped")
 }
 
-// newStore builds the store of o and a function that closes it.
-func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *slog.Logger) (engine.Store, func(), error) {
-	switch o.store {
-	case "memory":
-		s := memstore.New(memstore.Options{MaxBytes: o.memoryLimit})
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "rls_memstore_counters",
-			Help: "Counters held by the memory store.",
-		}, func() float64 { n, _ := s.Stats(); return float64(n) }))
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "rls_memstore_bytes",
-			Help: "Bytes the memory store's counters are counted as taking (bounded by --memory-limit).",
-		}, func() float64 { _, b := s.Stats(); return float64(b) }))
+// close releases the store once the servers are stopped, and waits for the
+// readiness goroutine.
+func (d *daemon) close() {
+	if d.stop != nil {
+		d.stop()
+		<-d.done
+	}
+	d.closeStore()
+}
+
+// newStore builds the store of o, registers its metrics on reg and returns
+// a function that closes it.
+func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *slog.Logger, h hooks) (engine.Store, func(), error) {
+	if o.store == "memory" {
+		s := memstore.New(memstore.Options{MaxBytes: o.memoryLimit, Now: h.now})
+		reg.MustRegister(s.Collectors()...)
 		return s, func() { s.Close() }, nil
 	}
 	// go-redis logs through a logger of its own (process-wide): send it to
@@ -259,16 +331,7 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 		// requests get, and the store reconnects by itself.
 		log.Warn("Redis does not answer yet", "error", err)
 	}
-	counter := func(name, help string, f func(redisstore.Stats) uint64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(s.Stats())) }))
-	}
-	counter("rls_redis_decisions_total", "Requests decided by Redis scripts.", func(st redisstore.Stats) uint64 { return st.Decisions })
-	counter("rls_redis_scripts_total", "Scripts sent to Redis (EVALSHA, or EVAL after NOSCRIPT).", func(st redisstore.Stats) uint64 { return st.Scripts })
-	counter("rls_redis_round_trips_total", "Pipelines sent to Redis; decisions/round trips is the batching.", func(st redisstore.Stats) uint64 { return st.RoundTrips })
-	counter("rls_deny_cache_hits_total", "Requests denied from the denial cache without a round trip.", func(st redisstore.Stats) uint64 { return st.CacheHits })
-	counter("rls_redis_releases_total", "Cluster reservations released because another node denied the request.", func(st redisstore.Stats) uint64 { return st.Releases })
-	counter("rls_redis_errors_total", "Store calls that failed.", func(st redisstore.Stats) uint64 { return st.Errors })
+	reg.MustRegister(s.Collectors()...)
 	return s, func() { s.Close() }, nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,11 +10,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,14 +94,7 @@ func TestTLS(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pki.caPEM)
 
-	s := &server{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go func() {
-		s.done <- run(ctx, []string{"serve", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr, "--config", "../../config/limits.yaml",
-			"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile}, nil, nil, s.logs)
-	}()
-	t.Cleanup(func() { s.stop(t) })
+	s := launch(t, nil, "--config", "../../config/limits.yaml", "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile)
 
 	httpClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cc}}}}
 	servedSerial := func() (int64, error) {
@@ -110,19 +106,13 @@ func TestTLS(t *testing.T) {
 		httpClient.CloseIdleConnections()
 		return resp.TLS.PeerCertificates[0].SerialNumber.Int64(), nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		serial, err := servedSerial()
-		if err == nil {
-			if serial != firstSerial {
-				t.Fatalf("served certificate serial %d, want %d", serial, firstSerial)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("HTTPS /healthz with a client certificate: %v\n%s", err, s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var serial int64
+	s.waitUntil(t, "HTTPS /healthz with a client certificate", func() bool {
+		serial, err = servedSerial()
+		return err == nil
+	})
+	if serial != firstSerial {
+		t.Fatalf("served certificate serial %d, want %d", serial, firstSerial)
 	}
 
 	// gRPC with a client certificate works; without one the handshake fails.
@@ -145,19 +135,22 @@ func TestTLS(t *testing.T) {
 		t.Error("gRPC without a client certificate succeeded, want the handshake refused")
 	}
 
+	// rls check speaks TLS with a client certificate too.
+	clientCertFile, clientKeyFile := write("client.crt", clientCert), write("client.key", clientKey)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "--tls-ca", caFile, "--tls-cert", clientCertFile, "--tls-key", clientKeyFile, "api", "remote_address=1.2.3.5"}, nil, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "1 OK:") {
+		t.Errorf("rls check over mutual TLS = %v, %q; want one OK line", err, out.String())
+	}
+	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "--tls-ca", caFile, "api", "remote_address=1.2.3.5"}, nil, io.Discard, io.Discard); exitCode(err) != checkFailed {
+		t.Errorf("rls check without a client certificate = %v (exit %d), want exit %d", err, exitCode(err), checkFailed)
+	}
+
 	// Rotate the certificate on disk: new handshakes get the new one.
 	certPEM, keyPEM, secondSerial := pki.issue(t, "rls", false)
 	write("tls.key", keyPEM)
 	write("tls.crt", certPEM)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	s.waitUntil(t, "the rotated certificate is served", func() bool {
 		serial, err := servedSerial()
-		if err == nil && serial == secondSerial {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after rotation the served serial is %d (err %v), want %d", serial, err, secondSerial)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && serial == secondSerial
+	})
 }

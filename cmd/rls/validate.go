@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -15,12 +16,15 @@ var buildVersion = "dev"
 
 // validate checks config files or directories and prints one line per
 // domain, or one line per problem (path:line:col: message) and exits 1.
-func validate(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: rls validate PATH...")
-		return usageError{errors.New("validate needs at least one path")}
+func validate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("rls validate", flag.ContinueOnError)
+	if err := commandFlags("validate", fs, args, stdout); err != nil {
+		return helpIsSuccess(err)
 	}
-	cfg, err := descriptors.Load(args...)
+	if fs.NArg() == 0 {
+		return usageError{errors.New("usage: rls validate PATH... (at least one path)")}
+	}
+	cfg, err := descriptors.Load(fs.Args()...)
 	if err != nil {
 		var list descriptors.ErrorList
 		if errors.As(err, &list) {
@@ -51,7 +55,15 @@ func count(nodes []*descriptors.Descriptor) (descs, limits int) {
 	return descs, limits
 }
 
-func version(stdout io.Writer) error {
+// version prints build information.
+func version(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("rls version", flag.ContinueOnError)
+	if err := commandFlags("version", fs, args, stdout); err != nil {
+		return helpIsSuccess(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("version: unexpected argument %q", fs.Arg(0))}
+	}
 	rev, modified := "unknown", ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {

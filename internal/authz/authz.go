@@ -30,8 +30,8 @@ type Checker interface {
 	CheckHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*service.Response, error)
 }
 
-// DomainKey is the context_extensions key that names the domain.
-const DomainKey = "domain"
+// domainKey is the context_extensions key that names the domain.
+const domainKey = "domain"
 
 // Server implements authv3.AuthorizationServer. It is safe for concurrent
 // use.
@@ -57,7 +57,7 @@ func (s *Server) Register(g *grpc.Server) { authv3.RegisterAuthorizationServer(g
 // failure_mode_allow.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	attrs := req.GetAttributes()
-	domain := attrs.GetContextExtensions()[DomainKey]
+	domain := attrs.GetContextExtensions()[domainKey]
 	if domain == "" {
 		return nil, status.Error(codes.InvalidArgument, `attributes.context_extensions["domain"]: must name the rate-limit domain (set it in the route's ExtAuthzPerRoute.check_settings)`)
 	}

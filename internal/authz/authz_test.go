@@ -2,7 +2,6 @@ package authz
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"sort"
 	"testing"
@@ -10,14 +9,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/rlsproject/rls/internal/descriptors"
-	"github.com/rlsproject/rls/internal/engine/storetest"
-	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -43,14 +38,7 @@ descriptors:
 
 func newServer(t *testing.T, trusted ...string) *Server {
 	t.Helper()
-	cfg, err := descriptors.Parse("web.yaml", []byte(config))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{Now: storetest.NewClock(storetest.T0).Now})
-	t.Cleanup(func() { ms.Close() })
-	svc := service.New(service.Options{Store: ms})
-	svc.SetConfig(cfg)
+	svc := servetest.Service(t, config, service.Options{})
 	var prefixes []netip.Prefix
 	for _, p := range trusted {
 		prefixes = append(prefixes, netip.MustParsePrefix(p))
@@ -240,20 +228,7 @@ func TestCheckErrors(t *testing.T) {
 // protobuf accepts them), and the lines of a repeated header are joined with
 // "," as in the headers map.
 func TestRawHeaders(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	newServer(t).Register(gs)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	client := authv3.NewAuthorizationClient(cc)
+	client := authv3.NewAuthorizationClient(servetest.GRPC(t, newServer(t).Register))
 
 	peer := 0
 	check := func(lines ...string) bool { // lines: key, value, key, value…

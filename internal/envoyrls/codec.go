@@ -1,7 +1,6 @@
 package envoyrls
 
 import (
-	"fmt"
 	"strings"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -14,16 +13,28 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rlsproject/rls/internal/service"
 )
 
 // ServerCodec is the gRPC server option for rls's codec: protobuf, except
-// that a RateLimitRequest whose strings are not valid UTF-8 is decoded
-// anyway. Envoy fills descriptor values from request headers and paths,
-// which may hold any bytes, and its C++ protobuf sends them as they are;
-// Go's protobuf refuses such a string field, and the request would fail
-// with INTERNAL (so Envoy would fall back to its failure mode instead of
-// the limit applying). rls compares and stores values as bytes, and
-// escapes them in keys, so they need not be UTF-8.
+// for the RateLimitRequest of ShouldRateLimit (as Register registers it),
+// which is
+//
+//   - checked for its shape while it is decoded: a request with more
+//     descriptors or entries than the service allows (or none, or a bad
+//     domain) is refused with the service's InvalidArgument message before
+//     any descriptor is built, so that a 1 MiB request of 262,144
+//     descriptors costs a scan of its bytes, not their decoding;
+//   - decoded even when its strings are not valid UTF-8. Envoy fills
+//     descriptor values from request headers and paths, which may hold any
+//     bytes, and its C++ protobuf sends them as they are; Go's protobuf
+//     refuses such a string field, and the request would fail with INTERNAL
+//     (so Envoy would fall back to its failure mode instead of the limit
+//     applying). rls compares and stores values as bytes, and escapes them
+//     in keys, so they need not be UTF-8;
+//   - InvalidArgument when it cannot be decoded at all, as any malformed
+//     request.
 func ServerCodec() grpc.ServerOption {
 	return grpc.ForceServerCodecV2(codec{encoding.GetCodecV2(protoenc.Name)})
 }
@@ -31,17 +42,84 @@ func ServerCodec() grpc.ServerOption {
 type codec struct{ encoding.CodecV2 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.CodecV2.Unmarshal(data, v)
-	if err == nil {
-		return nil
+	w, ok := v.(*wireRequest)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
 	}
-	req, ok := v.(*rlsv3.RateLimitRequest)
-	if !ok || !strings.Contains(err.Error(), "invalid UTF-8") {
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	w.invalid = decodeWire(buf.ReadOnlyData(), w.RateLimitRequest)
+	return nil
+}
+
+// wireRequest is what ShouldRateLimit's handler decodes a request into: the
+// request, and why it is refused when rls's codec refused it while
+// decoding. It is a proto.Message (the embedded request's), so that any
+// protobuf codec decodes it.
+type wireRequest struct {
+	*rlsv3.RateLimitRequest
+	invalid error
+}
+
+// decodeWire decodes b into m (empty) unless its shape breaks the service's
+// bounds. It returns a *service.InvalidError for a request refused.
+func decodeWire(b []byte, m *rlsv3.RateLimitRequest) error {
+	if err := checkShape(b); err != nil {
 		return err
 	}
-	proto.Reset(req) // the failed decoding may have filled part of it
-	if err := decodeRequest(data.Materialize(), req); err != nil {
-		return fmt.Errorf("decoding RateLimitRequest: %w", err)
+	err := proto.Unmarshal(b, m)
+	if err != nil && strings.Contains(err.Error(), "invalid UTF-8") {
+		proto.Reset(m) // the failed decoding may have filled part of it
+		err = decodeRequest(b, m)
+	}
+	if err != nil {
+		return &service.InvalidError{Field: "RateLimitRequest", Msg: "cannot decode: " + err.Error()}
+	}
+	return nil
+}
+
+// checkShape scans the RateLimitRequest b for what service.CheckShape and
+// service.CheckEntryCount check, building nothing. Bytes that are not a
+// well-formed message are left to the decoder to refuse (nil here).
+func checkShape(b []byte) error {
+	var (
+		domain  []byte
+		n       int
+		entries [service.MaxDescriptors]int
+	)
+	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case 1:
+			domain = v
+		case 2:
+			if n < len(entries) {
+				i := n
+				if err := fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
+					if num == 1 && typ == protowire.BytesType {
+						entries[i]++
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil
+	}
+	if err := service.CheckShape(string(domain), n); err != nil {
+		return err
+	}
+	for i := range n {
+		if err := service.CheckEntryCount(i, entries[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

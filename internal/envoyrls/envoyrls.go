@@ -1,6 +1,9 @@
-// Package envoyrls is the gRPC adapter of Envoy's RateLimitService v3: it
-// converts RateLimitRequest to a service.Request and the service.Response
-// back, and maps errors to gRPC codes. It holds no rate-limit logic.
+// Package envoyrls is the adapter of Envoy's RateLimitService v3, over gRPC
+// and as envoyproxy/ratelimit's POST /json (proto3 JSON): it decodes
+// RateLimitRequest (with a codec of its own that accepts any bytes in
+// strings and bounds a request while decoding it), converts it to a
+// service.Request and the service.Response back, and maps errors to gRPC
+// codes or HTTP statuses. It holds no rate-limit logic.
 package envoyrls
 
 import (
@@ -44,24 +47,65 @@ func New(svc Checker) *Server {
 	return s
 }
 
-// Register registers s on g.
-func (s *Server) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+// Register registers s on g. With ServerCodec among g's options, requests
+// are checked for their shape while they are decoded (see ServerCodec);
+// with another protobuf codec they are decoded as that codec does.
+func (s *Server) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
+
+// serviceDesc is rlsv3.RateLimitService_ServiceDesc with a handler that
+// decodes into a wireRequest, so that ServerCodec can say why it refused a
+// request: an error returned by a codec would reach the client as
+// INTERNAL, never as InvalidArgument.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: rlsv3.RateLimitService_ServiceDesc.ServiceName,
+	HandlerType: rlsv3.RateLimitService_ServiceDesc.HandlerType,
+	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimitHandler}},
+	Metadata:    rlsv3.RateLimitService_ServiceDesc.Metadata,
+}
+
+func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := &wireRequest{RateLimitRequest: new(rlsv3.RateLimitRequest)}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if in.invalid != nil {
+		return nil, grpcStatus(in.invalid)
+	}
+	s := srv.(*Server)
+	if interceptor == nil {
+		return s.ShouldRateLimit(ctx, in.RateLimitRequest)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
+	return interceptor(ctx, in.RateLimitRequest, info, func(ctx context.Context, req any) (any, error) {
+		return s.ShouldRateLimit(ctx, req.(*rlsv3.RateLimitRequest))
+	})
+}
 
 // ShouldRateLimit implements the RateLimitService.
 func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.decide(ctx, in)
+	if err != nil {
+		return nil, grpcStatus(err)
+	}
+	return resp, nil
+}
+
+// decide converts in, asks the service and converts its answer; errors are
+// the service's.
+func (s *Server) decide(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	r := s.requests.Get().(*request)
 	r.fromProto(in)
 	resp, err := s.svc.ShouldRateLimit(ctx, &r.req)
 	r.reset()
 	s.requests.Put(r)
 	if err != nil {
-		return nil, Status(err)
+		return nil, err
 	}
 	return s.conv.toProto(resp), nil
 }
 
-// Status converts a service error to a gRPC status error.
-func Status(err error) error {
+// grpcStatus converts an error of the service to a gRPC status error.
+func grpcStatus(err error) error {
 	var inv *service.InvalidError
 	switch {
 	case errors.As(err, &inv):
@@ -74,13 +118,6 @@ func Status(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
-}
-
-// FromProto converts a RateLimitRequest; the service validates it.
-func FromProto(in *rlsv3.RateLimitRequest) *service.Request {
-	var r request
-	r.fromProto(in)
-	return &r.req
 }
 
 // request is a converted request with the backing array of its entries,
@@ -171,14 +208,6 @@ var codeToProto = [...]rlsv3.RateLimitResponse_Code{
 	service.OverLimit: rlsv3.RateLimitResponse_OVER_LIMIT,
 }
 
-// ToProto converts a service response. duration_until_reset is rounded up
-// to whole seconds: Envoy truncates it to seconds for X-RateLimit-Reset and
-// Retry-After, so a sub-second wait would otherwise read as 0.
-func ToProto(resp *service.Response) *rlsv3.RateLimitResponse {
-	var c converter
-	return c.toProto(resp)
-}
-
 // converter builds responses, sharing the immutable parts between them:
 // the current_limit of each configured limit and the common durations.
 // (protobuf-go marshals a message concurrently safely: its size cache is
@@ -239,6 +268,9 @@ type protoResponse struct {
 	statuses [4]rlsv3.RateLimitResponse_DescriptorStatus
 }
 
+// toProto converts a service response. duration_until_reset is rounded up
+// to whole seconds: Envoy truncates it to seconds for X-RateLimit-Reset and
+// Retry-After, so a sub-second wait would otherwise read as 0.
 func (c *converter) toProto(resp *service.Response) *rlsv3.RateLimitResponse {
 	n := len(resp.Statuses)
 	var out *rlsv3.RateLimitResponse

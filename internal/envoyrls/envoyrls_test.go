@@ -1,14 +1,14 @@
 package envoyrls
 
 import (
-	"sync/atomic"
-
 	"context"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -18,9 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine/storetest"
-	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -37,17 +36,12 @@ descriptors:
     rate_limit: {unlimited: true}
 `
 
+// newServer returns a server on config, every request half a second into a
+// second (so that a reset of 0.5 s reads as 1 s, rounded up).
 func newServer(t testing.TB) *Server {
 	t.Helper()
-	cfg, err := descriptors.Parse("api.yaml", []byte(config))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{Now: storetest.NewClock(storetest.T0.Add(500 * time.Millisecond)).Now})
-	t.Cleanup(func() { ms.Close() })
-	svc := service.New(service.Options{Store: ms})
-	svc.SetConfig(cfg)
-	return New(svc)
+	now := storetest.NewClock(storetest.T0.Add(500 * time.Millisecond)).Now
+	return New(servetest.Service(t, config, service.Options{Store: servetest.MemoryStore(t, now)}))
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {
@@ -179,7 +173,7 @@ func BenchmarkHandler(b *testing.B) {
 // bench3x2Server serves the load harness's second shape: three descriptors
 // of two windows each, limits that admit everything.
 func bench3x2Server(b *testing.B) *Server {
-	cfg, err := descriptors.Parse("bench.yaml", []byte(`
+	return New(servetest.Service(b, `
 domain: bench
 descriptors:
   - key: api_key
@@ -194,15 +188,7 @@ descriptors:
     rate_limits:
       - {unit: minute, requests_per_unit: 1000000000}
       - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{})
-	b.Cleanup(func() { ms.Close() })
-	svc := service.New(service.Options{Store: ms, Registry: prometheus.NewRegistry()})
-	svc.SetConfig(cfg)
-	return New(svc)
+`, service.Options{Store: servetest.MemoryStore(b, time.Now), Registry: prometheus.NewRegistry()}))
 }
 
 // BenchmarkHandler3x2 is the load harness's second shape in process.

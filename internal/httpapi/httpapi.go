@@ -1,7 +1,9 @@
 // Package httpapi is the HTTP adapter: health and readiness, Prometheus
-// metrics, the /json form of ShouldRateLimit, the /auth forward-auth
-// endpoint for nginx auth_request, and the debug endpoints. It converts HTTP
-// to the service's terms and back, and holds no rate-limit logic.
+// metrics, the /auth forward-auth endpoint for nginx auth_request, and the
+// debug endpoints; it mounts /json, which envoyrls serves (the
+// RateLimitService's own protocol in JSON). Server serves them within
+// Limits (timeouts, a bound on open connections). It converts HTTP to the
+// service's terms and back, and holds no rate-limit logic.
 package httpapi
 
 import (
@@ -15,12 +17,8 @@ import (
 	"net/http/pprof"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/service"
@@ -31,12 +29,6 @@ type Service interface {
 	Ready(ctx context.Context) error
 	Config() *descriptors.Config
 	CheckHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*service.Response, error)
-}
-
-// RateLimiter answers RateLimitService requests; the envoyrls server
-// implements it. /json goes through it so that it answers exactly as gRPC.
-type RateLimiter interface {
-	ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
 }
 
 // DebugAccess says who may use /debug/*.
@@ -65,17 +57,16 @@ func ParseDebugAccess(s string) (DebugAccess, error) {
 
 // Options configure the handler.
 type Options struct {
-	Service     Service
-	RateLimiter RateLimiter
-	Gatherer    prometheus.Gatherer
-	Debug       DebugAccess
+	Service Service
+	// JSON serves POST /json (envoyrls: the RateLimitService in proto3
+	// JSON); nil leaves /json unmounted.
+	JSON     http.Handler
+	Gatherer prometheus.Gatherer
+	Debug    DebugAccess
 	// Auth configures /auth/{domain}.
 	Auth   AuthOptions
 	Logger *slog.Logger
 }
-
-// maxJSONBody bounds the body of POST /json.
-const maxJSONBody = 1 << 20
 
 // New returns the HTTP handler of DESIGN §3.
 func New(opts Options) http.Handler {
@@ -89,7 +80,9 @@ func New(opts Options) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", h.ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(h.Logger.Handler(), slog.LevelError)}))
-	mux.HandleFunc("POST /json", h.json)
+	if opts.JSON != nil {
+		mux.Handle("POST /json", opts.JSON)
+	}
 	mux.HandleFunc("/auth/{domain}", h.auth)
 	mux.Handle("GET /debug/config", h.debug(http.HandlerFunc(h.config)))
 	mux.Handle("/debug/pprof/", h.debug(http.HandlerFunc(pprof.Index)))
@@ -112,51 +105,6 @@ func (h *handler) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	io.WriteString(w, "ok\n")
-}
-
-func (h *handler) json(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if err != nil {
-		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	var req rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "bad RateLimitRequest: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	resp, err := h.RateLimiter.ShouldRateLimit(r.Context(), &req)
-	if err != nil {
-		st := status.Convert(err)
-		http.Error(w, st.Message(), httpStatus(st.Code()))
-		return
-	}
-	out, err := protojson.Marshal(resp)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	w.Write(out)
-}
-
-// httpStatus maps a gRPC code of ShouldRateLimit to an HTTP status. Unlike
-// envoyproxy/ratelimit (400 for everything), a store failure is a 5xx.
-func httpStatus(c codes.Code) int {
-	switch c {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.Canceled:
-		return 499 // client closed request
-	}
-	return http.StatusInternalServerError
 }
 
 func (h *handler) config(w http.ResponseWriter, _ *http.Request) {

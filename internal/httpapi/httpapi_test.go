@@ -12,11 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
-	"github.com/rlsproject/rls/internal/engine/storetest"
-	"github.com/rlsproject/rls/internal/envoyrls"
-	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -44,21 +41,13 @@ type fixture struct {
 	svc *service.Service
 }
 
+// newFixture serves New(opts) with a service on config and store (a memory
+// store at a fixed instant when nil).
 func newFixture(t *testing.T, store engine.Store, opts Options) *fixture {
 	t.Helper()
-	cfg, err := descriptors.Parse("web.yaml", []byte(config))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if store == nil {
-		ms := memstore.New(memstore.Options{Now: storetest.NewClock(storetest.T0).Now})
-		t.Cleanup(func() { ms.Close() })
-		store = ms
-	}
 	reg := prometheus.NewRegistry()
-	svc := service.New(service.Options{Store: store, Registry: reg})
-	svc.SetConfig(cfg)
-	opts.Service, opts.RateLimiter, opts.Gatherer = svc, envoyrls.New(svc), reg
+	svc := servetest.Service(t, config, service.Options{Store: store, Registry: reg})
+	opts.Service, opts.Gatherer = svc, reg
 	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
 	return &fixture{srv: srv, svc: svc}
@@ -189,9 +178,6 @@ func TestStoreDown(t *testing.T) {
 	if resp, _ := f.do(t, "GET", "/auth/web", map[string]string{"X-Real-IP": "192.0.2.1"}, ""); resp.StatusCode != 503 {
 		t.Errorf("/auth with the store down: %d, want 503", resp.StatusCode)
 	}
-	if resp, _ := f.do(t, "POST", "/json", nil, `{"domain":"web","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`); resp.StatusCode != 503 {
-		t.Errorf("/json with the store down: %d, want 503", resp.StatusCode)
-	}
 	if resp, body := f.do(t, "GET", "/readyz", nil, ""); resp.StatusCode != 503 || !strings.Contains(body, "connection refused") {
 		t.Errorf("/readyz with the store down: %d %q, want 503 naming the cause", resp.StatusCode, body)
 	}
@@ -200,27 +186,19 @@ func TestStoreDown(t *testing.T) {
 	}
 }
 
-func TestJSON(t *testing.T) {
-	f := newFixture(t, nil, Options{})
-	body := `{"domain":"web","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}],"hitsAddend":"2"}]}`
-	resp, out := f.do(t, "POST", "/json", nil, body)
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(out, `"overallCode":"OK"`) {
-		t.Fatalf("/json = %d %q", resp.StatusCode, out)
-	}
-	resp, out = f.do(t, "POST", "/json", nil, body)
-	if resp.StatusCode != 429 || !strings.Contains(out, `"overallCode":"OVER_LIMIT"`) {
-		t.Errorf("/json over the limit = %d %q, want 429", resp.StatusCode, out)
-	}
-	for _, bad := range []string{`{`, `{"domain":"web","descriptors":[{"entries":[{"key":"k"}],"limit":{"requestsPerUnit":5}}]}`, `{"domain":"web","nope":1}`} {
-		if resp, _ := f.do(t, "POST", "/json", nil, bad); resp.StatusCode != 400 {
-			t.Errorf("/json %s = %d, want 400", bad, resp.StatusCode)
-		}
+// TestJSONMounted: /json is the handler given, for POST only.
+func TestJSONMounted(t *testing.T) {
+	f := newFixture(t, nil, Options{JSON: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "json handler")
+	})})
+	if resp, body := f.do(t, "POST", "/json", nil, "{}"); resp.StatusCode != 200 || body != "json handler" {
+		t.Errorf("POST /json = %d %q, want the JSON handler's answer", resp.StatusCode, body)
 	}
 	if resp, _ := f.do(t, "GET", "/json", nil, ""); resp.StatusCode != 405 {
 		t.Errorf("GET /json = %d, want 405", resp.StatusCode)
 	}
-	if resp, _ := f.do(t, "POST", "/json", nil, strings.Repeat("x", maxJSONBody+1)); resp.StatusCode != 400 {
-		t.Errorf("/json with a body over 1 MiB = %d, want 400", resp.StatusCode)
+	if resp, _ := newFixture(t, nil, Options{}).do(t, "POST", "/json", nil, "{}"); resp.StatusCode != 404 {
+		t.Errorf("POST /json without a JSON handler = %d, want 404", resp.StatusCode)
 	}
 }
 
@@ -252,15 +230,7 @@ func TestDebugAccess(t *testing.T) {
 }
 
 func FuzzAuthHeaders(f *testing.F) {
-	cfg, err := descriptors.Parse("web.yaml", []byte(config))
-	if err != nil {
-		f.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{MaxBytes: 1 << 20})
-	defer ms.Close()
-	svc := service.New(service.Options{Store: ms})
-	svc.SetConfig(cfg)
-	h := &handler{Options: Options{Service: svc}}
+	h := &handler{Options: Options{Service: servetest.Service(f, config, service.Options{})}}
 	f.Add("POST", "/orders?x=1", "203.0.113.7", "1.1.1.1, 2.2.2.2", "web", "403")
 	f.Add("", "", "", "", "web", "")
 	f.Add("GET", "%zz\x00", "::ffff:1.2.3.4", ",,", "w%20b", "x")
@@ -278,32 +248,6 @@ func FuzzAuthHeaders(f *testing.F) {
 		case 200, 400, 401, 403, 404, 429:
 		default:
 			t.Fatalf("/auth answered %d", w.Code)
-		}
-	})
-}
-
-func FuzzJSON(f *testing.F) {
-	cfg, err := descriptors.Parse("web.yaml", []byte(config))
-	if err != nil {
-		f.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{MaxBytes: 1 << 20})
-	defer ms.Close()
-	svc := service.New(service.Options{Store: ms})
-	svc.SetConfig(cfg)
-	h := New(Options{Service: svc, RateLimiter: envoyrls.New(svc), Gatherer: prometheus.NewRegistry()})
-	f.Add(`{"domain":"web","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]}]}`)
-	f.Add(`{"domain":"web","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requestsPerUnit":1,"unit":"SECOND"},"hitsAddend":"18446744073709551615","isNegativeHits":true}],"hitsAddend":4294967295}`)
-	f.Add(`{"domain":"web","descriptors":[{"entries":[{"key":"k"}],"limit":{"requestsPerUnit":5}}]}`)
-	f.Add(`{"domain":"\u0000","descriptors":[{"entries":[{"key":"a_b","value":"c"}]},{"entries":[{"key":"a","value":"b_c"}]}]}`)
-	f.Fuzz(func(t *testing.T, body string) {
-		r := httptest.NewRequest("POST", "/json", strings.NewReader(body))
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		switch w.Code {
-		case 200, 400, 429:
-		default:
-			t.Fatalf("/json %q answered %d: %s", body, w.Code, w.Body)
 		}
 	})
 }

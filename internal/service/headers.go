@@ -41,12 +41,12 @@ func ParseHeaderMode(s string) (HeaderMode, error) {
 
 // Header names.
 const (
-	HeaderXLimit     = "X-RateLimit-Limit"
-	HeaderXRemaining = "X-RateLimit-Remaining"
-	HeaderXReset     = "X-RateLimit-Reset"
-	HeaderPolicy     = "RateLimit-Policy"
-	HeaderRateLimit  = "RateLimit"
-	HeaderRetryAfter = "Retry-After"
+	headerXLimit     = "X-RateLimit-Limit"
+	headerXRemaining = "X-RateLimit-Remaining"
+	headerXReset     = "X-RateLimit-Reset"
+	headerPolicy     = "RateLimit-Policy"
+	headerRateLimit  = "RateLimit"
+	headerRetryAfter = "Retry-After"
 )
 
 // ceilSeconds rounds d up to whole seconds, as clients read the headers.
@@ -137,9 +137,9 @@ func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
 			}
 		})
 		dst = append(dst,
-			Header{HeaderXLimit, lim.String()},
-			Header{HeaderXRemaining, strconv.FormatUint(uint64(b.Remaining), 10)},
-			Header{HeaderXReset, reset},
+			Header{headerXLimit, lim.String()},
+			Header{headerXRemaining, strconv.FormatUint(uint64(b.Remaining), 10)},
+			Header{headerXReset, reset},
 		)
 	}
 	if mode == HeadersDraft11 || mode == HeadersBoth {
@@ -151,12 +151,12 @@ func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
 			fmt.Fprintf(&pol, "%s;q=%d;w=%d", sfString(l.Label), l.RequestsPerUnit, int64(l.Window/time.Second))
 		})
 		dst = append(dst,
-			Header{HeaderPolicy, pol.String()},
-			Header{HeaderRateLimit, fmt.Sprintf("%s;r=%d;t=%s", sfString(b.Limit.Label), b.Remaining, reset)},
+			Header{headerPolicy, pol.String()},
+			Header{headerRateLimit, fmt.Sprintf("%s;r=%d;t=%s", sfString(b.Limit.Label), b.Remaining, reset)},
 		)
 	}
 	if resp.Code == OverLimit {
-		dst = append(dst, Header{HeaderRetryAfter, strconv.FormatInt(resp.RetryAfter(), 10)})
+		dst = append(dst, Header{headerRetryAfter, strconv.FormatInt(resp.RetryAfter(), 10)})
 	}
 	return dst
 }

@@ -32,7 +32,7 @@ func (s *Service) CheckHTTP(ctx context.Context, domain string, r descriptors.HT
 		req.Descriptors[i].Entries = entries
 	}
 	// The entries come from the config's actions and from header values
-	// that the HTTP server already bounds, so Validate's limits on client
+	// that the HTTP server already bounds, so validate's limits on client
 	// supplied descriptors do not apply.
 	return s.decide(ctx, req, HeadersBoth)
 }

@@ -14,10 +14,10 @@ import (
 const (
 	MaxDescriptors  = 64
 	MaxEntries      = 16 // also the deepest descriptor tree a config may hold
-	MaxDomainLen    = 256
-	MaxKeyLen       = 256
-	MaxValueLen     = 4096
-	MaxRequestBytes = 64 << 10 // sum of the lengths of all strings
+	maxDomainLen    = 256
+	maxKeyLen       = 256
+	maxValueLen     = 4096
+	maxRequestBytes = 64 << 10 // sum of the lengths of all strings
 	MaxHits         = engine.MaxHits
 	maxOverride     = 100 * 365 * 24 * time.Hour
 )
@@ -63,37 +63,25 @@ func invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Validate checks req against the bounds and the RateLimitService rules.
-func (req *Request) Validate() error {
-	if req.Domain == "" {
-		return invalid("domain", "must not be empty")
-	}
-	if len(req.Domain) > MaxDomainLen {
-		return invalid("domain", "longer than %d bytes", MaxDomainLen)
-	}
-	if len(req.Descriptors) == 0 {
-		return invalid("descriptors", "must not be empty")
-	}
-	if len(req.Descriptors) > MaxDescriptors {
-		return invalid("descriptors", "%d descriptors, at most %d allowed", len(req.Descriptors), MaxDescriptors)
+// validate checks req against the bounds and the RateLimitService rules.
+func (req *Request) validate() error {
+	if err := CheckShape(req.Domain, len(req.Descriptors)); err != nil {
+		return err
 	}
 	total := len(req.Domain)
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		if len(d.Entries) == 0 {
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
-		}
-		if len(d.Entries) > MaxEntries {
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, at most %d allowed", len(d.Entries), MaxEntries)
+		if err := CheckEntryCount(i, len(d.Entries)); err != nil {
+			return err
 		}
 		for j, e := range d.Entries {
 			switch {
 			case e.Key == "":
 				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
-			case len(e.Key) > MaxKeyLen:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "longer than %d bytes", MaxKeyLen)
-			case len(e.Value) > MaxValueLen:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "longer than %d bytes", MaxValueLen)
+			case len(e.Key) > maxKeyLen:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "longer than %d bytes", maxKeyLen)
+			case len(e.Value) > maxValueLen:
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "longer than %d bytes", maxValueLen)
 			}
 			total += len(e.Key) + len(e.Value)
 		}
@@ -109,8 +97,40 @@ func (req *Request) Validate() error {
 			}
 		}
 	}
-	if total > MaxRequestBytes {
-		return invalid("descriptors", "%d bytes of keys and values, at most %d allowed", total, MaxRequestBytes)
+	if total > maxRequestBytes {
+		return invalid("descriptors", "%d bytes of keys and values, at most %d allowed", total, maxRequestBytes)
+	}
+	return nil
+}
+
+// CheckShape checks the first things a request is checked for: its domain
+// and its number of descriptors n. It returns the error that deciding the
+// request would return for them, nil when they are fine. A transport that
+// decodes a request itself calls it (and CheckEntryCount) while decoding,
+// before it builds per-descriptor state, so that a request of a million
+// descriptors costs no more than reading it.
+func CheckShape(domain string, n int) error {
+	switch {
+	case domain == "":
+		return invalid("domain", "must not be empty")
+	case len(domain) > maxDomainLen:
+		return invalid("domain", "longer than %d bytes", maxDomainLen)
+	case n == 0:
+		return invalid("descriptors", "must not be empty")
+	case n > MaxDescriptors:
+		return invalid("descriptors", "%d descriptors, at most %d allowed", n, MaxDescriptors)
+	}
+	return nil
+}
+
+// CheckEntryCount checks the number of entries n of descriptor i, as
+// deciding the request would (see CheckShape).
+func CheckEntryCount(i, n int) error {
+	switch {
+	case n == 0:
+		return invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
+	case n > MaxEntries:
+		return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, at most %d allowed", n, MaxEntries)
 	}
 	return nil
 }

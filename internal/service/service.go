@@ -53,8 +53,8 @@ var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
 // does not have.
 var ErrUnknownDomain = errors.New("unknown domain")
 
-// ErrNoConfig is returned by Ready before a config is loaded.
-var ErrNoConfig = errors.New("no config loaded")
+// errNoConfig is returned by Ready before a config is loaded.
+var errNoConfig = errors.New("no config loaded")
 
 // Options configure a Service.
 type Options struct {
@@ -71,7 +71,12 @@ type Options struct {
 	Headers HeaderMode
 	// Registry receives the metrics; nil means no metrics are exported.
 	Registry prometheus.Registerer
-	Logger   *slog.Logger
+	// MaxValueSeries bounds the distinct descriptor series of one limit
+	// whose descriptor asks for per-value metrics (detailed_metric,
+	// value_to_metric); further values are counted in OtherSeries. 0 means
+	// DefaultMaxValueSeries.
+	MaxValueSeries int
+	Logger         *slog.Logger
 }
 
 // Service answers rate-limit requests against the current config and a
@@ -91,8 +96,8 @@ type Service struct {
 // loaded is a config with what the service derives from it once.
 type loaded struct {
 	cfg      *descriptors.Config
-	counters []limitCounters           // by Limit.Index
-	override map[string]*limitCounters // by domain name
+	counters []*limitMetrics          // by Limit.Index
+	override map[string]*limitMetrics // by domain name
 }
 
 // New returns a service with no config: requests are answered as for
@@ -105,7 +110,7 @@ func New(opts Options) *Service {
 		headers:      opts.Headers,
 		log:          opts.Logger,
 		errLog:       rate.Sometimes{Interval: 10 * time.Second},
-		m:            newMetrics(opts.Registry),
+		m:            newMetrics(opts.Registry, opts.MaxValueSeries),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -114,17 +119,11 @@ func New(opts Options) *Service {
 	return s
 }
 
-// SetConfig makes cfg the current config.
+// SetConfig makes cfg the current config. The series of limits that the
+// previous config had and cfg has not are deleted.
 func (s *Service) SetConfig(cfg *descriptors.Config) {
-	l := &loaded{cfg: cfg, counters: s.m.countersFor(cfg), override: make(map[string]*limitCounters)}
-	for _, d := range cfg.Domains() {
-		l.override[d.Name] = &limitCounters{
-			ok:            s.m.decisions.WithLabelValues(d.Name, "override", "ok"),
-			over:          s.m.decisions.WithLabelValues(d.Name, "override", "over_limit"),
-			shadowOver:    s.m.decisions.WithLabelValues(d.Name, "override", "shadow_over_limit"),
-			shadowDenials: s.m.shadowDenials.WithLabelValues(d.Name, "override"),
-		}
-	}
+	l := &loaded{cfg: cfg}
+	l.counters, l.override = s.m.forConfig(cfg)
 	s.current.Store(l)
 	s.m.domains.Set(float64(len(cfg.Domains())))
 	s.m.limits.Set(float64(len(cfg.Limits())))
@@ -166,7 +165,7 @@ type pinger interface {
 // store answers.
 func (s *Service) Ready(ctx context.Context) error {
 	if s.current.Load() == nil {
-		return ErrNoConfig
+		return errNoConfig
 	}
 	if p, ok := s.store.(pinger); ok {
 		if err := p.Ping(ctx); err != nil {
@@ -185,6 +184,7 @@ type scratch struct {
 	spans   [][2]int // each limited descriptor's identity in key
 	nodes   []*descriptors.Descriptor
 	built   [][]descriptors.Entry
+	label   []byte // a descriptor label of per-value metrics
 }
 
 // ShouldRateLimit decides req. It returns an *InvalidError for a malformed
@@ -195,13 +195,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *Request) (*Response,
 }
 
 func (s *Service) check(ctx context.Context, req *Request, headers HeaderMode) (*Response, error) {
-	if err := req.Validate(); err != nil {
+	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	return s.decide(ctx, req, headers)
 }
 
-// decide answers a valid request.
+// decide answers a valid request, in phases: resolve each descriptor's
+// limits, build the store's items, apply them in one store call, and turn
+// the results into statuses and headers.
 func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) (*Response, error) {
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
@@ -222,9 +224,43 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		return resp, nil
 	}
 
-	// Resolve each descriptor's limits: the override, or the matched node's.
+	replaced := sc.resolve(dom, req)
+	sc.buildItems(req, resp, replaced)
+	items, owner := sc.items, sc.owner
+	if len(items) == 0 {
+		s.m.requestsOK.Inc()
+		resp.Headers = appendHeaders(nil, headers, resp)
+		return resp, nil
+	}
+
+	if cap(sc.results) < len(items) {
+		sc.results = make([]engine.Result, len(items))
+	}
+	results := sc.results[:len(items)]
+	admitted, err := s.apply(ctx, items, results)
+	if err != nil {
+		return s.storeFailed(req, resp, items, owner, headers, err)
+	}
+
+	if !admitted {
+		resp.Code = OverLimit
+		s.m.requestsOver.Inc()
+	} else {
+		s.m.requestsOK.Inc()
+	}
+	s.fillStatuses(cur, dom, req, resp, sc, results, headers != HeadersOff)
+	resp.Headers = appendHeaders(nil, headers, resp)
+	for i := range items {
+		items[i] = engine.Item{} // drop references to config and strings
+	}
+	return resp, nil
+}
+
+// resolve matches each descriptor of req that has no override in dom,
+// into sc.nodes (nil for an override or no match), and returns the names
+// of the limits that the matched limits replace.
+func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[string]bool) {
 	sc.nodes = sc.nodes[:0]
-	var replaced map[string]bool
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		var node *descriptors.Descriptor
@@ -243,7 +279,13 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		}
 		sc.nodes = append(sc.nodes, node)
 	}
+	return replaced
+}
 
+// buildItems turns the resolved limits of req into sc.items, one per limit
+// that counts (not replaced, not unlimited), with sc.owner[i] the index of
+// item i's descriptor, and gives unlimited descriptors their status.
+func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool) {
 	items := sc.items[:0]
 	owner := sc.owner[:0]
 	sc.key, sc.spans = sc.key[:0], sc.spans[:0]
@@ -306,33 +348,6 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 			items[i].Desc = keys[sc.spans[span][0]:sc.spans[span][1]]
 		}
 	}
-	if len(items) == 0 {
-		s.m.requestsOK.Inc()
-		resp.Headers = appendHeaders(nil, headers, resp)
-		return resp, nil
-	}
-
-	if cap(sc.results) < len(items) {
-		sc.results = make([]engine.Result, len(items))
-	}
-	results := sc.results[:len(items)]
-	admitted, err := s.apply(ctx, items, results)
-	if err != nil {
-		return s.storeFailed(req, resp, items, owner, headers, err)
-	}
-
-	if !admitted {
-		resp.Code = OverLimit
-		s.m.requestsOver.Inc()
-	} else {
-		s.m.requestsOK.Inc()
-	}
-	s.fillStatuses(cur, dom, resp, items, results, owner, headers != HeadersOff)
-	resp.Headers = appendHeaders(nil, headers, resp)
-	for i := range items {
-		items[i] = engine.Item{} // drop references to config and strings
-	}
-	return resp, nil
 }
 
 func (s *Service) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
@@ -384,25 +399,24 @@ func (p StoreErrorPolicy) String() string {
 	return [...]string{"error", "allow", "deny"}[p]
 }
 
-// fillStatuses turns the store's results into one status per descriptor and
-// counts the verdicts.
-func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, resp *Response, items []engine.Item, results []engine.Result, owner []int, withLimits bool) {
-	for i := range items {
-		it, r := &items[i], &results[i]
-		st := &resp.Statuses[owner[i]]
+// fillStatuses turns the store's results for sc.items into one status per
+// descriptor and counts the verdicts.
+func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Request, resp *Response, sc *scratch, results []engine.Result, withLimits bool) {
+	for i := range sc.items {
+		it, r := &sc.items[i], &results[i]
+		st := &resp.Statuses[sc.owner[i]]
 		c := cur.override[dom.Name]
 		if it.Limit.Index >= 0 && it.Limit.Index < len(cur.counters) {
-			c = &cur.counters[it.Limit.Index]
+			c = cur.counters[it.Limit.Index]
 		}
+		verdict := resultOver
 		switch {
 		case r.Admitted:
-			c.ok.Inc()
+			verdict = resultOK
 		case it.Shadow:
-			c.shadowOver.Inc()
-			c.shadowDenials.Inc()
-		default:
-			c.over.Inc()
+			verdict = resultShadowOver
 		}
+		sc.label = c.count(verdict, req.Descriptors[sc.owner[i]].Entries, sc.label)
 		if withLimits {
 			st.Limits = append(st.Limits, it.Limit)
 		}

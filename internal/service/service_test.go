@@ -305,7 +305,7 @@ func TestInvalidRequests(t *testing.T) {
 	longOverride.Override = &Override{RequestsPerUnit: 5, Unit: descriptors.Year, UnitMultiplier: 101}
 	bigValues := make([]Descriptor, 20)
 	for i := range bigValues {
-		bigValues[i] = desc("k", strings.Repeat("v", MaxValueLen))
+		bigValues[i] = desc("k", strings.Repeat("v", maxValueLen))
 	}
 	for _, tc := range []struct {
 		req   *Request
@@ -317,13 +317,13 @@ func TestInvalidRequests(t *testing.T) {
 		{&Request{Domain: "api", Descriptors: []Descriptor{desc("k", "v"), desc("", "v")}}, "descriptors[1].entries[0].key"},
 		{&Request{Domain: "api", Descriptors: many}, "descriptors"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{deep}}, "descriptors[0].entries"},
-		{&Request{Domain: "api", Descriptors: []Descriptor{desc("k", strings.Repeat("v", MaxValueLen+1))}}, "descriptors[0].entries[0].value"},
-		{&Request{Domain: "api", Descriptors: []Descriptor{desc(strings.Repeat("k", MaxKeyLen+1), "v")}}, "descriptors[0].entries[0].key"},
+		{&Request{Domain: "api", Descriptors: []Descriptor{desc("k", strings.Repeat("v", maxValueLen+1))}}, "descriptors[0].entries[0].value"},
+		{&Request{Domain: "api", Descriptors: []Descriptor{desc(strings.Repeat("k", maxKeyLen+1), "v")}}, "descriptors[0].entries[0].key"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{hugeHits}}, "descriptors[0].hits_addend"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{noUnit}}, "descriptors[0].limit.unit"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{longOverride}}, "descriptors[0].limit.unit_multiplier"},
 		{&Request{Domain: "api", Descriptors: bigValues}, "descriptors"},
-		{&Request{Domain: strings.Repeat("d", MaxDomainLen+1), Descriptors: []Descriptor{desc("k", "v")}}, "domain"},
+		{&Request{Domain: strings.Repeat("d", maxDomainLen+1), Descriptors: []Descriptor{desc("k", "v")}}, "domain"},
 	} {
 		_, err := f.svc.ShouldRateLimit(context.Background(), tc.req)
 		var inv *InvalidError
@@ -377,11 +377,11 @@ func TestStoreErrorPolicy(t *testing.T) {
 		if mode == HeadersOff && len(got) != 0 {
 			t.Errorf("policy deny, headers off: %v, want none", got)
 		}
-		if mode == HeadersBoth && (got[HeaderRetryAfter] != "1" || got[HeaderXRemaining] != "0" || got[HeaderRateLimit] == "") {
+		if mode == HeadersBoth && (got[headerRetryAfter] != "1" || got[headerXRemaining] != "0" || got[headerRateLimit] == "") {
 			t.Errorf("policy deny, headers both: %v, want Retry-After 1 (the first window), remaining 0 and RateLimit", got)
 		}
-		if want := `"remote_address/1s";q=3;w=1, "remote_address/1m";q=5;w=60`; mode == HeadersBoth && got[HeaderPolicy] != want {
-			t.Errorf("policy deny: RateLimit-Policy %q, want every limit: %q", got[HeaderPolicy], want)
+		if want := `"remote_address/1s";q=3;w=1, "remote_address/1m";q=5;w=60`; mode == HeadersBoth && got[headerPolicy] != want {
+			t.Errorf("policy deny: RateLimit-Policy %q, want every limit: %q", got[headerPolicy], want)
 		}
 	}
 }
@@ -395,20 +395,20 @@ func TestHeaders(t *testing.T) {
 		got[h.Key] = h.Value
 	}
 	want := map[string]string{
-		HeaderXLimit:     `3, 3;w=1, 5;w=60, 2;w=3600;name="per_key"`,
-		HeaderXRemaining: "1",
-		HeaderXReset:     "3600",
-		HeaderPolicy:     `"remote_address/1s";q=3;w=1, "remote_address/1m";q=5;w=60, "per_key";q=2;w=3600`,
-		HeaderRateLimit:  `"per_key";r=1;t=3600`,
+		headerXLimit:     `3, 3;w=1, 5;w=60, 2;w=3600;name="per_key"`,
+		headerXRemaining: "1",
+		headerXReset:     "3600",
+		headerPolicy:     `"remote_address/1s";q=3;w=1, "remote_address/1m";q=5;w=60, "per_key";q=2;w=3600`,
+		headerRateLimit:  `"per_key";r=1;t=3600`,
 	}
 	// Least remaining: per_key (1 left) and the second (2 left): per_key.
-	want[HeaderXLimit] = `2, 3;w=1, 5;w=60, 2;w=3600;name="per_key"`
+	want[headerXLimit] = `2, 3;w=1, 5;w=60, 2;w=3600;name="per_key"`
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("header %s = %q, want %q", k, got[k], v)
 		}
 	}
-	if _, ok := got[HeaderRetryAfter]; ok {
+	if _, ok := got[headerRetryAfter]; ok {
 		t.Errorf("Retry-After on an OK response")
 	}
 	f.check(t, req)
@@ -420,7 +420,7 @@ func TestHeaders(t *testing.T) {
 	for _, h := range resp.Headers {
 		got[h.Key] = h.Value
 	}
-	if got[HeaderRetryAfter] != "3600" || got[HeaderXRemaining] != "0" || got[HeaderRateLimit] != `"per_key";r=0;t=3600` {
+	if got[headerRetryAfter] != "3600" || got[headerXRemaining] != "0" || got[headerRateLimit] != `"per_key";r=0;t=3600` {
 		t.Errorf("limited headers = %v, want Retry-After 3600, remaining 0 of per_key", got)
 	}
 
@@ -451,8 +451,8 @@ func TestReloadKeepsOldConfigOnError(t *testing.T) {
 
 func TestReady(t *testing.T) {
 	svc := New(Options{Store: failingStore{}})
-	if err := svc.Ready(context.Background()); !errors.Is(err, ErrNoConfig) {
-		t.Errorf("Ready before a config = %v, want ErrNoConfig", err)
+	if err := svc.Ready(context.Background()); !errors.Is(err, errNoConfig) {
+		t.Errorf("Ready before a config = %v, want errNoConfig", err)
 	}
 	f := newFixture(t, Options{})
 	if err := f.svc.Ready(context.Background()); err != nil {

@@ -1,0 +1,20 @@
+package redisstore
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collectors returns the store's metrics, read from Stats at each scrape:
+// rls_redis_* and rls_deny_cache_hits_total. The caller registers them.
+func (s *Store) Collectors() []prometheus.Collector {
+	counter := func(name, help string, f func(Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(s.Stats())) })
+	}
+	return []prometheus.Collector{
+		counter("rls_redis_decisions_total", "Requests decided by Redis scripts.", func(st Stats) uint64 { return st.Decisions }),
+		counter("rls_redis_scripts_total", "Scripts sent to Redis (EVALSHA, or EVAL after NOSCRIPT).", func(st Stats) uint64 { return st.Scripts }),
+		counter("rls_redis_round_trips_total", "Pipelines sent to Redis; decisions/round trips is the batching.", func(st Stats) uint64 { return st.RoundTrips }),
+		counter("rls_deny_cache_hits_total", "Requests denied from the denial cache without a round trip.", func(st Stats) uint64 { return st.CacheHits }),
+		counter("rls_redis_releases_total", "Cluster reservations released because another node denied the request.", func(st Stats) uint64 { return st.Releases }),
+		counter("rls_redis_errors_total", "Store calls that failed.", func(st Stats) uint64 { return st.Errors }),
+	}
+}
