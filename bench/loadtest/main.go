@@ -87,7 +87,9 @@ func run() error {
 	if c.serveOnly != "" {
 		// The same collector settings as rls: the comparison is about the
 		// work of deciding, not about GC tuning.
-		grpcserver.TuneGC(0)
+		_, gogc := os.LookupEnv("GOGC")
+		_, memLimit := os.LookupEnv("GOMEMLIMIT")
+		grpcserver.TuneGC(0, grpcserver.EnvGC{GOGC: gogc, GOMEMLIMIT: memLimit})
 		if *pprofAddr != "" {
 			go http.ListenAndServe(*pprofAddr, nil) // net/http/pprof registers on the default mux
 		}
@@ -605,7 +607,7 @@ func serveCeiling(addr string) error {
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer(grpcserver.Options()...)
+	gs := grpc.NewServer(grpcserver.Options(grpcserver.Limits{})...)
 	rlsv3.RegisterRateLimitServiceServer(gs, ceiling{})
 	sig := make(chan os.Signal, 1)
 	signalNotify(sig)

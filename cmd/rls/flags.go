@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -46,6 +47,7 @@ type options struct {
 	logLevel        slog.Level
 	logFormat       string
 	maxValueSeries  int
+	configLimits    descriptors.LoadOptions
 	httpLimits      httpapi.Limits
 	grpcLimits      grpcserver.Limits
 }
@@ -96,6 +98,30 @@ type serveFlags struct {
 	o                                                          options
 	cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
 	grpcMaxStreams                                             uint
+	configSizes                                                configSizes
+}
+
+// configSizes are the flags that bound what a config load reads, shared by
+// serve and validate.
+type configSizes struct{ file, total string }
+
+func (c *configSizes) define(fs *flag.FlagSet) {
+	d := descriptors.LoadOptions{}.WithDefaults()
+	fs.StringVar(&c.file, "config-max-file-bytes", formatBytes(d.MaxFileBytes), "bound on one config file (`size`, as --memory-limit); a larger one fails the load, and a reload keeps the config in use")
+	fs.StringVar(&c.total, "config-max-total-bytes", formatBytes(d.MaxTotalBytes), "bound on all the config files of one load (`size`)")
+}
+
+// parse returns the load options, or the name of the bad flag and why.
+func (c *configSizes) parse() (descriptors.LoadOptions, string, error) {
+	var o descriptors.LoadOptions
+	var err error
+	if o.MaxFileBytes, err = parseBytes(c.file); err != nil || o.MaxFileBytes <= 0 {
+		return o, "config-max-file-bytes", fmt.Errorf("%q is not a positive size", c.file)
+	}
+	if o.MaxTotalBytes, err = parseBytes(c.total); err != nil || o.MaxTotalBytes <= 0 {
+		return o, "config-max-total-bytes", fmt.Errorf("%q is not a positive size", c.total)
+	}
+	return o, "", nil
 }
 
 // newServeFlagSet defines the serve flags on a new FlagSet.
@@ -121,6 +147,7 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long SIGTERM waits for in-flight requests before closing the connections")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its files change (SIGHUP always reloads)")
+	f.configSizes.define(fs)
 	fs.StringVar(&o.tls.Cert, "tls-cert", "", "PEM certificate `file`: serve TLS on --tls-listeners (re-read when it changes)")
 	fs.StringVar(&o.tls.Key, "tls-key", "", "PEM private key `file` of --tls-cert")
 	fs.StringVar(&o.tls.ClientCA, "tls-client-ca", "", "PEM CA `file`: require client certificates signed by it (mutual TLS)")
@@ -159,12 +186,22 @@ func parseServeFlags(args, env []string, stdout io.Writer) (*options, error) {
 		}
 		return usageError{fmt.Errorf("--%s: %w", name, e)}
 	}
-	for _, check := range []func(bad func(string, error) error) error{f.store, f.policies, f.network, f.limits, f.tls, f.logging} {
+	for _, check := range []func(bad func(string, error) error) error{f.config, f.store, f.policies, f.network, f.limits, f.tls, f.logging} {
 		if err := check(bad); err != nil {
 			return nil, err
 		}
 	}
 	return &f.o, nil
+}
+
+// config checks the flags of config loading.
+func (f *serveFlags) config(bad func(string, error) error) error {
+	o, name, err := f.configSizes.parse()
+	if err != nil {
+		return bad(name, err)
+	}
+	f.o.configLimits = o
+	return nil
 }
 
 // store checks the flags of the counter store.
@@ -353,6 +390,20 @@ func applyEnv(fs *flag.FlagSet, env []string) (map[string]bool, error) {
 // '-' → '_'.
 func envName(flag string) string {
 	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// formatBytes writes n as parseBytes reads it, in the largest binary unit
+// that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // parseBytes parses "1048576", "512KiB", "256MiB", "1GiB" (also KB, MB, GB

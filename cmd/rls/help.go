@@ -99,7 +99,7 @@ var serveFlagGroups = []struct {
 	title string
 	flags []string
 }{
-	{"Config", []string{"config", "watch"}},
+	{"Config", []string{"config", "watch", "config-max-file-bytes", "config-max-total-bytes"}},
 	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints"}},
 	{"Store", []string{"store", "memory-limit", "store-timeout", "on-store-error", "redis-url", "redis-cluster", "redis-prefix", "redis-ca", "redis-pool-size", "deny-cache"}},
 	{"Answers and metrics", []string{"response-headers", "metrics-max-values"}},

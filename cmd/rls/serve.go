@@ -117,7 +117,7 @@ type daemon struct {
 // start loads the config, builds the store and the service, and serves
 // both listeners. On error what it started is stopped.
 func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemon, err error) {
-	cfg, err := descriptors.Load(o.config)
+	cfg, err := descriptors.LoadWith(o.configLimits, o.config)
 	if err != nil {
 		return nil, fmt.Errorf("loading config %s:\n%w", o.config, err)
 	}
@@ -249,12 +249,14 @@ func (d *daemon) loop(ctx context.Context, hup <-chan os.Signal) error {
 	}
 }
 
-func (d *daemon) load() (*descriptors.Config, error) { return descriptors.Load(d.o.config) }
+func (d *daemon) load() (*descriptors.Config, error) {
+	return descriptors.LoadWith(d.o.configLimits, d.o.config)
+}
 
 // watch signals changed (without blocking) when the config's files change,
 // until ctx is done.
 func (d *daemon) watch(ctx context.Context, changed chan<- struct{}) {
-	err := configwatch.Watch(ctx, d.o.config, 250*time.Millisecond, d.log, func() {
+	err := configwatch.WatchWith(ctx, d.o.config, configwatch.Options{Limits: d.o.configLimits, Log: d.log}, func() {
 		select {
 		case changed <- struct{}{}:
 		default:

@@ -18,13 +18,19 @@ var buildVersion = "dev"
 // domain, or one line per problem (path:line:col: message) and exits 1.
 func validate(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("rls validate", flag.ContinueOnError)
+	var sizes configSizes
+	sizes.define(fs)
 	if err := commandFlags("validate", fs, args, stdout); err != nil {
 		return helpIsSuccess(err)
 	}
 	if fs.NArg() == 0 {
 		return usageError{errors.New("usage: rls validate PATH... (at least one path)")}
 	}
-	cfg, err := descriptors.Load(fs.Args()...)
+	limits, name, err := sizes.parse()
+	if err != nil {
+		return usageError{fmt.Errorf("--%s: %w", name, err)}
+	}
+	cfg, err := descriptors.LoadWith(limits, fs.Args()...)
 	if err != nil {
 		var list descriptors.ErrorList
 		if errors.As(err, &list) {

@@ -161,7 +161,7 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 		return l
 	}
 	p.algorithm(l, g)
-	l.ID = algorithmCodes[l.Algorithm] + strconv.FormatInt(int64(l.Window/time.Second), 10) + "s" + nameSuffix(l.Name)
+	l.ID = CounterID(l.Algorithm, l.Window, l.Name)
 	l.Label = l.Name
 	if window := compactWindow(l); l.Label == "" && p.spendNames(len(d.Path)+1+len(window), n) {
 		l.Label = d.Path + "/" + window
@@ -327,14 +327,6 @@ func (p *parser) tokenBucket(l *Limit, rpuF, burstF field) {
 		}
 		p.errorf(at, msg, l.Burst, interval)
 	}
-}
-
-// nameSuffix is the length-prefixed name part of a Limit.ID.
-func nameSuffix(name string) string {
-	if name == "" {
-		return ""
-	}
-	return ":" + strconv.Itoa(len(name)) + ":" + name
 }
 
 // replaces parses [{name: X}, ...], returning the names and their nodes.

@@ -184,11 +184,29 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 	if d.ShareThreshold && !d.Wildcard {
 		p.errorf(share.k, "share_threshold needs a value with a * wildcard, got value %q", d.Value)
 	}
+	d.Shares = shares(d)
 	d.Limits = p.limits(d, rateLimit, rateLimits)
 	if children.k != nil {
 		d.Children = p.descriptors(children, d, depth+1, pathOK)
 	}
 	return d
+}
+
+// shares returns d's Shares from its parent's and its own share_threshold.
+func shares(d *Descriptor) []string {
+	var inherited []string
+	if d.Parent != nil {
+		inherited = d.Parent.Shares
+	}
+	if inherited == nil && !d.ShareThreshold {
+		return nil
+	}
+	s := make([]string, d.Depth+1)
+	copy(s, inherited)
+	if d.ShareThreshold {
+		s[d.Depth] = d.Value
+	}
+	return s
 }
 
 // identity reads the key and value of the descriptor n into d and sets its

@@ -1,6 +1,9 @@
 package descriptors
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Unit is the time unit of a limit. The zero value is UnitUnknown, which no
 // valid limit has. Month and year are fixed blocks of 30 and 365 days, as in
@@ -71,6 +74,23 @@ var algorithmNames = [...]string{"fixed_window", "sliding_window", "sliding_log"
 
 // algorithmCodes are the short forms used in counter identities (Limit.ID).
 var algorithmCodes = [...]string{"fw", "sw", "sl", "tb"}
+
+// CounterID is a limit's counter identity among the limits of its node
+// (Limit.ID): the algorithm's code and the window in seconds, then the
+// length-prefixed name when there is one ("fw60s", "tb1s:5:burst"). A
+// request override counts in CounterID(FixedWindow, its window, ""), the
+// counter of a configured unnamed fixed window of the same length.
+func CounterID(alg Algorithm, window time.Duration, name string) string {
+	return algorithmCodes[alg] + strconv.FormatInt(int64(window/time.Second), 10) + "s" + nameSuffix(name)
+}
+
+// nameSuffix is the length-prefixed name part of a Limit.ID.
+func nameSuffix(name string) string {
+	if name == "" {
+		return ""
+	}
+	return ":" + strconv.Itoa(len(name)) + ":" + name
+}
 
 // String returns the config name ("fixed_window", ...).
 func (a Algorithm) String() string {
@@ -158,6 +178,11 @@ type Descriptor struct {
 	// ShareThreshold makes all values matching this wildcard share one
 	// counter: the counter key holds the pattern instead of the value.
 	ShareThreshold bool
+	// Shares holds, per level of the path down to this node (index =
+	// Depth), the pattern that stands for the request's value in counter
+	// identities where that level is a share_threshold wildcard, "" where
+	// the value itself counts; nil when no level of the path shares.
+	Shares []string
 	// Metadata is the node's metadata map as decoded from YAML (JSON
 	// compatible: map[string]any, []any, string, float64, bool, nil).
 	Metadata map[string]any

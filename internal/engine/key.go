@@ -25,18 +25,16 @@ const maxPart = 64
 // result contains no '{' or '}', so it can sit inside a Redis hash tag.
 func AppendDescriptorKey(dst []byte, domain string, entries []descriptors.Entry, node *descriptors.Descriptor) []byte {
 	dst = appendPart(dst, domain)
-	var levels [maxDepth]*descriptors.Descriptor
-	if node != nil && node.Depth == len(entries)-1 && len(entries) <= maxDepth {
-		for n := node; n != nil; n = n.Parent {
-			levels[n.Depth] = n
-		}
+	var shares []string
+	if node != nil && node.Depth == len(entries)-1 {
+		shares = node.Shares
 	}
 	for i, e := range entries {
 		dst = append(dst, '/')
 		dst = appendPart(dst, e.Key)
-		if i < maxDepth && levels[i] != nil && levels[i].ShareThreshold {
+		if i < len(shares) && shares[i] != "" {
 			dst = append(dst, '~')
-			dst = appendPart(dst, levels[i].Value)
+			dst = appendPart(dst, shares[i])
 			continue
 		}
 		dst = append(dst, '=')
@@ -44,10 +42,6 @@ func AppendDescriptorKey(dst []byte, domain string, entries []descriptors.Entry,
 	}
 	return dst
 }
-
-// maxDepth bounds the levels whose share_threshold is honoured; the config
-// allows no deeper trees.
-const maxDepth = 16
 
 // mustEscape[c] is true for the bytes that appendPart percent-escapes.
 var mustEscape = func() (t [256]bool) {

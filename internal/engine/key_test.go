@@ -64,10 +64,28 @@ func TestDescriptorKeyBoundedAndTagSafe(t *testing.T) {
 }
 
 func TestDescriptorKeyShareThreshold(t *testing.T) {
-	root := &descriptors.Descriptor{Key: "path", Value: "/api/*", Wildcard: true, ShareThreshold: true}
-	leaf := &descriptors.Descriptor{Key: "method", Parent: root, Depth: 1}
-	a := key("d", leaf, "path", "/api/a", "method", "GET")
-	b := key("d", leaf, "path", "/api/b", "method", "GET")
+	cfg, err := descriptors.Parse("share.yaml", []byte(`
+domain: d
+descriptors:
+  - key: path
+    value: /api/*
+    share_threshold: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: second, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := func(path string) []descriptors.Entry {
+		return []descriptors.Entry{{Key: "path", Value: path}, {Key: "method", Value: "GET"}}
+	}
+	leaf := cfg.Domain("d").Match(entries("/api/a"))
+	if leaf == nil {
+		t.Fatal("no node matched (path=/api/a, method=GET)")
+	}
+	a := string(AppendDescriptorKey(nil, "d", entries("/api/a"), leaf))
+	b := string(AppendDescriptorKey(nil, "d", entries("/api/b"), leaf))
 	if a != b || a != "d/path~%2Fapi%2F*/method=GET" {
 		t.Errorf("share_threshold keys = %q and %q, want both %q", a, b, "d/path~%2Fapi%2F*/method=GET")
 	}

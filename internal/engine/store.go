@@ -16,7 +16,9 @@ const MaxHits = math.MaxUint32
 // Item is one limit of one request descriptor, as a store judges it.
 type Item struct {
 	// Desc identifies the request descriptor's counters: the output of
-	// AppendDescriptorKey. Items with equal Desc and Limit.ID share a counter.
+	// AppendDescriptorKey. Items with equal Desc and Limit.ID share a
+	// counter: (Desc, Limit.ID) is the counter's identity, which every store
+	// keys its state by (descriptors.CounterID builds the ID).
 	Desc string
 	// Limit is the configured (or request override) limit. It must not be
 	// unlimited.
@@ -34,10 +36,6 @@ type Item struct {
 	// only when every one of them is over.
 	Group int32
 }
-
-// Key returns the item's counter identity, the same string for items that
-// share a counter.
-func (it *Item) Key() string { return it.Desc + ":" + it.Limit.ID }
 
 // Result is what a store found for one item.
 type Result struct {

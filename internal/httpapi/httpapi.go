@@ -8,7 +8,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -113,13 +112,10 @@ func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "no config loaded", http.StatusServiceUnavailable)
 		return
 	}
-	out, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
+	// Streamed, and bounded: past the cap the dump ends with a note.
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(append(out, '\n'))
+	cfg.WriteJSON(w, descriptors.DefaultMaxDumpBytes)
+	io.WriteString(w, "\n")
 }
 
 // debug guards a debug endpoint per the DebugAccess.

@@ -276,7 +276,8 @@ func (s *Store) nowArg() string {
 	return strconv.FormatInt(s.opts.Now().UnixMicro(), 10)
 }
 
-// base returns the key of an item's counter (window keys add a suffix).
+// base returns the key of an item's counter: the prefix, the descriptor's
+// identity as the hash tag, the limit's counter ID.
 func (s *Store) base(it *engine.Item) string {
 	return s.opts.Prefix + "{" + it.Desc + "}:" + it.Limit.ID
 }

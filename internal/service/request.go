@@ -13,7 +13,7 @@ import (
 // server do unbounded work or hold unbounded memory.
 const (
 	MaxDescriptors  = 64
-	MaxEntries      = 16 // also the deepest descriptor tree a config may hold
+	MaxEntries      = descriptors.MaxDepth
 	maxDomainLen    = 256
 	maxKeyLen       = 256
 	maxValueLen     = 4096
@@ -155,7 +155,7 @@ func overrideLimit(o *Override) *descriptors.Limit {
 		Window:          w,
 		RequestsPerUnit: o.RequestsPerUnit,
 		Algorithm:       descriptors.FixedWindow,
-		ID:              fmt.Sprintf("fw%ds", int64(w/time.Second)),
+		ID:              descriptors.CounterID(descriptors.FixedWindow, w, ""),
 		Label:           "override",
 		Index:           -1,
 	}

@@ -65,7 +65,7 @@ func Limit(alg descriptors.Algorithm, rpu uint32, window time.Duration, burst ui
 		Burst:           burst,
 		Unit:            descriptors.Second,
 		UnitMultiplier:  uint32(window / time.Second),
-		ID:              fmt.Sprintf("%s%ds", [...]string{"fw", "sw", "sl", "tb"}[alg], window/time.Second),
+		ID:              descriptors.CounterID(alg, window, ""),
 	}
 }
 
