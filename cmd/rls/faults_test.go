@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlsproject/rls/internal/redistest"
 )
@@ -126,4 +128,114 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("requests still fail 20s after the master was killed\n%s", s.logs)
 	}
 	t.Logf("all requests succeed again %s after the master was killed", recovered.Sub(start).Round(time.Millisecond))
+}
+
+// algorithmsConfig has one descriptor per algorithm, each a limit of 100.
+const algorithmsConfig = `domain: faults
+descriptors:
+  - key: fw
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: sw
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_window}
+  - key: sl
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}
+  - key: tb
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}
+`
+
+// everyAlgorithmRequest asks one hit (0: a look) of each algorithm's limit.
+func everyAlgorithmRequest(hits uint32) *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: "faults", HitsAddend: hits}
+	for _, k := range []string{"fw", "sw", "sl", "tb"} {
+		req.Descriptors = append(req.Descriptors, rlRequest("faults", k, "client").Descriptors[0])
+	}
+	if hits == 0 {
+		for _, d := range req.Descriptors {
+			d.HitsAddend = &wrapperspb.UInt64Value{Value: 0}
+		}
+	}
+	return req
+}
+
+// TestSlowNetworkPolicies: with 15 ms added each way between rls and Redis
+// and a 10 ms store timeout, 120 sequential requests under each
+// --on-store-error policy are answered as the policy says, and, once the
+// network heals, a look shows every algorithm's whole limit: nothing that
+// rls answered without Redis's decision was consumed.
+func TestSlowNetworkPolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := writeFile(t, t.TempDir(), "faults.yaml", algorithmsConfig)
+	for _, tc := range []struct {
+		policy string
+		code   codes.Code
+		want   rlsv3.RateLimitResponse_Code
+	}{
+		{"error", codes.Unavailable, 0},
+		{"allow", codes.OK, rlsv3.RateLimitResponse_OK},
+		{"deny", codes.OK, rlsv3.RateLimitResponse_OVER_LIMIT},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel()
+			proxy := redistest.StartFaultProxy(t, srv.Addr())
+			s := startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", "redis://"+proxy.Addr()+"/0",
+				"--redis-prefix", tc.policy+":", "--store-timeout", "10ms", "--on-store-error", tc.policy)
+			rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+			look := func(what string) {
+				t.Helper()
+				resp, err := askBounded(rl, everyAlgorithmRequest(0))
+				if err != nil {
+					t.Fatalf("%s: a look: %v", what, err)
+				}
+				for i, st := range resp.Statuses {
+					if st.LimitRemaining != 100 {
+						t.Errorf("%s: descriptor %d remaining %d, want 100", what, i, st.LimitRemaining)
+					}
+				}
+			}
+			look("before the fault")
+			proxy.SetLatency(15 * time.Millisecond)
+			for i := range 120 {
+				resp, err := askBounded(rl, everyAlgorithmRequest(1))
+				if status.Code(err) != tc.code || (err == nil && resp.OverallCode != tc.want) {
+					t.Fatalf("request %d: %v %v; want %s %s", i, resp.GetOverallCode(), err, tc.code, tc.want)
+				}
+			}
+			proxy.Heal()
+			time.Sleep(100 * time.Millisecond) // the replies still on their way back
+			look("after the fault healed")
+			// Redis said of each request that it came past its deadline. On
+			// a machine slowed by the race detector a reply may come after
+			// the pipeline's bound: rls then cannot tell (indeterminate),
+			// although the look above shows nothing was consumed.
+			expired, _ := strconv.Atoi(metricValue(t, s.httpAddr, "rls_redis_expired_total"))
+			indeterminate, _ := strconv.Atoi(metricValue(t, s.httpAddr, "rls_redis_indeterminate_total"))
+			if expired+indeterminate != 120 || (!raceEnabled && indeterminate != 0) {
+				t.Errorf("expired %v, indeterminate %v; want 120 expired", expired, indeterminate)
+			}
+		})
+	}
+}
+
+// TestCallerDeadlineBeforeStoreTimeout: a caller that gives rls 80 ms, with
+// Redis 200 ms away and a store timeout of a second, gets rls's own answer
+// (UNAVAILABLE under --on-store-error=error) before its deadline, not
+// DEADLINE_EXCEEDED: rls answers a margin before the caller's deadline.
+func TestCallerDeadlineBeforeStoreTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartFaultProxy(t, srv.Addr())
+	cfg := writeFile(t, t.TempDir(), "faults.yaml", algorithmsConfig)
+	s := startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", "redis://"+proxy.Addr()+"/0", "--store-timeout", "1s")
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	if _, err := askBounded(rl, everyAlgorithmRequest(0)); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetLatency(100 * time.Millisecond)
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
+		_, err := rl.ShouldRateLimit(ctx, everyAlgorithmRequest(1))
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("request %d with an 80 ms deadline, Redis 200 ms away: %v, want UNAVAILABLE from rls", i, err)
+		}
+	}
 }

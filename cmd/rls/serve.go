@@ -141,7 +141,7 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 	undo = append(undo, closeStore)
 	d.svc = service.New(service.Options{
 		Store:          store,
-		TimeStore:      o.store == "redis",
+		StoreDoesIO:    o.store == "redis",
 		OnStoreError:   o.onStoreError,
 		Headers:        o.responseHeaders,
 		Registry:       reg,
@@ -328,7 +328,7 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := s.Ping(pctx); err != nil {
+	if err := s.Warm(pctx); err != nil {
 		// Serve anyway: /readyz says not ready, --on-store-error decides what
 		// requests get, and the store reconnects by itself.
 		log.Warn("Redis does not answer yet", "error", err)

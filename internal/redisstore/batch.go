@@ -215,16 +215,7 @@ func (b *batcher) send(batch []*call) {
 	for rest := batch; len(rest) > 0; {
 		calls := rest[:min(len(rest), b.perScript)]
 		rest = rest[len(calls):]
-		size := 1
-		for _, c := range calls {
-			size += len(c.args)
-		}
-		args := make([]any, 1, size)
-		args[0] = len(calls)
-		for _, c := range calls {
-			args = append(args, c.args...)
-		}
-		scripts = append(scripts, script{calls: calls, args: args})
+		scripts = append(scripts, script{calls: calls, args: scriptArgs(calls)})
 	}
 	run := func(which []int) {
 		pipe := b.client.Pipeline()
@@ -253,6 +244,14 @@ func (b *batcher) send(batch []*call) {
 				scripts[i].cmd.SetErr(err)
 			}
 		} else {
+			// Sent anew: their deadlines, and their callers' wait, start
+			// again (loading the library may take longer than a timeout).
+			sent = time.Now()
+			wait.Reset(b.timeout + b.grace())
+			for _, i := range again {
+				b.setDeadlines(scripts[i].calls, sent)
+				scripts[i].args = scriptArgs(scripts[i].calls)
+			}
 			run(again)
 		}
 	}
@@ -274,7 +273,7 @@ func (b *batcher) send(batch []*call) {
 			}
 			if r, perr := parseReply(replies[j]); perr == nil {
 				if b.clock != nil && j == 0 {
-					b.clock.sample(c.node, r.now, recv)
+					b.clock.sample(c.node, r.now, sent, recv)
 				}
 				if !c.answer(replies[j], nil) {
 					b.late(c, r)
@@ -284,6 +283,20 @@ func (b *batcher) send(batch []*call) {
 			c.answer(replies[j], nil) // readReply says what is wrong with it
 		}
 	}
+}
+
+// scriptArgs returns the arguments of one FCALL deciding calls.
+func scriptArgs(calls []*call) []any {
+	size := 1
+	for _, c := range calls {
+		size += len(c.args)
+	}
+	args := make([]any, 1, size)
+	args[0] = len(calls)
+	for _, c := range calls {
+		args = append(args, c.args...)
+	}
+	return args
 }
 
 // setDeadlines writes each call's deadline and undo instant, in its node's

@@ -10,14 +10,17 @@ import (
 // the node's clock and the script can refuse to decide a request whose
 // caller has stopped waiting.
 //
-// For each node it keeps a lower bound of the node's lead over the local
-// clock: a reply decided at the node's instant r and received locally at l
-// was decided no later than l, so the lead is at least r - l. The best
-// (largest) bound of the last two periods is used: a deadline sent as
-// local deadline + bound is never later in the node's clock than the local
-// one (the script refuses early rather than late), unless the node's clock
-// has stepped back in the last two periods. Local instants are read on the
-// monotonic clock, so a step of the local wall clock changes nothing.
+// For each node it estimates the node's lead over the local clock from
+// replies: one decided at the node's instant r, on a call sent locally at s
+// and received at e, was decided between s and e, so the lead is r minus
+// their middle, within half the round trip. The estimate is that of the
+// fastest round trip of the last two periods (a busy moment's slow replies
+// do not spoil it, and a step of the node's clock is followed within two
+// periods). Its error, half that round trip (tens of microseconds on a
+// loopback or a LAN), is far below the grace a caller waits past its
+// deadline and the window in which decisions carry their undo logs. Local
+// instants are read on the monotonic clock, so a step of the local wall
+// clock changes nothing.
 //
 // Safe for concurrent use.
 type redisClock struct {
@@ -28,12 +31,14 @@ type redisClock struct {
 	nodes map[string]*nodeClock // by node address ("" for a single node); guarded by mu
 }
 
-// nodeClock is what redisClock knows of one node.
+// nodeClock is what redisClock knows of one node: for the current period
+// and the one before, the lead estimated from its fastest round trip.
 type nodeClock struct {
-	seen   bool
-	period int64 // the period of best
-	best   int64 // the largest bound of that period
-	prev   int64 // the largest bound of the period before
+	seen      bool
+	period    int64
+	lead, rtt int64 // the current period's
+	prevLead  int64
+	prevRTT   int64
 }
 
 // clockPeriod is how long a bound of the lead is trusted before a newer
@@ -60,23 +65,26 @@ func (c *redisClock) node(addr string) *nodeClock {
 	return n
 }
 
-// sample records that node addr decided at its instant redisMicro a reply
-// received locally at recv.
-func (c *redisClock) sample(addr string, redisMicro int64, recv time.Time) {
-	lead := redisMicro - c.micros(recv)
+// sample records that node addr decided at its instant redisMicro a call
+// sent locally at sent and answered at recv.
+func (c *redisClock) sample(addr string, redisMicro int64, sent, recv time.Time) {
+	s, e := c.micros(sent), c.micros(recv)
+	lead, rtt := redisMicro-(s+e)/2, e-s
 	period := int64(recv.Sub(c.origin) / clockPeriod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(addr)
 	switch {
 	case !n.seen:
-		n.seen, n.period, n.best, n.prev = true, period, lead, lead
+		n.seen, n.period, n.lead, n.rtt, n.prevLead, n.prevRTT = true, period, lead, rtt, lead, rtt
 	case period == n.period:
-		n.best = max(n.best, lead)
+		if rtt < n.rtt {
+			n.lead, n.rtt = lead, rtt
+		}
 	case period == n.period+1:
-		n.period, n.prev, n.best = period, n.best, lead
+		n.period, n.prevLead, n.prevRTT, n.lead, n.rtt = period, n.lead, n.rtt, lead, rtt
 	default:
-		n.period, n.prev, n.best = period, lead, lead
+		n.period, n.prevLead, n.prevRTT, n.lead, n.rtt = period, lead, rtt, lead, rtt
 	}
 }
 
@@ -89,7 +97,11 @@ func (c *redisClock) toRedis(addr string, t time.Time) (int64, bool) {
 	if n == nil || !n.seen {
 		return 0, false
 	}
-	return c.micros(t) + max(n.best, n.prev), true
+	lead := n.lead
+	if n.prevRTT < n.rtt {
+		lead = n.prevLead
+	}
+	return c.micros(t) + lead, true
 }
 
 // known reports whether node addr has been sampled.

@@ -245,6 +245,36 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.client.Ping(ctx).Err()
 }
 
+// Warm readies the store before its first requests: it connects every
+// connection the pipelines need (one per worker, on every master), reads
+// each node's clock and loads the function library, so that the first
+// requests do not spend their deadlines on it. It returns the first error.
+func (s *Store) Warm(ctx context.Context) error {
+	warm := func(ctx context.Context, addr string, c *redis.Client) error {
+		var wg sync.WaitGroup
+		errs := make([]error, s.opts.Workers)
+		for i := range s.opts.Workers {
+			wg.Go(func() { errs[i] = c.Ping(ctx).Err() })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		if s.clock != nil {
+			if err := s.readNodeClock(ctx, addr, c); err != nil {
+				return err
+			}
+		}
+		return c.FunctionLoadReplace(ctx, lib.source).Err()
+	}
+	if s.cluster != nil {
+		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return warm(ctx, node.Options().Addr, node)
+		})
+	}
+	return warm(ctx, "", s.client.(*redis.Client))
+}
+
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
@@ -433,10 +463,11 @@ func (s *Store) readClock(ctx context.Context, key string) error {
 }
 
 func (s *Store) readNodeClock(ctx context.Context, addr string, c redis.Cmdable) error {
+	sent := time.Now()
 	t, err := c.Time(ctx).Result()
 	if err != nil {
 		return err
 	}
-	s.clock.sample(addr, t.UnixMicro(), time.Now())
+	s.clock.sample(addr, t.UnixMicro(), sent, time.Now())
 	return nil
 }

@@ -15,13 +15,31 @@ import (
 // Cluster is a Redis Cluster of redis-server processes on 127.0.0.1.
 type Cluster struct {
 	Nodes []*Server
-	tb    testing.TB
+	// Proxies, in a proxied cluster, stand in front of Nodes (same index):
+	// the nodes announce them to clients, so that every client connection
+	// goes through one.
+	Proxies []*FaultProxy
+	tb      testing.TB
 }
 
 // StartCluster starts masters × (1 + replicas) cluster-enabled servers,
 // joins them with redis-cli --cluster create, waits until every node says
 // cluster_state:ok, and stops them all when the test ends.
 func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
+	return startCluster(tb, masters, replicas, false)
+}
+
+// StartProxiedCluster is StartCluster with a FaultProxy in front of each
+// node, which the node announces as its address: faults on a proxy are
+// faults on every client connection to its node (the cluster bus between
+// nodes is not proxied).
+func StartProxiedCluster(tb testing.TB, masters int) *Cluster {
+	tb.Helper()
+	return startCluster(tb, masters, 0, true)
+}
+
+func startCluster(tb testing.TB, masters, replicas int, proxied bool) *Cluster {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -41,12 +59,20 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
 			"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0",
 		}
+		if proxied {
+			proxy := StartFaultProxy(tb, s.addr)
+			c.Proxies = append(c.Proxies, proxy)
+			s.args = append(s.args, "--cluster-announce-ip", "127.0.0.1", "--cluster-announce-port", strconv.Itoa(proxy.Port()),
+				"--cluster-announce-bus-port", strconv.Itoa(s.port+10000))
+		}
 		s.start(bin)
 		tb.Cleanup(s.Stop)
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := []string{"--cluster", "create"}
-	args = append(args, c.Seeds()...)
+	for _, n := range c.Nodes {
+		args = append(args, n.addr) // the nodes' own addresses: they meet on their bus ports
+	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
@@ -56,10 +82,15 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 	return c
 }
 
-// Seeds returns every node's host:port.
+// Seeds returns every node's host:port, as clients reach it (its proxy's
+// in a proxied cluster).
 func (c *Cluster) Seeds() []string {
 	var s []string
-	for _, n := range c.Nodes {
+	for i, n := range c.Nodes {
+		if c.Proxies != nil {
+			s = append(s, c.Proxies[i].Addr())
+			continue
+		}
 		s = append(s, n.addr)
 	}
 	return s
@@ -110,8 +141,8 @@ func (c *Cluster) Master(slot int) *Server {
 				continue
 			}
 			if slot >= start && slot <= end {
-				for _, m := range c.Nodes {
-					if m.port == port {
+				for i, m := range c.Nodes {
+					if m.port == port || c.Proxies != nil && c.Proxies[i].Port() == port {
 						return m
 					}
 				}

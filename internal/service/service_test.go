@@ -521,3 +521,17 @@ descriptors:
 		}
 	}
 }
+
+func TestAnswerMargin(t *testing.T) {
+	for _, tc := range []struct{ left, want time.Duration }{
+		{20 * time.Millisecond, 2 * time.Millisecond}, // Envoy's default timeout
+		{100 * time.Millisecond, 5 * time.Millisecond},
+		{time.Second, 5 * time.Millisecond},
+		{3 * time.Millisecond, time.Millisecond},
+		{0, time.Millisecond},
+	} {
+		if got := answerMargin(tc.left); got != tc.want {
+			t.Errorf("answerMargin(%s) = %s, want %s", tc.left, got, tc.want)
+		}
+	}
+}
