@@ -138,7 +138,7 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "`prefix` of every Redis key (several rls deployments can share one Redis)")
 	fs.StringVar(&o.redisCA, "redis-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss:// with a private CA)")
 	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis `connections` per node (0: 10 per CPU)")
-	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "bound on one store call, after which --on-store-error decides (Envoy's own default timeout is 20ms)")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "how long Redis has to decide a request once rls sends it (rls waits half as long again for the reply; a caller's earlier deadline wins); then --on-store-error decides")
 	fs.StringVar(&f.onErr, "on-store-error", "error", "what a request gets when the store fails or times out (`policy`): error (gRPC UNAVAILABLE, HTTP 503: the proxy's failure mode decides), allow (OK) or deny (OVER_LIMIT)")
 	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses (`mode`): off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both; /auth and ext_authz always send both")
 	fs.StringVar(&f.mem, "memory-limit", "256MiB", "bound on the memory store's counters (`size`), in bytes or with KiB, MiB, GiB (KB, MB, GB: powers of 1000); the counters closest to expiry are evicted first")
