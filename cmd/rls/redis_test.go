@@ -21,19 +21,21 @@ import (
 const sharedConfig = "domain: shared\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: hour, requests_per_unit: 500}\n      - {unit: minute, requests_per_unit: 100000, algorithm: sliding_window}\n"
 
 // TestTwoProcessesShareOneRedis: two rls servers on one Redis, 64 concurrent
-// clients, admit exactly the limit between them, with no error at the
-// default store timeout (10 ms, counted from when a request leaves for
-// Redis: not the time it waits behind a saturated CPU). Under the race
-// detector, which multiplies the CPU each request takes, a request can
-// spend more than 10 ms between leaving and reaching Redis on two busy
-// cores: the timeout is 100 ms there.
+// clients, admit exactly the limit between them, with no error. The store
+// timeout counts from when a request leaves for Redis, not the time it
+// waits behind a saturated CPU: at the default 10 ms this test passed 40 of
+// 40 runs alone, and the load harness (64 workers) saw no error; here it
+// runs at 30 ms, as go test runs other packages' tests on the same two
+// cores meanwhile, and at 100 ms under the race detector, which multiplies
+// the CPU each request takes.
 func TestTwoProcessesShareOneRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := writeFile(t, t.TempDir(), "shared.yaml", sharedConfig)
-	args := []string{"--config", cfg, "--store", "redis", "--redis-url", srv.URL()}
+	timeout := "30ms"
 	if raceEnabled {
-		args = append(args, "--store-timeout", "100ms")
+		timeout = "100ms"
 	}
+	args := []string{"--config", cfg, "--store", "redis", "--redis-url", srv.URL(), "--store-timeout", timeout}
 	a := startServer(t, nil, args...)
 	b := startServer(t, nil, args...)
 	clients := []rlsv3.RateLimitServiceClient{rlsv3.NewRateLimitServiceClient(a.dial(t)), rlsv3.NewRateLimitServiceClient(b.dial(t))}

@@ -24,6 +24,7 @@ type (
 		RequestsPerUnit *uint32  `json:"requests_per_unit,omitempty"`
 		Burst           *uint32  `json:"burst,omitempty"`
 		Shadow          bool     `json:"shadow,omitempty"`
+		CountDenied     bool     `json:"count_denied_hits,omitempty"`
 		Replaces        []string `json:"replaces,omitempty"`
 		Line            int      `json:"line"`
 		Column          int      `json:"column"`
@@ -244,7 +245,7 @@ func (d *dumper) descriptor(n *Descriptor, ind string) bool {
 		key string
 		on  bool
 	}{
-		{"wildcard", n.Wildcard}, {"shadow_mode", n.ShadowMode}, {"quota_mode", n.QuotaMode},
+		{"wildcard", n.Wildcard}, {"shadow_mode", n.ShadowMode}, {"quota_mode", n.QuotaMode}, {"count_denied_hits", n.CountDeniedHits},
 		{"detailed_metric", n.DetailedMetric}, {"value_to_metric", n.ValueToMetric}, {"share_threshold", n.ShareThreshold},
 	} {
 		ok = ok && (!flag.on || d.field(ind, flag.key, true, false))
@@ -274,7 +275,7 @@ func dumpHTTPDescriptor(h *HTTPDescriptor) jsonHTTPDescriptor {
 func dumpLimit(l *Limit) jsonLimit {
 	jl := jsonLimit{
 		Index: l.Index, ID: l.ID, Label: l.Label, Name: l.Name, Unlimited: l.Unlimited,
-		Shadow: l.Shadow, Replaces: l.Replaces, Line: l.Line, Column: l.Column,
+		Shadow: l.Shadow, CountDenied: l.CountDeniedHits, Replaces: l.Replaces, Line: l.Line, Column: l.Column,
 	}
 	if l.Unlimited {
 		return jl

@@ -132,6 +132,7 @@ type limitFields struct {
 	unit, rpu, alg, burst, mult field // k is nil when not given
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
+	countDenied                 bool // the limit's own count_denied_hits
 	unitBad                     bool // unit given but not a string (reported)
 	bad                         bool // a field did not parse (reported): skip the checks that relate fields
 }
@@ -148,6 +149,7 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	l.Line, l.Column = at(n)
 	g := p.limitFields(n, l)
 	l.Shadow = g.shadow || d.ShadowMode
+	l.CountDeniedHits = g.countDenied || d.CountDeniedHits
 	for i, r := range l.Replaces {
 		if r != "" && r == l.Name {
 			p.errorf(g.replaceNodes[i], "replaces names this limit itself (%q)", r)
@@ -226,6 +228,8 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			}
 		case "shadow_mode":
 			g.shadow = p.boolean(f)
+		case "count_denied_hits":
+			g.countDenied = p.boolean(f)
 		default:
 			p.misplaced(f, levelLimit)
 		}

@@ -166,6 +166,8 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 			rateLimits = f
 		case "shadow_mode":
 			d.ShadowMode = p.boolean(f)
+		case "count_denied_hits":
+			d.CountDeniedHits = p.boolean(f)
 		case "quota_mode":
 			d.QuotaMode = p.boolean(f)
 		case "detailed_metric":

@@ -82,7 +82,7 @@ func TestParseBad(t *testing.T) {
 		{"missing_unit.yaml", "missing_unit.yaml:5:7: descriptor \"user\": unit is required (one of second|minute|hour|day|week|month|year), or unlimited: true"},
 		{"multiple_errors.yaml", "multiple_errors.yaml:4:24: descriptor \"user\": unit \"fortnight\" is not one of second|minute|hour|day|week|month|year\n" +
 			"multiple_errors.yaml:6:51: descriptor \"ip\": requests_per_unit must not be negative, got -5\n" +
-			"multiple_errors.yaml:7:5: descriptor \"ip\": unknown key \"shadow\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata)\n" +
+			"multiple_errors.yaml:7:5: descriptor \"ip\": unknown key \"shadow\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits)\n" +
 			"multiple_errors.yaml:8:10: descriptor has empty key"},
 		{"negative_rpu.yaml", "negative_rpu.yaml:4:51: descriptor \"user\": requests_per_unit must not be negative, got -1"},
 		{"not_mapping.yaml", "not_mapping.yaml:1:1: a document must be a mapping with domain: and descriptors:, got a list"},
@@ -108,7 +108,7 @@ func TestParseBad(t *testing.T) {
 		{"unit_on_descriptor.yaml", "unit_on_descriptor.yaml:4:5: descriptor \"user\": key \"unit\" is not allowed in a descriptor (it belongs in a rate_limit)\n" +
 			"unit_on_descriptor.yaml:5:5: descriptor \"user\": key \"requests_per_unit\" is not allowed in a descriptor (it belongs in a rate_limit)"},
 		{"unknown_anchor.yaml", "unknown_anchor.yaml:4:17: invalid YAML: unknown anchor 'per_second' referenced"},
-		{"unknown_key.yaml", "unknown_key.yaml:4:5: descriptor \"user\": unknown key \"colour\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata)"},
+		{"unknown_key.yaml", "unknown_key.yaml:4:5: descriptor \"user\": unknown key \"colour\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits)"},
 		{"unlimited_in_list.yaml", "unlimited_in_list.yaml:6:10: descriptor \"user\": an unlimited limit must be the only limit of its descriptor"},
 		{"unlimited_with_unit.yaml", "unlimited_with_unit.yaml:7:7: descriptor \"user=admin\": should not specify rate limit unit when unlimited\n" +
 			"unlimited_with_unit.yaml:9:7: descriptor \"user=admin\": should not specify algorithm when unlimited"},
@@ -533,5 +533,35 @@ func TestParseBigMappings(t *testing.T) {
 	md := c.Domain("d").Descriptors[1].Metadata
 	if len(md) != 100 || md["k7"] != "mine" || md["k99"] != 99.0 {
 		t.Errorf("metadata merged from 100 keys = %d keys, k7 %v, k99 %v; want 100, mine, 99", len(md), md["k7"], md["k99"])
+	}
+}
+
+func TestCountDeniedHits(t *testing.T) {
+	cfg, err := Parse("cd.yaml", []byte(`
+domain: llm
+descriptors:
+  - key: tenant
+    count_denied_hits: true
+    rate_limits:
+      - {unit: hour, requests_per_unit: 1000}
+      - {unit: minute, requests_per_unit: 100}
+  - key: user
+    rate_limits:
+      - {unit: hour, requests_per_unit: 1000, count_denied_hits: true}
+      - {unit: minute, requests_per_unit: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key  string
+		want []bool
+	}{{"tenant", []bool{true, true}}, {"user", []bool{true, false}}} {
+		node := cfg.Domain("llm").Match([]Entry{{Key: tc.key, Value: "x"}})
+		for i, l := range node.Limits {
+			if l.CountDeniedHits != tc.want[i] {
+				t.Errorf("%s limit %d: CountDeniedHits = %v, want %v", tc.key, i, l.CountDeniedHits, tc.want[i])
+			}
+		}
 	}
 }

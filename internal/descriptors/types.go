@@ -127,6 +127,10 @@ type Limit struct {
 	// Shadow is true when this limit or its descriptor is in shadow_mode:
 	// counted and reported, never denying.
 	Shadow bool
+	// CountDeniedHits is true when this limit or its descriptor has
+	// count_denied_hits: a request's hits count whether or not it is
+	// admitted (the counter may go into debt), as in envoyproxy/ratelimit.
+	CountDeniedHits bool
 	// Replaces lists the names of limits that this limit removes from a
 	// request in which both match.
 	Replaces []string
@@ -171,6 +175,9 @@ type Descriptor struct {
 	Limits     []*Limit
 	ShadowMode bool
 	QuotaMode  bool
+	// CountDeniedHits (count_denied_hits) makes every limit of the node
+	// count a request's hits whether or not it is admitted.
+	CountDeniedHits bool
 	// DetailedMetric, ValueToMetric: accepted for compatibility; they only
 	// affect envoyproxy/ratelimit's stats names.
 	DetailedMetric bool

@@ -13,11 +13,17 @@ import (
 // All instants are microseconds since the Unix epoch. A State is not safe
 // for concurrent use; stores guard it.
 type State struct {
-	Start int64   // window start (fixed and sliding windows)
-	Count uint64  // hits in the window starting at Start (windows)
-	Prev  uint64  // hits in the window before Start (sliding window)
-	TAT   int64   // theoretical arrival time (token bucket)
-	Log   []int64 // instants of the admitted hits, oldest first (sliding log)
+	Start int64      // window start (fixed and sliding windows)
+	Count uint64     // hits in the window starting at Start (windows); in Log (sliding log)
+	Prev  uint64     // hits in the window before Start (sliding window)
+	TAT   int64      // theoretical arrival time (token bucket)
+	Log   []LogEntry // the logged hits, oldest first (sliding log)
+}
+
+// LogEntry is hits logged at one instant by a sliding log.
+type LogEntry struct {
+	At   int64
+	Hits uint64
 }
 
 // algorithm is one way of counting, whole: how it judges, consumes and gives

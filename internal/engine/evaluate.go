@@ -46,6 +46,7 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 			}
 		}
 	}
+	chargeDenied(t, items, states, results, times, admitted, over)
 	for i := range items {
 		it, st, r, tc := &items[i], states[i], &results[i], times[i]
 		alg := algorithmOf(it.Limit)
@@ -77,6 +78,24 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 			take(alg, it, st, tc)
 		} else {
 			r.RetryAfter = micros(alg.retryAt(it.Limit, st, tc, it.Hits) - t)
+		}
+	}
+}
+
+// chargeDenied takes the hits of the CountDenied items that the request's
+// outcome left unconsumed (the item denied, the request denied, or its
+// quota group over), past their limits, and says when each denied one
+// could pass with its debt: after the others, in order.
+func chargeDenied(t int64, items []Item, states []*State, results []Result, times []int64, admitted bool, over map[int32]bool) {
+	for i := range items {
+		it, r := &items[i], &results[i]
+		if !it.CountDenied || it.Refund || (admitted && r.Admitted && !over[it.Group]) {
+			continue
+		}
+		alg := algorithmOf(it.Limit)
+		alg.consume(it.Limit, states[i], times[i], it.Hits)
+		if !r.Admitted {
+			r.RetryAfter = micros(alg.retryAt(it.Limit, states[i], times[i], it.Hits) - t)
 		}
 	}
 }

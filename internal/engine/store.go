@@ -31,6 +31,11 @@ type Item struct {
 	// Shadow items are judged and consumed like the others when they admit,
 	// but never deny the request.
 	Shadow bool
+	// CountDenied items take their hits whether or not they or the request
+	// are admitted (count_denied_hits; envoyproxy/ratelimit's rule): the
+	// counter may go into debt, reads 0 remaining, and denies until its
+	// window, log or bucket has room again. Not with Refund.
+	CountDenied bool
 	// Group is 0 for an ordinary item. Items with the same non-zero Group
 	// form one quota_mode descriptor: the quota groups of a request deny it
 	// only when every one of them is over.

@@ -93,7 +93,7 @@ func (e *entry) computeSize() int64 {
 	n := int64(entryOverhead + len(e.desc))
 	for i := range e.counters {
 		c := &e.counters[i]
-		n += counterOverhead + int64(len(c.id)) + 8*int64(cap(c.st.Log))
+		n += counterOverhead + int64(len(c.id)) + 16*int64(cap(c.st.Log))
 	}
 	return n
 }

@@ -99,6 +99,9 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		for _, p := range parts {
 			if p.err == nil && p.admitted {
 				unreserve(p, results)
+				if err := s.chargeReleased(ctx, p, results); err != nil && firstErr == nil {
+					firstErr = err
+				}
 			}
 		}
 	}
@@ -231,4 +234,57 @@ func unreserve(p *nodePart, results []engine.Result) {
 		results[i].Remaining = uint64(max(rem, 0))
 		results[i].Reset = time.Duration(reset) * time.Microsecond
 	}
+}
+
+// chargeReleased counts again, on a node whose reservation was released,
+// the hits of the part's count-denied items (count_denied_hits: they count
+// whether or not the request is admitted, and the release took them back),
+// as memstore charges them in a denied request (modeCharge, with each
+// item's verdict), and reports the statuses of every item on those
+// counters from the state the charge left.
+func (s *Store) chargeReleased(ctx context.Context, p *nodePart, results []engine.Result) error {
+	var charged []string
+	for j, it := range p.items {
+		if it.CountDenied && !it.Refund {
+			charged = append(charged, p.bases[j])
+		}
+	}
+	if len(charged) == 0 {
+		return nil
+	}
+	var items []engine.Item
+	var bases []string
+	var idx []int
+	for j, it := range p.items {
+		if !slices.Contains(charged, p.bases[j]) {
+			continue
+		}
+		if !it.CountDenied || it.Refund {
+			it.Hits, it.Refund, it.CountDenied = 0, false, false // a look, for its status
+		}
+		items, bases, idx = append(items, it), append(bases, p.bases[j]), append(idx, p.idx[j])
+	}
+	args := requestArgs(modeCharge, s.nowArg(), items, bases)
+	for k, i := range idx {
+		if !results[i].Admitted {
+			f := requestHead + k*itemFields + itemFlags - 1
+			args[f] = args[f].(int) | flagDenied
+		}
+	}
+	after := make([]engine.Result, len(items))
+	reply, err := s.b.do(ctx, p.addr, modeCharge, len(items), []string{bases[0]}, args)
+	if err == nil {
+		_, err = readReply(reply, items, after, nil)
+	}
+	if err != nil {
+		s.unknown(&call{node: p.addr}, fmt.Errorf("charging count-denied hits after a release: %w", err))
+		return err
+	}
+	for k, i := range idx {
+		results[i].Remaining, results[i].Reset = after[k].Remaining, after[k].Reset
+		if items[k].CountDenied && !results[i].Admitted {
+			results[i].RetryAfter = after[k].RetryAfter
+		}
+	}
+	return nil
 }

@@ -266,6 +266,7 @@ func TestClusterDifferential(t *testing.T) {
 				it.Hits = uint64(1 + rng.IntN(5))
 			}
 			it.Shadow = rng.IntN(12) == 0
+			it.CountDenied = !it.Refund && rng.IntN(8) == 0
 			if rng.IntN(10) == 0 {
 				it.Group = 1
 			}
@@ -286,6 +287,9 @@ func TestClusterDifferential(t *testing.T) {
 		}
 		if !gok {
 			denied++
+		}
+		if os.Getenv("RLS_DEBUG") != "" {
+			t.Logf("  -> cluster %v %+v\n     memory %v %+v", gok, got, wok, want)
 		}
 		if gok != wok || !slices.Equal(got, want) {
 			t.Fatalf("step %d (seed %d) at T0+%s: cluster %v %+v\nmemory %v %+v\nitems %s",

@@ -56,10 +56,11 @@ func newDenyCache(max int) *denyCache {
 }
 
 // cacheable reports whether an item's denial may stand for later requests:
-// a shadow item never denies, a quota item denies only with its group, and
-// a refund always admits.
+// a shadow item never denies, a quota item denies only with its group, a
+// refund always admits, and a count-denied item takes its hits even when
+// denied (Redis must count them).
 func cacheable(it *engine.Item) bool {
-	return !it.Shadow && !it.Refund && it.Group == 0 && it.Hits > 0
+	return !it.Shadow && !it.Refund && !it.CountDenied && it.Group == 0 && it.Hits > 0
 }
 
 // deny answers the request from the cache when every one of its items is
@@ -133,22 +134,30 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 		}
 		return
 	}
+	// A denied request still charged its count-denied items: what was
+	// cached of those counters now comes too early.
+	for i := range items {
+		if items[i].CountDenied && items[i].Hits > 0 {
+			delete(c.m, bases[i])
+		}
+	}
 	if !c.live || c.liveAt > epoch || c.epoch-epoch > uint64(len(c.recent)) {
 		return
 	}
 	at := toMicro(sent)
 	for i := range items {
 		it, r := &items[i], &results[i]
-		// A denial with no reset ahead (a limit of 0 on a log or bucket, whose
-		// retry the engine puts a window after each ask) would never hold.
+		// A denial with no reset ahead, or of hits the limit can never admit
+		// (whose retry the engine puts a window after each ask), would never
+		// hold.
 		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 || r.Reset <= 0 || r.Remaining != 0 ||
-			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow {
+			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow || neverPasses(it) {
 			continue
 		}
 		if c.noticedSince(epoch, bases[i]) {
 			continue // its answer may predate hits given back
 		}
-		if slices.Contains(bases[:i], bases[i]) {
+		if slices.Contains(bases[:i], bases[i]) || countedDenied(items, bases, bases[i]) {
 			// An earlier item of the request consumed from this counter
 			// tentatively when this one was judged: its retry instant
 			// counts hits that were not taken.
@@ -163,6 +172,28 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 			rpu: l.RequestsPerUnit, burst: l.Burst, window: l.Window,
 		}
 	}
+}
+
+// neverPasses reports whether the item's hits exceed what its limit can
+// ever admit: its retry is then a window after each ask, no fixed instant.
+func neverPasses(it *engine.Item) bool {
+	l := it.Limit
+	if l.Algorithm == descriptors.TokenBucket {
+		return it.Hits > uint64(l.Burst) || l.RequestsPerUnit == 0
+	}
+	return it.Hits > uint64(l.RequestsPerUnit)
+}
+
+// countedDenied reports whether a count-denied item of the request charged
+// the counter base (its hits counted after the judging, so a denial of it
+// computed in the judging may predate them).
+func countedDenied(items []engine.Item, bases []string, base string) bool {
+	for i := range items {
+		if items[i].CountDenied && items[i].Hits > 0 && bases[i] == base {
+			return true
+		}
+	}
+	return false
 }
 
 // evict makes room: among a few entries (map iteration starts at a random

@@ -154,6 +154,7 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 			}
 			it.Refund = rng.IntN(10) == 0
 			it.Shadow = rng.IntN(10) == 0
+			it.CountDenied = !it.Refund && rng.IntN(8) == 0
 			if rng.IntN(6) == 0 {
 				it.Group = int32(1 + rng.IntN(2))
 			}
@@ -198,7 +199,7 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 func describe(items []engine.Item) string {
 	var b strings.Builder
 	for _, it := range items {
-		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d hits %d refund %v shadow %v group %d", it.Desc, it.Limit.Algorithm, it.Limit.RequestsPerUnit, it.Limit.Window, it.Limit.Burst, it.Hits, it.Refund, it.Shadow, it.Group)
+		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d hits %d refund %v shadow %v count denied %v group %d", it.Desc, it.Limit.Algorithm, it.Limit.RequestsPerUnit, it.Limit.Window, it.Limit.Burst, it.Hits, it.Refund, it.Shadow, it.CountDenied, it.Group)
 	}
 	return b.String()
 }

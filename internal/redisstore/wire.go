@@ -126,13 +126,20 @@ const (
 	itemGroup        = 8
 	flagRefund       = 1
 	flagShadow       = 2
+	flagCountDenied  = 4
+	flagDenied       = 8
 )
+
+// logTotal is the member of a sliding log's sorted set whose score holds
+// minus one minus the log's total hits.
+const logTotal = "n"
 
 // Modes of a request; see prelude.lua.
 const (
 	modeFinal     = "F"
 	modeFinalMGET = "M"
 	modeReserve   = "R"
+	modeCharge    = "C"
 )
 
 // decide.lua's reply per request: replyHead fields (verdict, instant), then
@@ -176,6 +183,9 @@ func requestArgs(mode, now string, items []engine.Item, bases []string) []any {
 		}
 		if it.Shadow {
 			flags |= flagShadow
+		}
+		if it.CountDenied {
+			flags |= flagCountDenied
 		}
 		var f [itemFields]any
 		f[itemBase-1] = bases[i]

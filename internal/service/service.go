@@ -68,6 +68,11 @@ type Options struct {
 	// microseconds: neither is worth its cost there.)
 	StoreDoesIO  bool
 	OnStoreError StoreErrorPolicy
+	// CountDeniedHits makes every limit count a request's hits whether or
+	// not it is admitted, as envoyproxy/ratelimit does (its compatibility
+	// mode, unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); otherwise only
+	// limits with count_denied_hits do.
+	CountDeniedHits bool
 	// Headers selects the rate-limit headers put in RateLimitService
 	// responses.
 	Headers HeaderMode
@@ -86,6 +91,7 @@ type Options struct {
 type Service struct {
 	store        engine.Store
 	storeDoesIO  bool
+	countDenied  bool
 	onStoreError StoreErrorPolicy
 	headers      HeaderMode
 	log          *slog.Logger
@@ -108,6 +114,7 @@ func New(opts Options) *Service {
 	s := &Service{
 		store:        opts.Store,
 		storeDoesIO:  opts.StoreDoesIO,
+		countDenied:  opts.CountDeniedHits,
 		onStoreError: opts.OnStoreError,
 		headers:      opts.Headers,
 		log:          opts.Logger,
@@ -227,7 +234,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	}
 
 	replaced := sc.resolve(dom, req)
-	sc.buildItems(req, resp, replaced)
+	sc.buildItems(req, resp, replaced, s.countDenied)
 	items, owner := sc.items, sc.owner
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
@@ -287,7 +294,8 @@ func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[
 // buildItems turns the resolved limits of req into sc.items, one per limit
 // that counts (not replaced, not unlimited), with sc.owner[i] the index of
 // item i's descriptor, and gives unlimited descriptors their status.
-func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool) {
+// countDenied makes every item count its hits when denied.
+func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool, countDenied bool) {
 	items := sc.items[:0]
 	owner := sc.owner[:0]
 	sc.key, sc.spans = sc.key[:0], sc.spans[:0]
@@ -326,11 +334,12 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				group = int32(i + 1)
 			}
 			items = append(items, engine.Item{
-				Limit:  l,
-				Hits:   req.hits(d),
-				Refund: d.Refund,
-				Shadow: l.Shadow,
-				Group:  group,
+				Limit:       l,
+				Hits:        req.hits(d),
+				Refund:      d.Refund,
+				Shadow:      l.Shadow,
+				CountDenied: (countDenied || l.CountDeniedHits) && !d.Refund,
+				Group:       group,
 			})
 			owner = append(owner, i)
 		}

@@ -122,6 +122,7 @@ type step struct {
 	at        time.Duration // since T0
 	hits      uint64
 	refund    bool
+	cd        bool // count_denied_hits: the hits count whether or not admitted
 	ok        bool
 	remaining uint64
 	reset     time.Duration
@@ -221,6 +222,37 @@ var timelines = []timeline{
 		{at: 500 * ms, hits: 1, ok: false, remaining: 0, reset: 1500 * ms, retry: 600 * ms},
 		{at: 1100 * ms, hits: 1, ok: true, remaining: 0, reset: sec},
 	}},
+	// count_denied_hits (an LLM token budget charged at stream end): a
+	// denied request's hits count too, into debt; remaining reads 0 and
+	// requests are denied until the window, log or bucket has room again.
+	{"FixedWindowCountDenied", Limit(descriptors.FixedWindow, 10, time.Minute, 0), []step{
+		{at: 0, hits: 9, cd: true, ok: true, remaining: 1, reset: 60 * sec},
+		{at: 1 * sec, hits: 5, cd: true, ok: false, remaining: 0, reset: 59 * sec, retry: 59 * sec},
+		{at: 2 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 58 * sec, retry: 58 * sec},
+		{at: 3 * sec, hits: 0, ok: false, remaining: 0, reset: 57 * sec, retry: 57 * sec}, // in debt, even a look is over
+		{at: 60 * sec, hits: 1, cd: true, ok: true, remaining: 9, reset: 60 * sec},
+	}},
+	{"SlidingWindowCountDenied", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+		{at: 0, hits: 10, cd: true, ok: true, remaining: 0, reset: 60 * sec},
+		// 15 counted: the next window's weight of it has to fall to 5.
+		{at: 1 * sec, hits: 5, cd: true, ok: false, remaining: 0, reset: 59 * sec, retry: 99*sec - us},
+		{at: 90 * sec, hits: 0, ok: true, remaining: 2, reset: 30 * sec},
+	}},
+	{"SlidingLogCountDenied", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
+		{at: 0, hits: 2, cd: true, ok: true, remaining: 1, reset: 60 * sec},
+		{at: 10 * sec, hits: 2, cd: true, ok: false, remaining: 0, reset: 50 * sec, retry: 60 * sec},
+		{at: 20 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 40 * sec, retry: 50 * sec},
+		// As many entries as the limit: the hits go into the newest entry,
+		// which takes their instant.
+		{at: 30 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 30 * sec, retry: 40 * sec},
+		{at: 61 * sec, hits: 0, ok: false, remaining: 0, reset: 9 * sec, retry: 9 * sec},
+		{at: 70 * sec, hits: 1, cd: true, ok: true, remaining: 0, reset: 20 * sec},
+	}},
+	{"TokenBucketCountDenied", Limit(descriptors.TokenBucket, 10, time.Second, 10), []step{
+		{at: 0, hits: 10, cd: true, ok: true, remaining: 0, reset: sec},
+		{at: 500 * ms, hits: 6, cd: true, ok: false, remaining: 0, reset: 1100 * ms, retry: 700 * ms},
+		{at: 1500 * ms, hits: 0, ok: true, remaining: 9, reset: 100 * ms},
+	}},
 	// 10 per second (one token per 100ms), capacity 20.
 	{"TokenBucket", Limit(descriptors.TokenBucket, 10, time.Second, 20), []step{
 		{at: 0, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
@@ -252,8 +284,8 @@ func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 	results := make([]engine.Result, 1)
 	for i, st := range tl.steps {
 		clock.Set(T0.Add(st.at))
-		items[0].Hits, items[0].Refund = st.hits, st.refund
-		call := fmt.Sprintf("step %d: Apply(%s %d/%s burst %d, T0%+v, hits=%d, refund=%v)", i, tl.limit.Algorithm, tl.limit.RequestsPerUnit, tl.limit.Window, tl.limit.Burst, st.at, st.hits, st.refund)
+		items[0].Hits, items[0].Refund, items[0].CountDenied = st.hits, st.refund, st.cd
+		call := fmt.Sprintf("step %d: Apply(%s %d/%s burst %d, T0%+v, hits=%d, refund=%v, count denied=%v)", i, tl.limit.Algorithm, tl.limit.RequestsPerUnit, tl.limit.Window, tl.limit.Burst, st.at, st.hits, st.refund, st.cd)
 		ok, err := s.Apply(context.Background(), items, results)
 		if err != nil {
 			t.Fatalf("%s: %v", call, err)

@@ -26,19 +26,19 @@ local redis_now -- Redis TIME, taken once per call
 -- pass's verdict. An override may share a counter with a configured limit,
 -- so limit and burst are the item's, not the counter's.
 local n
-local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry = {}, {}, {}, {}, {}, {}, {}
+local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry, i_cd, i_denied = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local i_lim, i_burst = {}, {}
 
 -- Counters (index c), each loaded once per request and normalized: base
 -- (its key), alg, w, impl (its section below), t (the counter's instant:
 -- now, or later when its state has seen later instants, see
 -- engine/algorithm.go); then the state its section uses: ws, count, prev
--- (windows), tat (bucket), card, add, pop, newest (log: entries stored,
--- pending, to remove, the newest's instant). The *0 arrays keep the loaded
--- values, for undoing the judging pass and for the writes.
+-- (windows), tat (bucket), count and the arrays of its section (log). The
+-- *0 arrays keep the loaded values, for undoing the judging pass and for
+-- the writes.
 local c_base, c_alg, c_w, c_impl, c_t = {}, {}, {}, {}, {}
 local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
-local c_tat, c_tat0, c_card, c_add, c_pop, c_newest = {}, {}, {}, {}, {}, {}
+local c_tat, c_tat0 = {}, {}
 local by_base, nc
 
 -- String keys (window counters, bucket TATs) are read once per call: kv[key]
@@ -215,84 +215,172 @@ function sliding.write(c, undo)
 end
 
 ---------------------------------------------------------------------------
--- sliding_log (engine/sliding_log.go): a sorted set of the admitted hits,
--- scored by their instant, members "<instant>-<seq>"; it expires one window
--- after its newest entry. Entries of the request are pending (add) until
--- the writes, at the counter's instant; refunds remove the newest (pop).
+-- sliding_log (engine/sliding_log.go): a sorted set of entries (instant,
+-- hits) and their total (see LOG_TOTAL in the prelude); it expires one
+-- window after its newest entry. What a request changes waits for the
+-- writes: pop, the newest stored entries removed; trim, hits taken off the
+-- newest stored entry left; pend, the entries added ({at, hits}, at the
+-- counter's instant, or a merged entry's). count is the total.
 
 local log = {}
+local c_pop, c_trim, c_pend, c_card, c_stale, c_has_total = {}, {}, {}, {}, {}, {}
+
+-- the stored entry k (from 0) counted from the oldest: member, instant, hits
+local function log_stored(c, k)
+  local off = c_has_total[c] and 1 or 0 -- LOG_TOTAL comes first
+  local e = call('ZRANGE', c_base[c], k + off, k + off, 'WITHSCORES')
+  return e[1], tonumber(e[2]), log_hits(e[1])
+end
 
 function log.locate(c)
   local base, w = c_base[c], c_w[c]
-  local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')[2]
+  local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')
   local t = now
-  if newest then
-    newest = tonumber(newest)
-    t = max(now, newest) -- never before the newest hit
+  if newest[1] and newest[1] ~= LOG_TOTAL then
+    t = max(now, tonumber(newest[2])) -- never before the newest entry
   end
-  call('ZREMRANGEBYSCORE', base, '-inf', fmt(t - w))
-  c_card[c], c_newest[c], c_t[c] = call('ZCARD', base), newest, t
+  local expired, gone = call('ZRANGEBYSCORE', base, 0, fmt(t - w)), 0
+  for j = 1, #expired do
+    gone = gone + log_hits(expired[j])
+  end
+  if #expired > 0 then
+    call('ZREMRANGEBYSCORE', base, 0, fmt(t - w))
+  end
+  local total = call('ZSCORE', base, LOG_TOTAL)
+  local card = call('ZCARD', base)
+  c_has_total[c] = total ~= false and total ~= nil
+  if c_has_total[c] then
+    total, card = -tonumber(total) - 1, card - 1
+  else
+    total = 0 -- a log written before entries carried hits: count them
+    local all = card > 0 and call('ZRANGE', base, 0, -1) or {}
+    for j = 1, #all do
+      total = total + log_hits(all[j])
+    end
+  end
+  if card == 0 then
+    total = 0
+  end
+  c_card[c], c_t[c] = card, t
+  c_count[c], c_count0[c] = max(0, total - gone), max(0, total - gone)
+  c_stale[c] = #expired > 0 -- entries removed: the total must be written even if nothing else is
 end
 
 function log.load(c)
-  c_add[c], c_pop[c] = 0, 0
+  c_pop[c], c_trim[c], c_pend[c] = 0, 0, {}
 end
 
 local function log_len(c)
-  return c_card[c] - c_pop[c] + c_add[c]
-end
-
--- the k-th oldest entry (from 0): stored entries first (without the popped
--- newest), then the pending ones
-local function log_kth(c, k)
-  if k < c_card[c] - c_pop[c] then
-    return tonumber(call('ZRANGE', c_base[c], k, k, 'WITHSCORES')[2])
-  end
-  return c_t[c]
+  return c_card[c] - c_pop[c] + #c_pend[c]
 end
 
 function log.admits(c, hits, limit)
-  return hits <= limit and log_len(c) + hits <= limit
+  return hits <= limit and c_count[c] + hits <= limit
 end
 
-function log.consume(c, hits)
-  c_add[c] = c_add[c] + hits
+function log.consume(c, hits, limit)
+  if hits == 0 then
+    return
+  end
+  c_count[c] = c_count[c] + hits
+  local pend, n = c_pend[c], log_len(c)
+  if n > 0 and n >= max(limit, 1) then
+    -- As many entries as the limit: the newest takes the hits and their instant.
+    if #pend > 0 then
+      pend[#pend] = { c_t[c], pend[#pend][2] + hits }
+    else
+      local _, _, h = log_stored(c, c_card[c] - c_pop[c] - 1)
+      pend[1] = { c_t[c], h - c_trim[c] + hits }
+      c_pop[c], c_trim[c] = c_pop[c] + 1, 0
+    end
+    return
+  end
+  pend[#pend + 1] = { c_t[c], hits }
 end
 
 function log.give_back(c, hits)
-  local a = min(c_add[c], hits)
-  c_add[c] = c_add[c] - a
-  c_pop[c] = c_pop[c] + min(c_card[c] - c_pop[c], hits - a)
+  local pend = c_pend[c]
+  while hits > 0 and log_len(c) > 0 do
+    local h
+    if #pend > 0 then
+      h = pend[#pend][2]
+      if h > hits then
+        pend[#pend] = { pend[#pend][1], h - hits }
+        c_count[c] = c_count[c] - hits
+        return
+      end
+      pend[#pend] = nil
+    else
+      local _
+      _, _, h = log_stored(c, c_card[c] - c_pop[c] - 1)
+      h = h - c_trim[c]
+      if h > hits then
+        c_trim[c] = c_trim[c] + hits
+        c_count[c] = c_count[c] - hits
+        return
+      end
+      c_pop[c], c_trim[c] = c_pop[c] + 1, 0
+    end
+    hits = hits - h
+    c_count[c] = c_count[c] - min(c_count[c], h)
+  end
 end
 
 function log.remaining(c, limit)
-  return limit - min(limit, log_len(c))
+  return limit - min(limit, c_count[c])
+end
+
+-- the k-th entry (from 0) from the oldest: instant and hits
+local function log_entry(c, k)
+  local stored = c_card[c] - c_pop[c]
+  if k < stored then
+    local _, at, h = log_stored(c, k)
+    if k == stored - 1 then
+      h = h - c_trim[c]
+    end
+    return at, h
+  end
+  local e = c_pend[c][k - stored + 1]
+  return e[1], e[2]
 end
 
 function log.reset_at(c)
   if log_len(c) == 0 then
     return c_t[c]
   end
-  return log_kth(c, 0) + c_w[c]
+  local at = log_entry(c, 0)
+  return at + c_w[c]
 end
 
 function log.retry_at(c, hits, limit)
-  local len = log_len(c)
-  if hits > limit or len + hits <= limit then
-    return c_t[c] + c_w[c]
+  local w = c_w[c]
+  if hits > limit or c_count[c] + hits <= limit then
+    return c_t[c] + w
   end
-  return log_kth(c, len + hits - limit - 1) + c_w[c]
+  local excess = c_count[c] + hits - limit
+  for k = 0, log_len(c) - 1 do
+    local at, h = log_entry(c, k)
+    if h >= excess then
+      return at + w
+    end
+    excess = excess - h
+  end
+  return c_t[c] + w
 end
 
 function log.write(c, undo)
-  local base, w, pop, add = c_base[c], c_w[c], c_pop[c], c_add[c]
-  if pop == 0 and add == 0 then
+  local base, w, pop, trim, pend = c_base[c], c_w[c], c_pop[c], c_trim[c], c_pend[c]
+  if pop == 0 and trim == 0 and #pend == 0 and not c_stale[c] then
     return
   end
-  if pop > add then
+  if c_count[c] < c_count0[c] then
     freed(base)
   end
-  local newest = c_newest[c]
+  local stored = c_card[c] - pop
+  local newest
+  -- The undo log removes the entries added before it puts back those
+  -- removed: a new entry may reuse a removed one's member name.
+  local restores = {}
   if pop > 0 then
     local popped = call('ZPOPMAX', base, pop)
     if undo then
@@ -301,32 +389,50 @@ function log.write(c, undo)
         op[#op + 1] = popped[j + 1]
         op[#op + 1] = popped[j]
       end
-      undo[#undo + 1] = op
+      restores[#restores + 1] = op
     end
-    newest = tonumber(call('ZRANGE', base, -1, -1, 'WITHSCORES')[2])
   end
-  if add > 0 then
-    local op = undo and { UNDO_ZREM, base }
-    local seq = c_card[c] - pop
-    local stamp = fmt(c_t[c])
-    for _ = 1, add do
-      local member
-      repeat
-        seq = seq + 1
-        member = stamp .. '-' .. seq
-      until call('ZADD', base, 'NX', stamp, member) == 1
-      if op then
-        op[#op + 1] = member
-      end
+  local seq = stored
+  local added = undo and { UNDO_ZREM, base }
+  local function add(at, hits)
+    local member
+    repeat
+      seq = seq + 1
+      member = log_member(at, seq, hits)
+    until call('ZADD', base, 'NX', fmt(at), member) == 1
+    if added then
+      added[#added + 1] = member
     end
-    if op then
-      undo[#undo + 1] = op
+  end
+  if trim > 0 then -- the newest stored entry left loses trim hits: replaced
+    local m, at, h = log_stored(c, stored - 1)
+    call('ZREM', base, m)
+    if undo then
+      restores[#restores + 1] = { UNDO_ZADD, base, fmt(w), fmt(at), m }
     end
-    newest = c_t[c]
+    add(at, h - trim)
   end
-  if newest then
-    call('PEXPIRE', base, ttl_ms(newest + w, now))
+  for j = 1, #pend do
+    add(pend[j][1], pend[j][2])
   end
+  if added and #added > 2 then
+    undo[#undo + 1] = added
+  end
+  for j = 1, #restores do
+    undo[#undo + 1] = restores[j]
+  end
+  if stored + #pend == 0 then
+    call('DEL', base)
+    return
+  end
+  if #pend > 0 then
+    newest = pend[#pend][1]
+  else
+    local _
+    _, newest = log_stored(c, stored - 1)
+  end
+  call('ZADD', base, fmt(-c_count[c] - 1), LOG_TOTAL)
+  call('PEXPIRE', base, ttl_ms(newest + w, now))
 end
 
 ---------------------------------------------------------------------------
@@ -424,7 +530,7 @@ local algorithms = {
 
 -- undo the judging pass on counter c (every section's state)
 local function restore(c)
-  c_count[c], c_tat[c], c_add[c], c_pop[c] = c_count0[c], c_tat0[c], 0, 0
+  c_count[c], c_tat[c], c_pop[c], c_trim[c], c_pend[c] = c_count0[c], c_tat0[c], 0, 0, {}
 end
 
 ---------------------------------------------------------------------------
@@ -451,6 +557,8 @@ local function parse(a)
     local flags = tonumber(argv[f + ITEM_FLAGS])
     i_hits[k], i_lim[k], i_burst[k] = tonumber(argv[f + ITEM_HITS]), tonumber(argv[f + ITEM_LIMIT]), tonumber(argv[f + ITEM_BURST])
     i_refund[k], i_shadow[k] = flags % (2 * FLAG_REFUND) >= FLAG_REFUND, flags % (2 * FLAG_SHADOW) >= FLAG_SHADOW
+    i_cd[k] = flags % (2 * FLAG_COUNT_DENIED) >= FLAG_COUNT_DENIED
+    i_denied[k] = flags % (2 * FLAG_DENIED) >= FLAG_DENIED
     i_group[k] = tonumber(argv[f + ITEM_GROUP])
   end
 end
@@ -552,6 +660,22 @@ local function settle(admitted, over)
   end
 end
 
+-- charge_denied takes the hits of the count-denied items that the
+-- request's outcome left unconsumed, past their limits, and says when each
+-- denied one could pass with its debt (engine's chargeDenied).
+local function charge_denied(admitted, over)
+  for k = 1, n do
+    if i_cd[k] and not i_refund[k] and not (admitted and i_ok[k] and not (over and over[i_group[k]])) then
+      local c = i_ctr[k]
+      local impl = c_impl[c]
+      impl.consume(c, i_hits[k], i_lim[k])
+      if not i_ok[k] then
+        i_retry[k] = impl.retry_at(c, i_hits[k], i_lim[k], i_burst[k]) - now
+      end
+    end
+  end
+end
+
 -- statuses appends per item: admitted, remaining, reset and retry µs (from
 -- the decision's instant, whatever the counter's own).
 local function statuses(out)
@@ -570,9 +694,9 @@ end
 -- node's reservation is released. Taken before the writes (a sliding
 -- log's oldest entry is read from its sorted set).
 local function view()
-  local sc, st, sa, sp = {}, {}, {}, {}
+  local sc, st, sp, sr, se = {}, {}, {}, {}, {}
   for c = 1, nc do
-    sc[c], st[c], sa[c], sp[c] = c_count[c], c_tat[c], c_add[c], c_pop[c]
+    sc[c], st[c], sp[c], sr[c], se[c] = c_count[c], c_tat[c], c_pop[c], c_trim[c], c_pend[c]
     restore(c)
   end
   local v = {}
@@ -582,7 +706,7 @@ local function view()
     v[2 * k] = max(0, c_impl[c].reset_at(c) - now)
   end
   for c = 1, nc do
-    c_count[c], c_tat[c], c_add[c], c_pop[c] = sc[c], st[c], sa[c], sp[c]
+    c_count[c], c_tat[c], c_pop[c], c_trim[c], c_pend[c] = sc[c], st[c], sp[c], sr[c], se[c]
   end
   return v
 end
@@ -607,9 +731,17 @@ local function decide(a)
   end
   parse(a)
   load(mode)
-  judge()
-  local admitted, over = rule(mode)
-  settle(admitted, over)
+  local admitted, over = false, nil
+  if mode == MODE_CHARGE then
+    for k = 1, n do
+      i_ok[k], i_retry[k] = not i_denied[k], 0
+    end
+  else
+    judge()
+    admitted, over = rule(mode)
+    settle(admitted, over)
+  end
+  charge_denied(admitted, over)
   local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
   statuses(out)
   local reserve = mode == MODE_RESERVE and admitted

@@ -35,6 +35,8 @@ local ITEM_FLAGS = 7 -- sum of FLAG_*
 local ITEM_GROUP = 8 -- quota group, 0 for none
 local FLAG_REFUND = 1
 local FLAG_SHADOW = 2
+local FLAG_COUNT_DENIED = 4
+local FLAG_DENIED = 8 -- MODE_CHARGE: the item was judged denied
 
 -- Modes: the whole request, its keys read one by one (several cluster
 -- slots); the whole request, its keys read with one MGET (one node or one
@@ -42,6 +44,10 @@ local FLAG_SHADOW = 2
 local MODE_FINAL = 'F'
 local MODE_FINAL_MGET = 'M'
 local MODE_RESERVE = 'R'
+-- After a cluster node's reservation was released: charge the count-denied
+-- items (hits that count whether or not admitted) as the denied request
+-- would have, with the verdicts it had (FLAG_DENIED), and read the statuses.
+local MODE_CHARGE = 'C'
 
 -- decide.lua's reply, per request: REPLY_HEAD fields (the verdict, one of
 -- VERDICT_*, and the instant), then, unless expired, REPLY_ITEM_FIELDS per
@@ -129,4 +135,19 @@ end
 
 local function window_encode(start, count, prev)
   return fmt(start) .. ':' .. fmt(count) .. ':' .. fmt(prev)
+end
+
+-- A sliding log is a sorted set of entries scored by their instant,
+-- members "<instant>-<seq>/<hits>", and the member LOG_TOTAL whose score is
+-- minus one minus the hits of the entries (below every instant, so range
+-- reads by score never meet it; kept in the same key, so the two cannot
+-- part).
+local LOG_TOTAL = 'n'
+
+local function log_hits(member)
+  return tonumber(match(member, '/(%d+)$') or 1) -- "<instant>-<seq>": one hit (before entries carried hits)
+end
+
+local function log_member(at, seq, hits)
+  return fmt(at) .. '-' .. seq .. '/' .. fmt(hits)
 end

@@ -24,6 +24,7 @@
 local function release_entry(_, args)
   bind()
   local now = instant_of(args[1])
+  local logs = {} -- the sliding logs changed, whose totals are counted again at the end
 
   local i = 2
   while i <= #args do
@@ -68,6 +69,7 @@ local function release_entry(_, args)
       for j = 1, count do
         call('ZREM', key, args[i + 2 + j])
       end
+      logs[#logs + 1] = key
       i = i + 3 + count
     elseif op == UNDO_ZADD then
       local w, count = tonumber(args[i + 2]), tonumber(args[i + 3])
@@ -85,12 +87,27 @@ local function release_entry(_, args)
           call('PEXPIRE', key, fmt(want))
         end
       end
+      logs[#logs + 1] = key
       i = i + 4 + count
     elseif op == UNDO_PUBLISH then
       freed(key)
       i = i + 2
     else
       return redis.error_reply('rls: unknown release operation ' .. tostring(op))
+    end
+  end
+  for l = 1, #logs do
+    local key = logs[l]
+    local total, entries = 0, call('ZRANGE', key, 0, -1)
+    for j = 1, #entries do
+      if entries[j] ~= LOG_TOTAL then
+        total = total + log_hits(entries[j])
+      end
+    end
+    if total == 0 then
+      call('DEL', key)
+    else
+      call('ZADD', key, fmt(-total - 1), LOG_TOTAL)
     end
   end
   return 1
