@@ -4,3 +4,7 @@
 // and builds descriptors from HTTP requests with a domain's http_descriptors.
 // It knows nothing about counting, stores or transports.
 package descriptors
+
+// The IANA time zone database is embedded, so that calendar limits load on
+// machines (and distroless images) without /usr/share/zoneinfo.
+import _ "time/tzdata"

@@ -25,6 +25,7 @@ type (
 		Burst           *uint32  `json:"burst,omitempty"`
 		Shadow          bool     `json:"shadow,omitempty"`
 		CountDenied     bool     `json:"count_denied_hits,omitempty"`
+		Calendar        string   `json:"calendar_time_zone,omitempty"`
 		Replaces        []string `json:"replaces,omitempty"`
 		Line            int      `json:"line"`
 		Column          int      `json:"column"`
@@ -275,7 +276,7 @@ func dumpHTTPDescriptor(h *HTTPDescriptor) jsonHTTPDescriptor {
 func dumpLimit(l *Limit) jsonLimit {
 	jl := jsonLimit{
 		Index: l.Index, ID: l.ID, Label: l.Label, Name: l.Name, Unlimited: l.Unlimited,
-		Shadow: l.Shadow, CountDenied: l.CountDeniedHits, Replaces: l.Replaces, Line: l.Line, Column: l.Column,
+		Shadow: l.Shadow, CountDenied: l.CountDeniedHits, Calendar: calendarZone(l), Replaces: l.Replaces, Line: l.Line, Column: l.Column,
 	}
 	if l.Unlimited {
 		return jl
@@ -319,4 +320,12 @@ func dumpAction(a *action) jsonAction {
 		}
 	}
 	return ja
+}
+
+// calendarZone is the time zone of a calendar limit, "" for another.
+func calendarZone(l *Limit) string {
+	if l.Calendar == nil {
+		return ""
+	}
+	return l.Calendar.String()
 }

@@ -120,7 +120,11 @@ func distinctLabels(limits []*Limit) {
 		seen[l.Label]++
 	}
 	for _, l := range limits {
-		if seen[l.Label] > 1 && l.Name == "" && l.Algorithm != FixedWindow {
+		switch {
+		case seen[l.Label] <= 1 || l.Name != "":
+		case l.Calendar != nil:
+			l.Label += "/calendar"
+		case l.Algorithm != FixedWindow:
 			l.Label += "/" + l.Algorithm.String()
 		}
 	}
@@ -130,6 +134,7 @@ func distinctLabels(limits []*Limit) {
 // checks that relate them.
 type limitFields struct {
 	unit, rpu, alg, burst, mult field // k is nil when not given
+	calendar, zone              field
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
 	countDenied                 bool // the limit's own count_denied_hits
@@ -163,7 +168,11 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 		return l
 	}
 	p.algorithm(l, g)
+	p.calendar(l, g)
 	l.ID = CounterID(l.Algorithm, l.Window, l.Name)
+	if l.Calendar != nil {
+		l.ID = CalendarCounterID(l.Unit, l.Calendar, l.Name)
+	}
 	l.Label = l.Name
 	if window := compactWindow(l); l.Label == "" && p.spendNames(len(d.Path)+1+len(window), n) {
 		l.Label = d.Path + "/" + window
@@ -230,6 +239,14 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			g.shadow = p.boolean(f)
 		case "count_denied_hits":
 			g.countDenied = p.boolean(f)
+		case "calendar":
+			if p.boolean(f) {
+				g.calendar = f
+			}
+		case "time_zone":
+			if given {
+				g.zone = f
+			}
 		default:
 			p.misplaced(f, levelLimit)
 		}
@@ -281,6 +298,42 @@ func (p *parser) window(n *yaml.Node, l *Limit, g limitFields) bool {
 	}
 	l.Window = time.Duration(l.UnitMultiplier) * l.Unit.Duration()
 	return true
+}
+
+// calendar reads calendar: true and time_zone: a fixed window of one day,
+// ISO week, month or year of a time zone's calendar.
+func (p *parser) calendar(l *Limit, g limitFields) {
+	if g.calendar.k == nil {
+		if g.zone.k != nil {
+			p.errorf(g.zone.k, "time_zone is only for calendar: true limits")
+		}
+		return
+	}
+	switch {
+	case l.Unit < Day:
+		p.errorf(g.calendar.k, "calendar: true needs unit day, week, month or year, not %s", l.Unit)
+		return
+	case l.Algorithm != FixedWindow:
+		p.errorf(g.calendar.k, "calendar: true is for algorithm fixed_window, not %s (a calendar window is a fixed window)", l.Algorithm)
+		return
+	case l.UnitMultiplier != 1:
+		p.errorf(g.calendar.k, "calendar: true counts one %s at a time: unit_multiplier must be 1, not %d", l.Unit, l.UnitMultiplier)
+		return
+	}
+	l.Calendar = time.UTC
+	if g.zone.k == nil {
+		return
+	}
+	name, ok := p.str(g.zone)
+	if !ok {
+		return
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		p.errorf(g.zone.v, "time_zone %q is not an IANA time zone name (such as Europe/Paris or UTC)", name)
+		return
+	}
+	l.Calendar = loc
 }
 
 // algorithm checks the fields that depend on l's algorithm.

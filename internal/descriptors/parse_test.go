@@ -565,3 +565,40 @@ descriptors:
 		}
 	}
 }
+
+func TestCalendar(t *testing.T) {
+	cfg, err := Parse("cal.yaml", []byte(`
+domain: quota
+descriptors:
+  - key: tenant
+    rate_limits:
+      - {unit: month, requests_per_unit: 1000, calendar: true, time_zone: Europe/Paris}
+      - {unit: month, requests_per_unit: 1000}
+      - {unit: day, requests_per_unit: 100, calendar: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := cfg.Domain("quota").Match([]Entry{{Key: "tenant", Value: "a"}}).Limits
+	if ls[0].Calendar == nil || ls[0].Calendar.String() != "Europe/Paris" || ls[0].ID != "cal.month@Europe/Paris" {
+		t.Errorf("calendar month in Paris: Calendar %v, ID %q", ls[0].Calendar, ls[0].ID)
+	}
+	if ls[1].Calendar != nil || ls[1].ID == ls[0].ID || ls[1].Label == ls[0].Label {
+		t.Errorf("a plain month (30 days) must be another counter and label: %q %q / %q %q", ls[1].ID, ls[1].Label, ls[0].ID, ls[0].Label)
+	}
+	if ls[2].Calendar != time.UTC {
+		t.Errorf("calendar without time_zone: %v, want UTC", ls[2].Calendar)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"{unit: hour, requests_per_unit: 1, calendar: true}", "calendar: true needs unit day, week, month or year"},
+		{"{unit: day, requests_per_unit: 1, calendar: true, algorithm: token_bucket}", "calendar: true is for algorithm fixed_window"},
+		{"{unit: day, requests_per_unit: 1, calendar: true, unit_multiplier: 2}", "unit_multiplier must be 1"},
+		{"{unit: day, requests_per_unit: 1, calendar: true, time_zone: Mars/Olympus}", `time_zone "Mars/Olympus" is not an IANA time zone`},
+		{"{unit: day, requests_per_unit: 1, time_zone: UTC}", "time_zone is only for calendar: true limits"},
+	} {
+		_, err := Parse("bad.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: "+bad.yaml+"\n"))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want an error containing %q", bad.yaml, err, bad.want)
+		}
+	}
+}

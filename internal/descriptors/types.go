@@ -84,6 +84,13 @@ func CounterID(alg Algorithm, window time.Duration, name string) string {
 	return algorithmCodes[alg] + strconv.FormatInt(int64(window/time.Second), 10) + "s" + nameSuffix(name)
 }
 
+// CalendarCounterID is the counter identity of a calendar limit
+// ("cal.month@Europe/Paris"): another counter than a fixed window of the
+// same nominal length, and per time zone.
+func CalendarCounterID(unit Unit, loc *time.Location, name string) string {
+	return "cal." + unit.String() + "@" + loc.String() + nameSuffix(name)
+}
+
 // nameSuffix is the length-prefixed name part of a Limit.ID.
 func nameSuffix(name string) string {
 	if name == "" {
@@ -127,6 +134,12 @@ type Limit struct {
 	// Shadow is true when this limit or its descriptor is in shadow_mode:
 	// counted and reported, never denying.
 	Shadow bool
+	// Calendar, when not nil, makes this fixed window follow the calendar of
+	// that time zone (calendar: true, time_zone): a day from local
+	// midnight, an ISO week from Monday, a month from the 1st, a year from
+	// January 1, whatever their length (DST days, months of 28 to 31
+	// days). Window is then the unit's nominal length, for display only.
+	Calendar *time.Location
 	// CountDeniedHits is true when this limit or its descriptor has
 	// count_denied_hits: a request's hits count whether or not it is
 	// admitted (the counter may go into debt), as in envoyproxy/ratelimit.

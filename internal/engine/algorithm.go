@@ -80,9 +80,13 @@ var algorithms = [...]algorithm{
 	descriptors.TokenBucket:   tokenBucket{},
 }
 
-// algorithmOf returns the implementation of l's algorithm. The config
-// admits no other algorithm, so an unknown one is a programmer error.
+// algorithmOf returns the implementation of l's algorithm: a fixed window
+// with a calendar is a calendar window. The config admits no other
+// algorithm, so an unknown one is a programmer error.
 func algorithmOf(l *descriptors.Limit) algorithm {
+	if l.Calendar != nil {
+		return calendarWindow{}
+	}
 	return algorithms[l.Algorithm]
 }
 

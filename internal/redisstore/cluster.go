@@ -264,7 +264,7 @@ func (s *Store) chargeReleased(ctx context.Context, p *nodePart, results []engin
 		}
 		items, bases, idx = append(items, it), append(bases, p.bases[j]), append(idx, p.idx[j])
 	}
-	args := requestArgs(modeCharge, s.nowArg(), items, bases)
+	args := requestArgs(modeCharge, s.nowArg(), s.now(), items, bases)
 	for k, i := range idx {
 		if !results[i].Admitted {
 			f := requestHead + k*itemFields + itemFlags - 1

@@ -367,7 +367,7 @@ func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine
 			return false, fmt.Errorf("redis: reading the clock of Redis %s: %w", node, err)
 		}
 	}
-	reply, err := s.b.do(ctx, node, mode, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), items, bases))
+	reply, err := s.b.do(ctx, node, mode, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), s.now(), items, bases))
 	if err != nil {
 		return false, err
 	}

@@ -121,6 +121,9 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 			}
 		}
 	}
+	for _, rpu := range []uint32{1, 3, 10} {
+		limits = append(limits, storetest.CalendarLimit(descriptors.Day, rpu, time.UTC))
+	}
 	descs := []string{"d/a=1", "d/a=2", "d/b=1", "d/c=x"}
 	if hot {
 		// Limits of 0, 1 and 3 (a quarter of them shared by 3 and 10).
@@ -584,7 +587,7 @@ func TestMergedScripts(t *testing.T) {
 	calls := func(s *Store) []*call {
 		var out []*call
 		for _, r := range reqs {
-			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], args: requestArgs(mode[s], s.nowArg(), r.items, r.bases[s]), done: make(chan struct{})})
+			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], args: requestArgs(mode[s], s.nowArg(), s.now(), r.items, r.bases[s]), done: make(chan struct{})})
 		}
 		return out
 	}

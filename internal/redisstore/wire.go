@@ -103,6 +103,9 @@ const (
 	algSlidingWindow = int(descriptors.SlidingWindow)
 	algSlidingLog    = int(descriptors.SlidingLog)
 	algTokenBucket   = int(descriptors.TokenBucket)
+	// algCalendarWindow is a fixed window with a calendar: its window
+	// argument is engine.CalendarBounds around the store's clock.
+	algCalendarWindow = 4
 )
 
 // decide.lua's arguments (decide_entry): the number of requests, then per
@@ -164,10 +167,11 @@ const (
 )
 
 // requestArgs returns the decide function's arguments for one request:
-// its items' counters are bases[i], at instant now ("" for Redis TIME). The
-// deadline and undo instants are left empty for the batcher to fill in when
-// it sends the request (setDeadline).
-func requestArgs(mode, now string, items []engine.Item, bases []string) []any {
+// its items' counters are bases[i], at instant now ("" for Redis TIME);
+// at is the store's clock reading, around which calendar windows are
+// computed. The deadline and undo instants are left empty for the batcher
+// to fill in when it sends the request (setDeadline).
+func requestArgs(mode, now string, at time.Time, items []engine.Item, bases []string) []any {
 	args := make([]any, requestHead, requestHead+itemFields*len(items))
 	args[requestMode-1] = mode
 	args[requestInstant-1] = now
@@ -191,6 +195,11 @@ func requestArgs(mode, now string, items []engine.Item, bases []string) []any {
 		f[itemBase-1] = bases[i]
 		f[itemAlgorithm-1] = int(l.Algorithm)
 		f[itemWindow-1] = l.Window.Microseconds()
+		if l.Calendar != nil {
+			b := engine.CalendarBounds(l, at)
+			f[itemAlgorithm-1] = algCalendarWindow
+			f[itemWindow-1] = fmt.Sprintf("%d:%d:%d:%d", b[0], b[1], b[2], b[3])
+		}
 		f[itemLimit-1] = l.RequestsPerUnit
 		f[itemBurst-1] = l.Burst
 		f[itemHits-1] = it.Hits

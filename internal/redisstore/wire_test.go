@@ -20,44 +20,45 @@ import (
 // name the other lacks.
 func TestWireContract(t *testing.T) {
 	goSide := map[string]string{
-		"ALG_FIXED_WINDOW":   strconv.Itoa(algFixedWindow),
-		"ALG_SLIDING_WINDOW": strconv.Itoa(algSlidingWindow),
-		"ALG_SLIDING_LOG":    strconv.Itoa(algSlidingLog),
-		"ALG_TOKEN_BUCKET":   strconv.Itoa(algTokenBucket),
-		"REQUEST_HEAD":       strconv.Itoa(requestHead),
-		"REQUEST_MODE":       strconv.Itoa(requestMode),
-		"REQUEST_INSTANT":    strconv.Itoa(requestInstant),
-		"REQUEST_DEADLINE":   strconv.Itoa(requestDeadline),
-		"REQUEST_UNDO_AFTER": strconv.Itoa(requestUndoAfter),
-		"REQUEST_ITEMS":      strconv.Itoa(requestItems),
-		"ITEM_FIELDS":        strconv.Itoa(itemFields),
-		"ITEM_BASE":          strconv.Itoa(itemBase),
-		"ITEM_ALGORITHM":     strconv.Itoa(itemAlgorithm),
-		"ITEM_WINDOW":        strconv.Itoa(itemWindow),
-		"ITEM_LIMIT":         strconv.Itoa(itemLimit),
-		"ITEM_BURST":         strconv.Itoa(itemBurst),
-		"ITEM_HITS":          strconv.Itoa(itemHits),
-		"ITEM_FLAGS":         strconv.Itoa(itemFlags),
-		"ITEM_GROUP":         strconv.Itoa(itemGroup),
-		"FLAG_REFUND":        strconv.Itoa(flagRefund),
-		"FLAG_SHADOW":        strconv.Itoa(flagShadow),
-		"FLAG_COUNT_DENIED":  strconv.Itoa(flagCountDenied),
-		"FLAG_DENIED":        strconv.Itoa(flagDenied),
-		"MODE_CHARGE":        strconv.Quote(modeCharge),
-		"LOG_TOTAL":          strconv.Quote(logTotal),
-		"MODE_FINAL":         strconv.Quote(modeFinal),
-		"MODE_FINAL_MGET":    strconv.Quote(modeFinalMGET),
-		"MODE_RESERVE":       strconv.Quote(modeReserve),
-		"REPLY_HEAD":         strconv.Itoa(replyHead),
-		"REPLY_ITEM_FIELDS":  strconv.Itoa(replyItemFields),
-		"VERDICT_DENIED":     strconv.Itoa(verdictDenied),
-		"VERDICT_ADMITTED":   strconv.Itoa(verdictAdmitted),
-		"VERDICT_EXPIRED":    strconv.Itoa(verdictExpired),
-		"UNDO_WINDOW":        strconv.Quote(undoWindow),
-		"UNDO_TAT":           strconv.Quote(undoTAT),
-		"UNDO_ZREM":          strconv.Quote(undoZRem),
-		"UNDO_ZADD":          strconv.Quote(undoZAdd),
-		"UNDO_PUBLISH":       strconv.Quote(undoPublish),
+		"ALG_FIXED_WINDOW":    strconv.Itoa(algFixedWindow),
+		"ALG_SLIDING_WINDOW":  strconv.Itoa(algSlidingWindow),
+		"ALG_SLIDING_LOG":     strconv.Itoa(algSlidingLog),
+		"ALG_TOKEN_BUCKET":    strconv.Itoa(algTokenBucket),
+		"ALG_CALENDAR_WINDOW": strconv.Itoa(algCalendarWindow),
+		"REQUEST_HEAD":        strconv.Itoa(requestHead),
+		"REQUEST_MODE":        strconv.Itoa(requestMode),
+		"REQUEST_INSTANT":     strconv.Itoa(requestInstant),
+		"REQUEST_DEADLINE":    strconv.Itoa(requestDeadline),
+		"REQUEST_UNDO_AFTER":  strconv.Itoa(requestUndoAfter),
+		"REQUEST_ITEMS":       strconv.Itoa(requestItems),
+		"ITEM_FIELDS":         strconv.Itoa(itemFields),
+		"ITEM_BASE":           strconv.Itoa(itemBase),
+		"ITEM_ALGORITHM":      strconv.Itoa(itemAlgorithm),
+		"ITEM_WINDOW":         strconv.Itoa(itemWindow),
+		"ITEM_LIMIT":          strconv.Itoa(itemLimit),
+		"ITEM_BURST":          strconv.Itoa(itemBurst),
+		"ITEM_HITS":           strconv.Itoa(itemHits),
+		"ITEM_FLAGS":          strconv.Itoa(itemFlags),
+		"ITEM_GROUP":          strconv.Itoa(itemGroup),
+		"FLAG_REFUND":         strconv.Itoa(flagRefund),
+		"FLAG_SHADOW":         strconv.Itoa(flagShadow),
+		"FLAG_COUNT_DENIED":   strconv.Itoa(flagCountDenied),
+		"FLAG_DENIED":         strconv.Itoa(flagDenied),
+		"MODE_CHARGE":         strconv.Quote(modeCharge),
+		"LOG_TOTAL":           strconv.Quote(logTotal),
+		"MODE_FINAL":          strconv.Quote(modeFinal),
+		"MODE_FINAL_MGET":     strconv.Quote(modeFinalMGET),
+		"MODE_RESERVE":        strconv.Quote(modeReserve),
+		"REPLY_HEAD":          strconv.Itoa(replyHead),
+		"REPLY_ITEM_FIELDS":   strconv.Itoa(replyItemFields),
+		"VERDICT_DENIED":      strconv.Itoa(verdictDenied),
+		"VERDICT_ADMITTED":    strconv.Itoa(verdictAdmitted),
+		"VERDICT_EXPIRED":     strconv.Itoa(verdictExpired),
+		"UNDO_WINDOW":         strconv.Quote(undoWindow),
+		"UNDO_TAT":            strconv.Quote(undoTAT),
+		"UNDO_ZREM":           strconv.Quote(undoZRem),
+		"UNDO_ZADD":           strconv.Quote(undoZAdd),
+		"UNDO_PUBLISH":        strconv.Quote(undoPublish),
 	}
 	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|[0-9]+)`)
 	luaSide := map[string]string{}
@@ -85,6 +86,9 @@ func TestWireContract(t *testing.T) {
 			t.Errorf("prelude.lua's %s = %s has no Go counterpart in wire.go (add it to both and to this test)", name, v)
 		}
 	}
+	if !strings.Contains(decideSource, "[ALG_CALENDAR_WINDOW] =") {
+		t.Error("decide.lua's algorithms table has no entry for ALG_CALENDAR_WINDOW")
+	}
 	// Every algorithm the config knows has a code, named after it, and an
 	// entry in decide.lua's dispatch table.
 	for alg := descriptors.Algorithm(0); alg.String() != "unknown"; alg++ {
@@ -106,8 +110,8 @@ func TestUnknownAlgorithmCode(t *testing.T) {
 	good := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0), Hits: 1}}
 	bad := []engine.Item{{Desc: "d/k=w", Limit: storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0), Hits: 1}}
 	args := []any{2}
-	args = append(args, requestArgs(modeFinalMGET, "", good, []string{s.base(&good[0])})...)
-	badArgs := requestArgs(modeFinalMGET, "", bad, []string{s.base(&bad[0])})
+	args = append(args, requestArgs(modeFinalMGET, "", time.Now(), good, []string{s.base(&good[0])})...)
+	badArgs := requestArgs(modeFinalMGET, "", time.Now(), bad, []string{s.base(&bad[0])})
 	badArgs[requestHead+itemAlgorithm-1] = 9
 	args = append(args, badArgs...)
 	err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()

@@ -86,6 +86,34 @@ func Seed(t testing.TB) uint64 {
 	return seed
 }
 
+// CalendarLimit builds a calendar limit (calendar: true) of unit in loc,
+// as the config would.
+func CalendarLimit(unit descriptors.Unit, rpu uint32, loc *time.Location) *descriptors.Limit {
+	return &descriptors.Limit{
+		Algorithm:       descriptors.FixedWindow,
+		RequestsPerUnit: rpu,
+		Window:          unit.Duration(),
+		Unit:            unit,
+		UnitMultiplier:  1,
+		Calendar:        loc,
+		ID:              descriptors.CalendarCounterID(unit, loc, ""),
+	}
+}
+
+// since returns the instant given in loc as an offset from T0 (2027-01-15
+// 08:00 UTC, a Friday).
+func since(loc *time.Location, y int, mo time.Month, d, h, mi int) time.Duration {
+	return time.Date(y, mo, d, h, mi, 0, 0, loc).Sub(T0)
+}
+
+var paris = func() *time.Location {
+	loc, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		panic(err) // descriptors embeds the time zone database
+	}
+	return loc
+}()
+
 // Algorithms returns every algorithm the config knows, for tests that draw
 // limits of all of them.
 func Algorithms() []descriptors.Algorithm {
@@ -252,6 +280,30 @@ var timelines = []timeline{
 		{at: 0, hits: 10, cd: true, ok: true, remaining: 0, reset: sec},
 		{at: 500 * ms, hits: 6, cd: true, ok: false, remaining: 0, reset: 1100 * ms, retry: 700 * ms},
 		{at: 1500 * ms, hits: 0, ok: true, remaining: 9, reset: 100 * ms},
+	}},
+	// Calendar windows (calendar: true): a month from the 1st, as long as
+	// it is; a leap year's February; a DST day of 23 hours; an ISO week from
+	// Monday; a year.
+	{"CalendarMonth", CalendarLimit(descriptors.Month, 3, time.UTC), []step{
+		{at: 0, hits: 3, ok: true, remaining: 0, reset: since(time.UTC, 2027, 2, 1, 0, 0)},
+		{at: since(time.UTC, 2027, 2, 1, 0, 0) - us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
+		{at: since(time.UTC, 2027, 2, 1, 0, 0), hits: 1, ok: true, remaining: 2, reset: 28 * 24 * time.Hour},
+		{at: since(time.UTC, 2028, 2, 10, 12, 0), hits: 1, ok: true, remaining: 2, reset: 19*24*time.Hour + 12*time.Hour}, // to March 1: 29 days in February 2028
+	}},
+	{"CalendarDayDST", CalendarLimit(descriptors.Day, 1, paris), []step{
+		// 2027-03-28, Paris: 02:00 becomes 03:00; the day lasts 23 hours.
+		{at: since(paris, 2027, 3, 28, 0, 30), hits: 1, ok: true, remaining: 0, reset: 22*time.Hour + 30*time.Minute},
+		{at: since(paris, 2027, 3, 28, 23, 59), hits: 1, ok: false, remaining: 0, reset: time.Minute, retry: time.Minute},
+		{at: since(paris, 2027, 3, 29, 0, 0), hits: 1, ok: true, remaining: 0, reset: 24 * time.Hour},
+	}},
+	{"CalendarWeek", CalendarLimit(descriptors.Week, 2, time.UTC), []step{
+		{at: 0, hits: 2, ok: true, remaining: 0, reset: since(time.UTC, 2027, 1, 18, 0, 0)}, // Friday to Monday
+		{at: since(time.UTC, 2027, 1, 17, 23, 0), hits: 1, ok: false, remaining: 0, reset: time.Hour, retry: time.Hour},
+		{at: since(time.UTC, 2027, 1, 18, 0, 0), hits: 1, ok: true, remaining: 1, reset: 7 * 24 * time.Hour},
+	}},
+	{"CalendarYear", CalendarLimit(descriptors.Year, 1, paris), []step{
+		{at: 0, hits: 1, ok: true, remaining: 0, reset: since(paris, 2028, 1, 1, 0, 0)},
+		{at: since(paris, 2028, 1, 1, 0, 0), hits: 1, ok: true, remaining: 0, reset: 366 * 24 * time.Hour},
 	}},
 	// 10 per second (one token per 100ms), capacity 20.
 	{"TokenBucket", Limit(descriptors.TokenBucket, 10, time.Second, 20), []step{

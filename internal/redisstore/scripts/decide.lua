@@ -36,7 +36,7 @@ local i_lim, i_burst = {}, {}
 -- (windows), tat (bucket), count and the arrays of its section (log). The
 -- *0 arrays keep the loaded values, for undoing the judging pass and for
 -- the writes.
-local c_base, c_alg, c_w, c_impl, c_t = {}, {}, {}, {}, {}
+local c_base, c_alg, c_w, c_warg, c_impl, c_t = {}, {}, {}, {}, {}, {}
 local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
 local c_tat, c_tat0 = {}, {}
 local by_base, nc
@@ -69,16 +69,17 @@ local function write_string(key, value, expires)
   kv[key] = value
 end
 
--- A window counter's write (fixed and sliding windows): its state, or
--- nothing once it is equivalent to no state (expires is not after now:
--- memstore forgets such a counter too); undo logs the request's delta. A
--- count weighs for span windows from its window's start.
-local function write_window(c, span, undo)
+-- A window counter's write (fixed, sliding and calendar windows): its
+-- state, or nothing once it is equivalent to no state (expires is not after
+-- now: memstore forgets such a counter too); undo logs the request's delta.
+-- w is the length of the counter's window, and a count weighs for span
+-- windows from its window's start.
+local function write_window(c, w, span, undo)
   local expires = 0
   if c_count[c] > 0 then
-    expires = c_ws[c] + span * c_w[c]
+    expires = c_ws[c] + span * w
   elseif c_prev[c] > 0 then
-    expires = c_ws[c] + c_w[c]
+    expires = c_ws[c] + w
   end
   local key, delta = c_base[c], c_count[c] - c_count0[c]
   if delta < 0 then
@@ -86,7 +87,7 @@ local function write_window(c, span, undo)
   end
   write_string(key, expires > now and window_encode(c_ws[c], c_count[c], c_prev[c]), expires)
   if undo and delta ~= 0 then
-    undo[#undo + 1] = { UNDO_WINDOW, key, fmt(c_ws[c]), fmt(c_w[c]), span, delta }
+    undo[#undo + 1] = { UNDO_WINDOW, key, fmt(c_ws[c]), fmt(w), span, delta }
   end
 end
 
@@ -136,7 +137,71 @@ function fixed.retry_at(c)
 end
 
 function fixed.write(c, undo)
-  write_window(c, 1, undo)
+  write_window(c, c_w[c], 1, undo)
+end
+
+---------------------------------------------------------------------------
+-- calendar window (engine/calendar_window.go): a fixed window on a time
+-- zone's calendar. The store computes, around its own clock, the starts of
+-- the previous, current and next windows and the next one's end, and sends
+-- them as the item's window ("b1:b2:b3:b4"): Redis's clock falls in one of
+-- them. The key is a fixed window's.
+
+local calendar = {}
+local c_bounds = {}
+
+function calendar.locate(c)
+  local b1, b2, b3, b4 = match(c_warg[c], '^(%d+):(%d+):(%d+):(%d+)$')
+  c_bounds[c] = { tonumber(b1), tonumber(b2), tonumber(b3), tonumber(b4) }
+  need(c_base[c])
+end
+
+-- the start of the calendar window holding t, among the bounds sent
+local function calendar_start(c, t)
+  local b = c_bounds[c]
+  for i = 3, 1, -1 do
+    if t >= b[i] then
+      return b[i]
+    end
+  end
+  return b[1]
+end
+
+-- the end of the calendar window that starts at start
+local function calendar_end(c, start)
+  local b = c_bounds[c]
+  for i = 1, 3 do
+    if b[i] == start then
+      return b[i + 1]
+    end
+  end
+  return start + b[4] - b[3] -- a window not around the store's clock: about that long
+end
+
+function calendar.load(c)
+  local start, count = window_decode(kv[c_base[c]])
+  local ws, t = calendar_start(c, now), now
+  if not start or ws > start then
+    start, count = ws, 0
+  elseif ws < start then
+    t = start -- a later window was seen: no time passes before it
+  end
+  c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, 0, t
+end
+
+calendar.admits = fixed.admits
+calendar.consume = fixed.consume
+calendar.give_back = fixed.give_back
+calendar.remaining = fixed.remaining
+
+function calendar.reset_at(c)
+  return calendar_end(c, c_ws[c])
+end
+
+calendar.retry_at = calendar.reset_at
+
+function calendar.write(c, undo)
+  write_window(c, calendar_end(c, c_ws[c]) - c_ws[c], 1, undo)
 end
 
 ---------------------------------------------------------------------------
@@ -211,7 +276,7 @@ function sliding.retry_at(c, hits, limit)
 end
 
 function sliding.write(c, undo)
-  write_window(c, 2, undo)
+  write_window(c, c_w[c], 2, undo)
 end
 
 ---------------------------------------------------------------------------
@@ -526,6 +591,7 @@ local algorithms = {
   [ALG_SLIDING_WINDOW] = sliding,
   [ALG_SLIDING_LOG] = log,
   [ALG_TOKEN_BUCKET] = bucket,
+  [ALG_CALENDAR_WINDOW] = calendar,
 }
 
 -- undo the judging pass on counter c (every section's state)
@@ -550,7 +616,8 @@ local function parse(a)
       nc = nc + 1
       c = nc
       by_base[base] = c
-      c_base[c], c_alg[c], c_w[c], c_impl[c] = base, code, tonumber(argv[f + ITEM_WINDOW]), impl
+      local warg = argv[f + ITEM_WINDOW]
+      c_base[c], c_alg[c], c_w[c], c_warg[c], c_impl[c] = base, code, tonumber(warg), warg, impl
       impl.locate(c)
     end
     i_ctr[k] = c

@@ -14,6 +14,10 @@ local ALG_FIXED_WINDOW = 0
 local ALG_SLIDING_WINDOW = 1
 local ALG_SLIDING_LOG = 2
 local ALG_TOKEN_BUCKET = 3
+-- A fixed window on a time zone's calendar (calendar: true): its window
+-- argument is "b1:b2:b3:b4", the starts of the previous, current and next
+-- windows around the store's clock and the next one's end, in µs.
+local ALG_CALENDAR_WINDOW = 4
 
 -- decide.lua's arguments: args[1] is the number of requests, then each
 -- request is REQUEST_HEAD fields at the REQUEST_* positions, followed by
@@ -27,7 +31,7 @@ local REQUEST_ITEMS = 5 -- the number of items
 local ITEM_FIELDS = 8
 local ITEM_BASE = 1 -- the counter's key
 local ITEM_ALGORITHM = 2
-local ITEM_WINDOW = 3 -- µs
+local ITEM_WINDOW = 3 -- µs (see ALG_CALENDAR_WINDOW)
 local ITEM_LIMIT = 4
 local ITEM_BURST = 5
 local ITEM_HITS = 6
