@@ -38,6 +38,7 @@ local i_lim, i_burst = {}, {}
 -- the writes.
 local c_base, c_alg, c_w, c_warg, c_impl, c_t = {}, {}, {}, {}, {}, {}
 local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
+local c_s0, c_n0, c_p0 = {}, {}, {} -- window counters: the stored state (start false: none)
 local c_tat, c_tat0 = {}, {}
 local by_base, nc
 
@@ -69,25 +70,68 @@ local function write_string(key, value, expires)
   kv[key] = value
 end
 
--- A window counter's write (fixed, sliding and calendar windows): its
--- state, or nothing once it is equivalent to no state (expires is not after
--- now: memstore forgets such a counter too); undo logs the request's delta.
--- w is the length of the counter's window, and a count weighs for span
--- windows from its window's start.
-local function write_window(c, w, span, undo)
-  local expires = 0
-  if c_count[c] > 0 then
-    expires = c_ws[c] + span * w
-  elseif c_prev[c] > 0 then
-    expires = c_ws[c] + w
+-- A window counter's expiry: a count weighs for span windows of w from
+-- its window's start, a previous count for one.
+local function window_expiry(start, count, prev, w, span)
+  if count > 0 then
+    return start + span * w
+  elseif prev > 0 then
+    return start + w
   end
-  local key, delta = c_base[c], c_count[c] - c_count0[c]
+  return 0
+end
+
+-- window_load loads a window counter's state (see window_read) into the
+-- counter's arrays, its window rolled to the one starting at ws (shift: a
+-- count of the window just before weighs as the previous one, as in a
+-- sliding window); with a state that has seen a later window, the counter
+-- keeps it and its instant is that window's start.
+local function window_load(c, ws, shift)
+  local key = c_base[c]
+  local start, count, prev = window_read(kv[window_key(key)], kv[key])
+  c_s0[c], c_n0[c], c_p0[c] = start or false, count, prev
+  local t = now
+  if not start then
+    start, count, prev = ws, 0, 0
+  elseif ws < start then
+    t = start -- a later window was seen: no time passes before it
+  elseif shift and ws - c_w[c] == start then
+    start, count, prev = ws, 0, count
+  elseif ws > start then
+    start, count, prev = ws, 0, 0
+  end
+  c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, prev, t
+end
+
+-- A window counter's write: INCRBY the count key while its window and
+-- expiry stay; both keys written anew when the window changed (or the
+-- expiry moved); both deleted once the state is equivalent to no state
+-- (expires not after now: memstore forgets such a counter too). undo logs
+-- the request's delta. w is the length of the counter's window.
+local function write_window(c, w, span, undo)
+  local key, wkey = c_base[c], window_key(c_base[c])
+  local start, count, prev = c_ws[c], c_count[c], c_prev[c]
+  local delta = count - c_count0[c]
   if delta < 0 then
     freed(key)
   end
-  write_string(key, expires > now and window_encode(c_ws[c], c_count[c], c_prev[c]), expires)
+  local expires = window_expiry(start, count, prev, w, span)
+  local s0, n0, p0 = c_s0[c], c_n0[c], c_p0[c]
+  if expires <= now then
+    if kv[wkey] or kv[key] then
+      call('DEL', key, wkey)
+      kv[key], kv[wkey] = false, false
+    end
+  elseif s0 == start and p0 == prev and window_expiry(s0, n0, p0, w, span) == expires then
+    if delta ~= 0 then
+      kv[key] = call('INCRBY', key, delta)
+    end
+  else
+    write_string(wkey, window_value(start, prev), expires)
+    write_string(key, count > 0 and fmt(count), expires)
+  end
   if undo and delta ~= 0 then
-    undo[#undo + 1] = { UNDO_WINDOW, key, fmt(c_ws[c]), fmt(w), span, delta }
+    undo[#undo + 1] = { UNDO_WINDOW, key, fmt(start), fmt(w), span, delta }
   end
 end
 
@@ -99,17 +143,11 @@ local fixed = {}
 
 function fixed.locate(c)
   need(c_base[c])
+  need(window_key(c_base[c]))
 end
 
 function fixed.load(c)
-  local start, count = window_decode(kv[c_base[c]])
-  local ws, t = idiv(now, c_w[c]) * c_w[c], now
-  if not start or ws > start then
-    start, count = ws, 0
-  elseif ws < start then
-    t = start -- a later window was seen: no time passes before it
-  end
-  c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, 0, t
+  window_load(c, idiv(now, c_w[c]) * c_w[c], false)
 end
 
 function fixed.admits(c, hits, limit)
@@ -153,7 +191,7 @@ local c_bounds = {}
 function calendar.locate(c)
   local b1, b2, b3, b4 = match(c_warg[c], '^(%d+):(%d+):(%d+):(%d+)$')
   c_bounds[c] = { tonumber(b1), tonumber(b2), tonumber(b3), tonumber(b4) }
-  need(c_base[c])
+  fixed.locate(c)
 end
 
 -- the start of the calendar window holding t, among the bounds sent
@@ -179,14 +217,7 @@ local function calendar_end(c, start)
 end
 
 function calendar.load(c)
-  local start, count = window_decode(kv[c_base[c]])
-  local ws, t = calendar_start(c, now), now
-  if not start or ws > start then
-    start, count = ws, 0
-  elseif ws < start then
-    t = start -- a later window was seen: no time passes before it
-  end
-  c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, 0, t
+  window_load(c, calendar_start(c, now), false)
 end
 
 calendar.admits = fixed.admits
@@ -214,21 +245,7 @@ local sliding = {}
 sliding.locate = fixed.locate
 
 function sliding.load(c)
-  local start, count, prev = window_decode(kv[c_base[c]])
-  local w = c_w[c]
-  local ws, t = idiv(now, w) * w, now
-  if not start then
-    start, count, prev = ws, 0, 0
-  elseif ws < start then
-    t = start -- a later window was seen: no time passes before it
-  elseif ws == start then
-    -- as it is
-  elseif ws - w == start then
-    start, count, prev = ws, 0, count
-  else
-    start, count, prev = ws, 0, 0
-  end
-  c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, prev, t
+  window_load(c, idiv(now, c_w[c]) * c_w[c], true)
 end
 
 local function estimate(c)

@@ -101,6 +101,8 @@ local function fmt(x)
   return format('%.0f', x)
 end
 
+
+
 -- the instant in µs: the argument, or Redis TIME when it is ""
 local function instant_of(arg)
   if arg ~= '' then
@@ -126,19 +128,30 @@ local function freed(base)
   pcall_redis('PUBLISH', match(base, '^[^{]*') .. 'freed', base)
 end
 
--- A window counter (fixed and sliding windows) is one string key holding
--- "<start µs>:<count>:<prev>": the start of the counter's current window,
--- its hits, and (sliding window) the previous window's hits.
-local function window_decode(v)
-  if not v then
-    return nil
-  end
-  local start, count, prev = match(v, '^(%-?%d+):(%d+):(%d+)$')
-  return tonumber(start), tonumber(count), tonumber(prev)
+-- A window counter (fixed, sliding and calendar windows) is two string
+-- keys: the count key (the counter's key) holds the hits of its current
+-- window, an integer that a request in the same window changes with INCRBY;
+-- the window key (window_key) holds "<start>:<prev>", the start of that
+-- window in µs and (sliding window) the previous window's hits, written when
+-- the window changes. Both expire together. (One key holding the three
+-- numbers cost Redis a third more CPU: a SET of a string built in Lua per
+-- counter per request.)
+local function window_key(base)
+  return base .. ':s'
 end
 
-local function window_encode(start, count, prev)
-  return fmt(start) .. ':' .. fmt(count) .. ':' .. fmt(prev)
+-- window_read returns a window counter's start, count and previous count
+-- from the values of its two keys (false: absent), or nil for no state.
+local function window_read(wv, cv)
+  if not wv then
+    return nil
+  end
+  local start, prev = match(wv, '^(%-?%d+):(%d+)$')
+  return tonumber(start), tonumber(cv or 0), tonumber(prev)
+end
+
+local function window_value(start, prev)
+  return fmt(start) .. ':' .. fmt(prev)
 end
 
 -- A sliding log is a sorted set of entries scored by their instant,

@@ -31,7 +31,8 @@ local function release_entry(_, args)
     local op, key = args[i], args[i + 1]
     if op == UNDO_WINDOW then
       local start, w, span, delta = tonumber(args[i + 2]), tonumber(args[i + 3]), tonumber(args[i + 4]), tonumber(args[i + 5])
-      local s, count, prev = window_decode(call('GET', key))
+      local wkey = window_key(key)
+      local s, count, prev = window_read(call('GET', wkey), call('GET', key))
       if not s then
         s, count, prev = start, 0, 0 -- deleted by the request (a refund emptied it) or expired since
       end
@@ -49,9 +50,14 @@ local function release_entry(_, args)
       if s ~= start and s ~= start + w then
         -- that window is over: nothing is left to give back
       elseif expires > now then
-        call('SET', key, window_encode(s, count, prev), 'PX', ttl_ms(expires, now))
+        call('SET', wkey, window_value(s, prev), 'PX', ttl_ms(expires, now))
+        if count > 0 then
+          call('SET', key, fmt(count), 'PX', ttl_ms(expires, now))
+        else
+          call('DEL', key)
+        end
       else
-        call('DEL', key)
+        call('DEL', key, wkey)
       end
       i = i + 6
     elseif op == UNDO_TAT then
