@@ -36,7 +36,6 @@ func matchLimits(t *testing.T, c *Config, domain string, kv ...string) string {
 	return strings.Join(out, ",")
 }
 
-
 // The reference's own test configs load here, each meaning what it means
 // there (the corpus' README says where each file comes from).
 func TestReferenceCorpusLoads(t *testing.T) {

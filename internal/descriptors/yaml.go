@@ -47,7 +47,7 @@ type parser struct {
 	// accepts at any level (ReferenceOptions.IgnoreReferenceKeys).
 	referenceKeys bool
 	warnings      []*Error
-	merging                 map[*yaml.Node]bool // mappings whose merge keys are being expanded
+	merging       map[*yaml.Node]bool // mappings whose merge keys are being expanded
 }
 
 // newParser returns a parser for the file called name holding size bytes.
