@@ -79,6 +79,12 @@ type Options struct {
 	// DefaultMaxValueSeries.
 	MaxValueSeries int
 	Logger         *slog.Logger
+
+	// CountDeniedHits makes every limit's hits count even when the request
+	// is denied, as envoyproxy/ratelimit counts them (DESIGN §9).
+	// Stub for merge: the lead's change on main implements it (engine and
+	// stores); in this branch it is carried but not yet honoured.
+	CountDeniedHits bool
 }
 
 // Service answers rate-limit requests against the current config and a
