@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -176,5 +178,26 @@ func TestCompatFileConfigAndClientCertificates(t *testing.T) {
 	without := tlsClient(t, grpcAddr, pki.CA, "", "")
 	if _, err := without.ShouldRateLimit(context.Background(), rlRequest("test-domain", "key1", "value1")); err == nil {
 		t.Errorf("ShouldRateLimit without a client certificate under GRPC_CLIENT_TLS_CACERT: no error")
+	}
+}
+
+// GRPC_CLIENT_TLS_SAN matches any of a certificate's names, and only those.
+func TestHasSAN(t *testing.T) {
+	pki := xdstest.NewPKI(t)
+	pair, err := tls.LoadX509KeyPair(pki.Cert, pki.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		san  string
+		want bool
+	}{{"envoy-gateway", true}, {"localhost", true}, {"127.0.0.1", true}, {"envoy-ratelimit", false}, {"other", false}} {
+		if got := hasSAN(cert, tc.san); got != tc.want {
+			t.Errorf("hasSAN(cert, %q) = %v, want %v", tc.san, got, tc.want)
+		}
 	}
 }
