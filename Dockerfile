@@ -28,15 +28,21 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags "-s -w -X main.buildVersion=${VERSION}" -o /out/rls ./cmd/rls
+# /bin/ratelimit, the command Envoy Gateway runs: rls started under the name ratelimit
+# reads envoyproxy/ratelimit's environment (docs/migrating-from-envoy-ratelimit.md). A
+# symlink, made here because the final image has no shell; copying the directory keeps it.
+RUN mkdir -p /out/bin && ln -s /rls /out/bin/ratelimit
 
 # static-debian12: CA certificates (rediss://), tzdata and /etc/passwd, no shell, no
 # package manager. The :nonroot tag's user is 65532.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/rls /rls
+COPY --from=build /out/bin/ /bin/
 COPY config/limits.yaml /etc/rls/limits.yaml
 USER nonroot:nonroot
-# 8080: HTTP (/healthz, /readyz, /metrics, /json, /auth/{domain}); 8081: gRPC
-# (RateLimitService, Authorization, health, reflection).
+# 8080: HTTP (/healthz, /readyz, /healthcheck, /metrics, /json, /auth/{domain}); 8081: gRPC
+# (RateLimitService, Authorization, health, reflection). As /bin/ratelimit, also 6070
+# (DEBUG_PORT) and PROMETHEUS_ADDR when USE_PROMETHEUS=true.
 EXPOSE 8080 8081
 # The image has no curl: rls asks its own /readyz (200 once the config is loaded and the
 # store answers). With another --http-addr, give the URL:

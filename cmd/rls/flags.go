@@ -50,6 +50,13 @@ type options struct {
 	configLimits    descriptors.LoadOptions
 	httpLimits      httpapi.Limits
 	grpcLimits      grpcserver.Limits
+
+	// Compatibility with envoyproxy/ratelimit (compat.go).
+	compatMode      string            // --compat: "" or envoy-ratelimit
+	compat          *compatOptions    // the reference's settings; nil in rls's own mode
+	countDeniedHits bool              // --count-denied-hits
+	reference       service.Reference // the reference's behaviours asked for
+	referenceStats  bool              // --reference-stats
 }
 
 // usageError is a bad command line; it exits 2.
@@ -162,6 +169,9 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&o.maxValueSeries, "metrics-max-values", service.DefaultMaxValueSeries, "bound on the distinct per-value `series` of one limit in rls_descriptor_decisions_total (descriptors with detailed_metric or value_to_metric); further values are counted in descriptor=\""+service.OtherSeries+"\"")
 	fs.StringVar(&f.level, "log-level", "info", "least `level` logged: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&o.compatMode, "compat", "", "`mode`: envoy-ratelimit takes every setting from envoyproxy/ratelimit's environment variables (HOST, PORT, GRPC_PORT, CONFIG_TYPE, REDIS_URL, ...) instead of rls's flags, as when rls is started as ratelimit; see docs/migrating-from-envoy-ratelimit.md")
+	fs.BoolVar(&o.countDeniedHits, "count-denied-hits", false, "every limit's hits count even when the request is denied, as envoyproxy/ratelimit counts them (default: a denied request consumes nothing)")
+	fs.BoolVar(&o.referenceStats, "reference-stats", false, "also export envoyproxy/ratelimit's per-limit stats on /metrics, as its Prometheus mapping names them (ratelimit_service_rate_limit_*{domain,key1,key2})")
 	return fs, f
 }
 
@@ -179,6 +189,16 @@ func parseServeFlags(args, env []string, stdout io.Writer) (*options, error) {
 	fromEnv, err := applyEnv(fs, env)
 	if err != nil {
 		return nil, usageError{err}
+	}
+	switch f.o.compatMode {
+	case "":
+	case compatEnvoyRatelimit:
+		return compatFromEnv(env)
+	default:
+		return nil, usageError{fmt.Errorf("--compat: %q is not %s", f.o.compatMode, compatEnvoyRatelimit)}
+	}
+	if f.o.referenceStats {
+		f.o.reference.Stats = &service.ReferenceStats{}
 	}
 	bad := func(name string, e error) error {
 		if fromEnv[name] {

@@ -105,6 +105,7 @@ var serveFlagGroups = []struct {
 	{"Answers and metrics", []string{"response-headers", "metrics-max-values"}},
 	{"Bounds on what clients hold", []string{"http-max-connections", "http-read-timeout", "http-write-timeout", "http-idle-timeout", "grpc-max-streams", "grpc-max-connection-age", "grpc-max-connection-age-grace"}},
 	{"Process", []string{"shutdown-timeout", "log-level", "log-format"}},
+	{"envoyproxy/ratelimit", []string{"compat", "count-denied-hits", "reference-stats"}},
 }
 
 func serveDetails(w io.Writer) {

@@ -20,7 +20,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	err := run(ctx, compatArgs(os.Args[0], os.Args[1:]), os.Environ(), os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if msg := err.Error(); msg != "" {

@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -112,14 +114,18 @@ type daemon struct {
 	// is closed when they have returned.
 	stop context.CancelFunc
 	done chan struct{}
+	// draining is set when the shutdown starts (/healthcheck then says 500).
+	draining atomic.Bool
+	// extraStop stops what compatibility mode started (compat_serve.go).
+	extraStop []func()
 }
 
 // start loads the config, builds the store and the service, and serves
 // both listeners. On error what it started is stopped.
 func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemon, err error) {
-	cfg, err := descriptors.LoadWith(o.configLimits, o.config)
+	cfg, err := initialConfig(o, log)
 	if err != nil {
-		return nil, fmt.Errorf("loading config %s:\n%w", o.config, err)
+		return nil, err
 	}
 	d = &daemon{o: o, log: log, errc: make(chan error, 2), done: make(chan struct{})}
 	var undo []func()
@@ -140,15 +146,19 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 	d.closeStore = closeStore
 	undo = append(undo, closeStore)
 	d.svc = service.New(service.Options{
-		Store:          store,
-		StoreDoesIO:    o.store == "redis",
-		OnStoreError:   o.onStoreError,
-		Headers:        o.responseHeaders,
-		Registry:       reg,
-		MaxValueSeries: o.maxValueSeries,
-		Logger:         log,
+		Store:           store,
+		StoreDoesIO:     o.store == "redis",
+		OnStoreError:    o.onStoreError,
+		Headers:         o.responseHeaders,
+		Registry:        reg,
+		MaxValueSeries:  o.maxValueSeries,
+		Logger:          log,
+		CountDeniedHits: o.countDeniedHits,
+		Reference:       o.reference,
 	})
-	d.svc.Reload(func() (*descriptors.Config, error) { return cfg, nil })
+	if cfg != nil {
+		d.svc.Reload(func() (*descriptors.Config, error) { return cfg, nil })
+	}
 
 	grpcLis, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
@@ -169,7 +179,10 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 
 	rls := envoyrls.New(d.svc)
 	d.grpc, d.health = newGRPCServer(o, d.svc, rls, tlsSource)
-	d.http = newHTTPServer(o, d.svc, rls, reg, log)
+	d.http = newHTTPServer(o, d.svc, rls, reg, log, d.withHealthcheck)
+	if err := d.startCompat(ctx, reg); err != nil {
+		return nil, err
+	}
 	go func() { d.errc <- d.grpc.Serve(grpcLis) }()
 	go func() {
 		if o.tlsHTTP {
@@ -190,7 +203,7 @@ func newGRPCServer(o *options, svc *service.Service, rls *envoyrls.Server, tlsSo
 	// rls's codec: descriptor values need not be UTF-8 (Envoy copies header bytes)
 	gopts := append(grpcserver.Options(o.grpcLimits), envoyrls.ServerCodec())
 	if o.tlsGRPC {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsSource.Config())))
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(o.compat.grpcServerTLS(tlsSource.Config()))))
 	}
 	gs := grpc.NewServer(gopts...)
 	rls.Register(gs)
@@ -202,15 +215,15 @@ func newGRPCServer(o *options, svc *service.Service, rls *envoyrls.Server, tlsSo
 }
 
 // newHTTPServer returns the HTTP server of the HTTP listener.
-func newHTTPServer(o *options, svc *service.Service, rls *envoyrls.Server, reg *prometheus.Registry, log *slog.Logger) *httpapi.Server {
-	h := httpapi.New(httpapi.Options{
+func newHTTPServer(o *options, svc *service.Service, rls *envoyrls.Server, reg *prometheus.Registry, log *slog.Logger, wrap func(http.Handler) http.Handler) *httpapi.Server {
+	h := wrap(httpapi.New(httpapi.Options{
 		Service:  svc,
 		JSON:     rls.JSON(),
 		Gatherer: reg,
 		Debug:    o.debug,
 		Auth:     httpapi.AuthOptions{TrustedProxies: o.trustedProxies},
 		Logger:   log,
-	})
+	}))
 	return httpapi.NewServer(h, o.httpLimits, log, reg)
 }
 
@@ -238,6 +251,10 @@ func (d *daemon) loop(ctx context.Context, hup <-chan os.Signal) error {
 		case <-ctx.Done():
 			return nil
 		case <-hup:
+			if d.o.compat != nil && d.o.compat.xds != nil {
+				d.log.Info("SIGHUP: the config comes from xDS; nothing to reload")
+				continue
+			}
 			d.log.Info("SIGHUP: reloading config")
 			d.svc.Reload(d.load)
 		case <-changed:
@@ -271,6 +288,7 @@ func (d *daemon) watch(ctx context.Context, changed chan<- struct{}) {
 // --shutdown-timeout, then stops both servers.
 func (d *daemon) drain() {
 	d.log.Info("shutting down", "timeout", d.o.shutdownTimeout)
+	d.draining.Store(true)
 	d.health.Shutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), d.o.shutdownTimeout)
 	defer cancel()
@@ -299,6 +317,7 @@ func (d *daemon) close() {
 		d.stop()
 		<-d.done
 	}
+	d.stopCompat()
 	d.closeStore()
 }
 

@@ -9,7 +9,7 @@ import (
 
 // build parses the sources in order into one Config: all of them are
 // parsed, and every problem of every file is returned.
-func build(srcs []source) (*Config, error) {
+func build(srcs []source, ref ReferenceOptions) (*Config, error) {
 	c := &Config{domains: make(map[string]*Domain)}
 	var order []*Domain // load order: files, then documents
 	var all ErrorList
@@ -28,12 +28,16 @@ func build(srcs []source) (*Config, error) {
 			continue
 		}
 		c.files = append(c.files, src.name)
-		domains, errs := parseFile(src.name, src.data)
+		domains, errs, warns := parseFile(src.name, src.data, ref)
+		c.warnings = append(c.warnings, warns...)
 		for _, d := range domains {
 			if d.Name == "" {
 				continue // reported
 			}
-			if first, dup := c.domains[d.Name]; dup {
+			if first, dup := c.domains[d.Name]; dup && ref.MergeDomains {
+				errs = append(errs, mergeDomain(first, d)...)
+				continue
+			} else if dup {
 				errs = append(errs, &Error{File: src.name, Line: d.nameLine, Column: d.nameCol,
 					Msg: fmt.Sprintf("duplicate domain %q (first defined at %s:%d:%d)", d.Name, first.File, first.nameLine, first.nameCol)})
 				continue

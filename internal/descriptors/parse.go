@@ -25,14 +25,15 @@ const maxMetadataDepth = 64
 // Domain.File only. Config problems are returned as an ErrorList holding all
 // of them.
 func Parse(filename string, data []byte) (*Config, error) {
-	return build([]source{{name: filename, data: data}})
+	return build([]source{{name: filename, data: data}}, ReferenceOptions{})
 }
 
 // parseFile parses the documents of one file into domains, with every
 // problem found. Domains are returned even when they have problems, so that
 // duplicates across files can still be reported.
-func parseFile(name string, data []byte) ([]*Domain, []*Error) {
+func parseFile(name string, data []byte, ref ReferenceOptions) ([]*Domain, []*Error, []*Error) {
 	p := newParser(name, len(data))
+	p.referenceKeys = ref.IgnoreReferenceKeys
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var domains []*Domain
 	for {
@@ -60,7 +61,7 @@ func parseFile(name string, data []byte) ([]*Domain, []*Error) {
 		p.errs = append(p.errs, &Error{File: name, Line: 1, Column: 1,
 			Msg: "no domain in file (want a mapping with domain: and descriptors:)"})
 	}
-	return domains, p.errs
+	return domains, p.errs, p.warnings
 }
 
 // domain parses one document.

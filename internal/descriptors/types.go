@@ -261,4 +261,6 @@ type Config struct {
 	names   []string // sorted domain names
 	limits  []*Limit
 	files   []string
+	// warnings are the keys ignored under ReferenceOptions.
+	warnings []*Error
 }

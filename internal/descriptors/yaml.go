@@ -43,7 +43,11 @@ type parser struct {
 	nameBytes, maxNameBytes int                 // descriptor paths and limit labels
 	nameOver                bool                // past maxNameBytes: reported
 	sizes                   map[*yaml.Node]size // memo of nodeSize
-	merging                 map[*yaml.Node]bool // mappings whose merge keys are being expanded
+	// referenceKeys ignores, with a warning, keys that envoyproxy/ratelimit
+	// accepts at any level (ReferenceOptions.IgnoreReferenceKeys).
+	referenceKeys bool
+	warnings      []*Error
+	merging       map[*yaml.Node]bool // mappings whose merge keys are being expanded
 }
 
 // newParser returns a parser for the file called name holding size bytes.
@@ -431,6 +435,10 @@ var (
 // misplaced reports f, an unknown key of a domain, descriptor or limit: a key
 // of another level says where it belongs.
 func (p *parser) misplaced(f field, lv level) {
+	if p.referenceKeys && referenceKeys[f.key] {
+		p.ignoredReferenceKey(f, lv)
+		return
+	}
 	for other, keys := range levelKeys {
 		if level(other) != lv && slices.Contains(keys, f.key) {
 			p.errorf(f.k, "key %q is not allowed %s (it belongs %s)", f.key, levelWhere[lv], levelWhere[other])

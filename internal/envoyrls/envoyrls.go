@@ -9,6 +9,7 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"google.golang.org/protobuf/types/known/structpb"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,6 +301,10 @@ func (c *converter) toProto(resp *service.Response) *rlsv3.RateLimitResponse {
 		for i, h := range resp.Headers {
 			out.ResponseHeadersToAdd[i] = &corev3.HeaderValue{Key: h.Key, Value: h.Value}
 		}
+	}
+	if resp.Metadata != nil {
+		// Values come from YAML as JSON-compatible ones, which NewStruct takes.
+		out.DynamicMetadata, _ = structpb.NewStruct(resp.Metadata)
 	}
 	return out
 }

@@ -84,6 +84,9 @@ type Options struct {
 	// DefaultMaxValueSeries.
 	MaxValueSeries int
 	Logger         *slog.Logger
+
+	// Reference turns on behaviours of envoyproxy/ratelimit (compat.go).
+	Reference Reference
 }
 
 // Service answers rate-limit requests against the current config and a
@@ -99,6 +102,8 @@ type Service struct {
 	m            *metrics
 	current      atomic.Pointer[loaded]
 	scratch      sync.Pool // *scratch
+	ref          Reference
+	refStats     *refStats // nil unless Reference.Stats
 }
 
 // loaded is a config with what the service derives from it once.
@@ -124,6 +129,10 @@ func New(opts Options) *Service {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.ref = opts.Reference
+	if opts.Reference.Stats != nil {
+		s.refStats = newRefStats(opts.Reference.Stats, opts.Registry, opts.MaxValueSeries)
+	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s
 }
@@ -147,12 +156,18 @@ func (s *Service) Reload(load func() (*descriptors.Config, error)) error {
 		s.m.reloadOK.Set(0)
 		s.m.reloads.WithLabelValues("failure").Inc()
 		s.log.Error("config not loaded; the previous config stays in use", "error", err)
+		if s.refStats != nil {
+			s.refStats.loadError.Inc()
+		}
 		return err
 	}
 	s.SetConfig(cfg)
 	s.m.reloadOK.Set(1)
 	s.m.reloadTime.SetToCurrentTime()
 	s.m.reloads.WithLabelValues("success").Inc()
+	if s.refStats != nil {
+		s.refStats.loadSuccess.Inc()
+	}
 	s.log.Info("config loaded", "domains", len(cfg.Domains()), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
 	return nil
 }
@@ -234,11 +249,12 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	}
 
 	replaced := sc.resolve(dom, req)
-	sc.buildItems(req, resp, replaced, s.countDenied)
+	sc.buildItems(req, resp, replaced, s.countDenied, s.ref.GlobalQuota)
 	items, owner := sc.items, sc.owner
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
 		resp.Headers = appendHeaders(nil, headers, resp)
+		s.referenceAnswer(sc.nodes, resp)
 		return resp, nil
 	}
 
@@ -259,6 +275,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	}
 	s.fillStatuses(cur, dom, req, resp, sc, results, headers != HeadersOff)
 	resp.Headers = appendHeaders(nil, headers, resp)
+	s.referenceAnswer(sc.nodes, resp)
 	for i := range items {
 		items[i] = engine.Item{} // drop references to config and strings
 	}
@@ -294,8 +311,9 @@ func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[
 // buildItems turns the resolved limits of req into sc.items, one per limit
 // that counts (not replaced, not unlimited), with sc.owner[i] the index of
 // item i's descriptor, and gives unlimited descriptors their status.
-// countDenied makes every item count its hits when denied.
-func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool, countDenied bool) {
+// countDenied makes every item count its hits when denied; with allQuota
+// every descriptor is a quota_mode one.
+func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool, countDenied, allQuota bool) {
 	items := sc.items[:0]
 	owner := sc.owner[:0]
 	sc.key, sc.spans = sc.key[:0], sc.spans[:0]
@@ -330,7 +348,7 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				sc.spans = append(sc.spans, [2]int{start, len(sc.key)})
 			}
 			var group int32
-			if node != nil && node.QuotaMode {
+			if allQuota || (node != nil && node.QuotaMode) {
 				group = int32(i + 1)
 			}
 			items = append(items, engine.Item{
@@ -441,6 +459,9 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Reques
 			verdict = resultShadowOver
 		}
 		sc.label = c.count(verdict, req.Descriptors[sc.owner[i]].Entries, sc.label)
+		if s.refStats != nil {
+			s.refStats.record(dom.Name, sc.nodes[sc.owner[i]], req.Descriptors[sc.owner[i]].Entries, it, r)
+		}
 		if withLimits {
 			st.Limits = append(st.Limits, it.Limit)
 		}

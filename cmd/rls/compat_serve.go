@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"time"
+
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/xdsconfig"
+)
+
+// withHealthcheck serves GET /healthcheck, as envoyproxy/ratelimit does
+// (Envoy Gateway's probes ask it), in front of next: 200 "OK" while a
+// config is loaded and the server is not shutting down, else 500. Unlike
+// /readyz it does not follow the store, as in the reference: a Redis
+// outage must not make Kubernetes restart every replica.
+func (d *daemon) withHealthcheck(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthcheck" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		switch {
+		case d.draining.Load():
+			http.Error(w, "shutting down", http.StatusInternalServerError)
+		case d.svc.Config() == nil:
+			http.Error(w, "no config loaded", http.StatusInternalServerError)
+		default:
+			io.WriteString(w, "OK")
+		}
+	})
+}
+
+// startCompat starts what compatibility mode serves beside the gRPC and
+// HTTP listeners: the debug listener (/rlconfig, /debug/pprof), the
+// Prometheus listener (USE_PROMETHEUS) and the xDS client. What it started
+// is stopped by stopCompat, and on error here.
+func (d *daemon) startCompat(ctx context.Context, reg *prometheus.Registry) (err error) {
+	c := d.o.compat
+	if c == nil {
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			d.stopCompat()
+		}
+	}()
+	debug := http.NewServeMux()
+	debug.HandleFunc("GET /rlconfig", d.rlconfig)
+	debug.HandleFunc("/debug/pprof/", pprof.Index)
+	debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if err := d.serveExtra("DEBUG_HOST:DEBUG_PORT", c.debugAddr, debug); err != nil {
+		return err
+	}
+	if c.promAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+c.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if err := d.serveExtra("PROMETHEUS_ADDR", c.promAddr, mux); err != nil {
+			return err
+		}
+	}
+	if c.xds != nil {
+		x := *c.xds
+		x.Logger = d.log
+		xctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		d.extraStop = append(d.extraStop, func() { cancel(); <-done })
+		go func() {
+			defer close(done)
+			if err := xdsconfig.New(x, xdsTarget{d}).Run(xctx); err != nil {
+				d.log.Error("xDS client stopped", "error", err)
+			}
+		}()
+	}
+	for _, v := range c.ignored {
+		d.log.Info("environment variable ignored", "variable", v)
+	}
+	return nil
+}
+
+// serveExtra serves h on addr (named what in errors) until stopCompat.
+func (d *daemon) serveExtra(what, addr string, h http.Handler) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("listener stopped", "listener", what, "error", err)
+		}
+	}()
+	d.extraStop = append(d.extraStop, func() { srv.Close(); <-done })
+	d.log.Info("serving", "listener", what, "addr", lis.Addr().String())
+	return nil
+}
+
+// stopCompat stops what startCompat started, in reverse order. It may be
+// called more than once.
+func (d *daemon) stopCompat() {
+	for i := len(d.extraStop) - 1; i >= 0; i-- {
+		d.extraStop[i]()
+	}
+	d.extraStop = nil
+}
+
+// xdsTarget loads the configs of the xDS client into the service, through
+// the loader's validation; a refused set keeps the old config and is
+// NACKed.
+type xdsTarget struct{ d *daemon }
+
+func (t xdsTarget) Load(version string, configs []*rlsconfv3.RateLimitConfig) error {
+	return t.d.svc.Reload(func() (*descriptors.Config, error) {
+		cfg, err := descriptors.FromXDS(t.d.o.configLimits.Reference, configs)
+		if err != nil {
+			return nil, fmt.Errorf("xDS version %s: %w", version, err)
+		}
+		logWarnings(cfg, t.d.log)
+		return cfg, nil
+	})
+}
+
+// rlconfig writes the loaded config, one line per limit, as the
+// reference's /rlconfig does: the stats key, unit and requests_per_unit.
+func (d *daemon) rlconfig(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	cfg := d.svc.Config()
+	if cfg == nil {
+		io.WriteString(w, "no config loaded\n")
+		return
+	}
+	for _, dm := range cfg.Domains() {
+		writeRLConfig(w, dm.Name, dm.Descriptors)
+	}
+}
+
+// writeRLConfig writes the limits of nodes and their subtrees under the
+// stats key prefix.
+func writeRLConfig(w io.Writer, prefix string, nodes []*descriptors.Descriptor) {
+	for _, n := range nodes {
+		key := prefix + "." + n.Key
+		if n.Value != "" {
+			key += "_" + n.Value
+		}
+		for _, l := range n.Limits {
+			if l.Unlimited {
+				fmt.Fprintf(w, "%s: unlimited, shadow_mode: %t\n", key, l.Shadow)
+				continue
+			}
+			fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n", key, strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, l.Shadow)
+		}
+		writeRLConfig(w, key, n.Children)
+	}
+}

@@ -1,0 +1,170 @@
+package service
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/memstore"
+)
+
+const referenceConfig = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {route: a, shared: first}
+  - key: svc
+    value: b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {route: b, shared: second, extra: 1}
+  - key: path
+    value: /api/*
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: parent
+    value: p
+    descriptors:
+      - key: child
+        shadow_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+func newReferenceService(t *testing.T, ref Reference) (*Service, *prometheus.Registry) {
+	t.Helper()
+	cfg, err := descriptors.Parse("ref.yaml", []byte(referenceConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock(storetest.T0)
+	ms := memstore.New(memstore.Options{Now: clock.Now})
+	t.Cleanup(func() { ms.Close() })
+	reg := prometheus.NewRegistry()
+	svc := New(Options{Store: ms, Registry: reg, Reference: ref, MaxValueSeries: 2})
+	if err := svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return svc, reg
+}
+
+func ask(t *testing.T, svc *Service, hits uint32, ds ...Descriptor) *Response {
+	t.Helper()
+	resp, err := svc.ShouldRateLimit(context.Background(), &Request{Domain: "d", Descriptors: ds, HitsAddend: hits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func headerText(h []Header) string {
+	var b []string
+	for _, x := range h {
+		b = append(b, x.Key+": "+x.Value)
+	}
+	return strings.Join(b, ", ")
+}
+
+// The reference's per-limit stats split a request's hits as it does: from
+// 7 to 12 on a limit of 10 (near limit above 8) counts 2 over and 2 near.
+func TestReferenceStats(t *testing.T) {
+	svc, reg := newReferenceService(t, Reference{Stats: &ReferenceStats{}})
+	steps := []struct {
+		hits uint32
+		want Code
+	}{{7, OK}, {5, OverLimit}}
+	for i, s := range steps {
+		if got := ask(t, svc, s.hits, desc("k", "x")).Code; got != s.want {
+			t.Fatalf("step %d: ShouldRateLimit(k=x, hits=%d) = %v, want %v", i, s.hits, got, s.want)
+		}
+	}
+	for _, tc := range []struct {
+		metric string
+		want   float64
+	}{
+		{"total_hits", 12}, {"within_limit", 7}, {"over_limit", 2}, {"near_limit", 2},
+	} {
+		c, err := refCounter(reg, "ratelimit_service_rate_limit_"+tc.metric, "d", "k", "")
+		if err != nil || c != tc.want {
+			t.Errorf("%s{domain=d,key1=k} = %v (%v), want %v", tc.metric, c, err, tc.want)
+		}
+	}
+	// A wildcard shows its pattern; detailed_metric the request's value,
+	// at most MaxValueSeries (2) of them, then _other.
+	for _, v := range []string{"/api/a", "/api/b", "/api/c"} {
+		ask(t, svc, 1, desc("path", v))
+	}
+	for _, tc := range []struct{ key1 string }{{"path_/api/a"}, {"path_/api/b"}, {OtherSeries}} {
+		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", tc.key1, ""); err != nil || c != 1 {
+			t.Errorf("total_hits{key1=%q} = %v (%v), want 1", tc.key1, c, err)
+		}
+	}
+	// Two levels: key2; a shadow limit's hits over it count in shadow_mode.
+	ask(t, svc, 3, desc("parent", "p", "child", "c1"))
+	if c, err := refCounter(reg, "ratelimit_service_rate_limit_shadow_mode", "d", "parent_p", "child"); err != nil || c != 2 {
+		t.Errorf("shadow_mode{key1=parent_p,key2=child} = %v (%v), want 2", c, err)
+	}
+	if c := testutil.ToFloat64(svc.refStats.loadSuccess); c != 1 {
+		t.Errorf("ratelimit_service_config_load_success = %v, want 1", c)
+	}
+}
+
+func refCounter(reg *prometheus.Registry, name, domain, key1, key2 string) (float64, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["domain"] == domain && l["key1"] == key1 && l["key2"] == key2 {
+				return m.GetCounter().GetValue(), nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// SHADOW_MODE turns a denial into OK and keeps the statuses; QUOTA_MODE
+// denies only when every descriptor is over; the limit headers come from
+// the least remaining, or the last denying status; metadata of the
+// descriptors that passed is merged, first value winning.
+func TestReferenceAnswers(t *testing.T) {
+	svc, _ := newReferenceService(t, Reference{GlobalShadow: true, LimitHeaders: &DefaultLimitHeaderNames, DynamicMetadata: true, Stats: &ReferenceStats{}})
+	r1 := ask(t, svc, 1, desc("k", "x"), desc("svc", "b"))
+	if r1.Code != OK || headerText(r1.Headers) != "RateLimit-Limit: 1, RateLimit-Remaining: 0, RateLimit-Reset: 60" {
+		t.Errorf("first request: %v, headers %q", r1.Code, headerText(r1.Headers))
+	}
+	if r1.Metadata["route"] != "a" || r1.Metadata["shared"] != "first" || r1.Metadata["extra"] != float64(1) {
+		t.Errorf("first request's metadata = %v, want route a, shared first, extra 1", r1.Metadata)
+	}
+	r2 := ask(t, svc, 1, desc("k", "x"), desc("svc", "b"))
+	if r2.Code != OK || r2.Statuses[1].Code != OverLimit {
+		t.Errorf("second request under SHADOW_MODE: overall %v, svc=b %v; want OK and OVER_LIMIT", r2.Code, r2.Statuses[1].Code)
+	}
+	if r2.Metadata["route"] != "a" || r2.Metadata["extra"] != nil {
+		t.Errorf("second request's metadata = %v, want only k's (svc=b is over)", r2.Metadata)
+	}
+	if c := testutil.ToFloat64(svc.refStats.globalShadow); c != 1 {
+		t.Errorf("ratelimit_service_global_shadow_mode = %v, want 1", c)
+	}
+
+	q, _ := newReferenceService(t, Reference{GlobalQuota: true})
+	ask(t, q, 1, desc("svc", "b"))
+	if got := ask(t, q, 1, desc("svc", "b"), desc("k", "x")).Code; got != OK {
+		t.Errorf("QUOTA_MODE, one of two descriptors over: %v, want OK", got)
+	}
+	if got := ask(t, q, 1, desc("svc", "b")).Code; got != OverLimit {
+		t.Errorf("QUOTA_MODE, the only descriptor over: %v, want OVER_LIMIT", got)
+	}
+}
