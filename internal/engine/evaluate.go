@@ -75,8 +75,10 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 		if it.Refund || alg.admits(it.Limit, st, tc, it.Hits) {
 			r.Admitted = true
 			take(alg, it, st, tc)
+		} else if at := alg.retryAt(it.Limit, st, tc, it.Hits); at == never {
+			r.Never = true
 		} else {
-			r.RetryAfter = micros(alg.retryAt(it.Limit, st, tc, it.Hits) - t)
+			r.RetryAfter = micros(at - t)
 		}
 	}
 }

@@ -52,7 +52,10 @@ func (slidingLog) resetAt(l *descriptors.Limit, st *State, t int64) int64 {
 func (slidingLog) retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64 {
 	w := window(l)
 	limit, n := uint64(l.RequestsPerUnit), uint64(len(st.Log))
-	if hits > limit || n+hits <= limit {
+	if hits > limit {
+		return never
+	}
+	if n+hits <= limit {
 		return t + w
 	}
 	return st.Log[n+hits-limit-1] + w
