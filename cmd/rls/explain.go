@@ -212,7 +212,11 @@ func limitLine(l service.LimitExplanation) string {
 		fmt.Fprintf(&b, " by %s", strings.Join(l.ReplacedBy, ", "))
 	}
 	if s := l.State; s != nil {
-		fmt.Fprintf(&b, ": remaining %d, reset %s", s.Remaining, s.Reset)
+		reset := s.Reset
+		if d, err := time.ParseDuration(s.Reset); err == nil && d > time.Second {
+			reset = d.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, ": remaining %d, reset %s", s.Remaining, reset)
 		switch {
 		case s.Never:
 			b.WriteString(", never admits these hits")
