@@ -32,7 +32,8 @@ const (
 	MaxRepeat    = 1_000_000
 )
 
-// File is a parsed test file: its cases, in order.
+// File is a parsed test file: its cases, in order. Run and RunCase only
+// read it: it may be run concurrently.
 type File struct {
 	Name  string
 	Cases []*Case
@@ -451,12 +452,17 @@ func (p *parser) step(n *yaml.Node, domain string) *Step {
 	return s
 }
 
-// descriptor parses "key=value[,key=value...]" or a mapping with entries
-// and, optionally, hits, refund and limit.
+// descriptor parses "key=value[,key=value...]", a list of {key, value}
+// entries, or a mapping with entries and, optionally, hits, refund and
+// limit.
 func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 	var d service.Descriptor
-	if n.Kind == yaml.ScalarNode {
+	switch n.Kind {
+	case yaml.ScalarNode:
 		d.Entries = p.entryText(n, what)
+		return d
+	case yaml.SequenceNode:
+		d.Entries = p.entryList(n, what)
 		return d
 	}
 	fs := p.fields(n, what, "entries", "hits", "refund", "limit")
@@ -468,21 +474,7 @@ func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 	case e.Kind == yaml.ScalarNode:
 		d.Entries = p.entryText(e, what+".entries")
 	default:
-		for i, en := range p.list(e, what+".entries") {
-			where := fmt.Sprintf("%s.entries[%d]", what, i)
-			efs := p.fields(en, where, "key", "value")
-			var entry descriptors.Entry
-			if k := efs["key"]; k != nil {
-				entry.Key = p.str(k, where+".key")
-			}
-			if v := efs["value"]; v != nil {
-				entry.Value = p.str(v, where+".value")
-			}
-			if entry.Key == "" && en.Kind == yaml.MappingNode {
-				p.errorf(en, "%s needs a key", where)
-			}
-			d.Entries = append(d.Entries, entry)
-		}
+		d.Entries = p.entryList(e, what+".entries")
 	}
 	if v := fs["hits"]; v != nil {
 		d.HasHits = true
@@ -495,6 +487,30 @@ func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 		d.Override = p.override(v, what+".limit")
 	}
 	return d
+}
+
+// entryList parses a list of {key: K, value: V}.
+func (p *parser) entryList(n *yaml.Node, what string) []descriptors.Entry {
+	var out []descriptors.Entry
+	for i, en := range p.list(n, what) {
+		where := fmt.Sprintf("%s[%d]", what, i)
+		efs := p.fields(en, where, "key", "value")
+		var entry descriptors.Entry
+		if k := efs["key"]; k != nil {
+			entry.Key = p.str(k, where+".key")
+		}
+		if v := efs["value"]; v != nil {
+			entry.Value = p.str(v, where+".value")
+		}
+		if entry.Key == "" && en.Kind == yaml.MappingNode {
+			p.errorf(en, "%s needs a key", where)
+		}
+		out = append(out, entry)
+	}
+	if len(out) == 0 && n.Kind == yaml.SequenceNode {
+		p.errorf(n, "%s: no entries", what)
+	}
+	return out
 }
 
 // entryText parses "key=value[,key=value...]" (as rls check takes it).

@@ -87,6 +87,9 @@ tests:
           - {entries: [{key: remote_address, value: "10.0.0.3"}], limit: {requests_per_unit: 1, unit: hour}}
         expect: OK
         statuses: [{limit: override, remaining: 0, reset: 3599s}]
+      - descriptors: [[{key: remote_address, value: "10.0.0.3"}]]
+        expect: OK
+        statuses: [{limit: remote_address/1s, remaining: 1}]
   - name: more than the bucket holds never passes
     steps:
       - descriptors: [{entries: key=k, hits: 6}]
