@@ -9,7 +9,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
 
-.PHONY: help run build install uninstall test test-short docs-check deploy-check fuzz-smoke bench soak lint fmt prereqs clean
+.PHONY: help run build install uninstall test test-short docs-check deploy-check fuzz-smoke bench bench-accuracy soak lint fmt prereqs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -75,6 +75,13 @@ fuzz-smoke: ## run every fuzz target briefly (FUZZTIME each)
 bench: ## microbenchmarks, then the load harness (ceiling vs rls memory vs rls Redis, side by side)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(GO) run ./bench/loadtest $(LOADFLAGS)
+
+# A seeded synthetic trace (ACCURACYFLAGS: -requests, -seed, -min-load,
+# -max-load) through sliding_window and fixed_window, every decision compared
+# with the exact sliding window: the README's accuracy table. Seconds on
+# two cores.
+bench-accuracy: ## accuracy of sliding_window and fixed_window against the exact sliding log, on 10M synthetic requests
+	$(GO) run ./bench/accuracy $(ACCURACYFLAGS)
 
 soak: ## about a minute of distinct client addresses: no growth of goroutines or memory
 	$(GO) run ./bench/soak

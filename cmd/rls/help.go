@@ -23,6 +23,8 @@ var commands = []command{
 	{"serve", "[serve] [flags]", "serve the rate-limit APIs (gRPC and HTTP); plain `rls` serves too", serveDetails},
 	{"validate", "validate PATH...", "check config files or directories, change nothing; exit 1 and one path:line:col line per problem", validateDetails},
 	{"check", "check [flags] DOMAIN DESCRIPTOR...", "ask a running rls over one gRPC connection, one line per answer; exit 1 when an answer is OVER_LIMIT", checkDetails},
+	{"explain", "explain [flags] DOMAIN [DESCRIPTOR...]", "ask a running rls what each descriptor matches (or why not), its limits and their state, consuming nothing", explainDetails},
+	{"test", "test CONFIG TESTFILE...", "run the cases of TESTFILEs against CONFIG on a virtual clock; PASS or FAIL per case, exit 1 on a failure", testDetails},
 	{"healthcheck", "healthcheck [URL]", "exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200, for container health checks", nil},
 	{"version", "version", "print the version, commit and Go version (also rls --version)", nil},
 	{"help", "help [COMMAND]", "this help, or a command's (also rls COMMAND --help)", nil},

@@ -4,6 +4,8 @@
 //	rls [serve] [flags]
 //	rls validate PATH...
 //	rls check [flags] DOMAIN DESCRIPTOR...
+//	rls explain [flags] DOMAIN [DESCRIPTOR...]
+//	rls test CONFIG TESTFILE...
 //	rls healthcheck [URL]
 //	rls version
 //	rls help [COMMAND]
@@ -56,6 +58,10 @@ func runWith(ctx context.Context, args, env []string, stdout, stderr io.Writer, 
 		return validate(args, stdout)
 	case "check":
 		return check(ctx, args, stdout)
+	case "explain":
+		return explain(ctx, args, stdout)
+	case "test":
+		return ruleTest(args, stdout)
 	case "version":
 		return version(args, stdout)
 	case "healthcheck":

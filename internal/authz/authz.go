@@ -81,6 +81,10 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		})
 	}
 	if resp.Code == service.OverLimit {
+		body := "rate limited; retry after " + strconv.FormatInt(resp.RetryAfter(), 10) + "s\n"
+		if resp.Never {
+			body = "rate limited: the request asks more than a limit ever admits\n"
+		}
 		return &authv3.CheckResponse{
 			Status: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
@@ -89,7 +93,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 					Header:       &corev3.HeaderValue{Key: "x-envoy-ratelimited", Value: "true"},
 					AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 				}),
-				Body: "rate limited; retry after " + strconv.FormatInt(resp.RetryAfter(), 10) + "s\n",
+				Body: body,
 			}},
 		}, nil
 	}

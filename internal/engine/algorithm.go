@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/rlsproject/rls/internal/descriptors"
@@ -64,13 +65,17 @@ type algorithm interface {
 	resetAt(l *descriptors.Limit, st *State, t int64) int64
 	// retryAt returns an instant no later than the first one at which hits
 	// would be admitted, nothing else being consumed meanwhile, for a request
-	// denied at t. Hits that can never be admitted give the end of the current
-	// window (or t + the window), after which the caller asks again.
+	// denied at t; never when no instant will admit them (more hits than
+	// the limit, or the bucket, holds).
 	retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64
 	// expiry returns the instant from which st is equivalent to the zero
 	// State: a store may forget it then. 0 means it already is.
 	expiry(l *descriptors.Limit, st *State) int64
 }
+
+// never is what retryAt returns for hits that no instant admits
+// (Result.Never).
+const never = math.MaxInt64
 
 // algorithms holds the implementation of each descriptors.Algorithm.
 var algorithms = [...]algorithm{

@@ -70,7 +70,10 @@ func (calendarWindow) resetAt(l *descriptors.Limit, st *State, _ int64) int64 {
 	return calendarEnd(l, st.Start)
 }
 
-func (calendarWindow) retryAt(l *descriptors.Limit, st *State, _ int64, _ uint64) int64 {
+func (calendarWindow) retryAt(l *descriptors.Limit, st *State, _ int64, hits uint64) int64 {
+	if hits > uint64(l.RequestsPerUnit) {
+		return never
+	}
 	return calendarEnd(l, st.Start)
 }
 

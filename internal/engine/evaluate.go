@@ -77,8 +77,18 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 			r.Admitted = true
 			take(alg, it, st, tc)
 		} else {
-			r.RetryAfter = micros(alg.retryAt(it.Limit, st, tc, it.Hits) - t)
+			retry(alg, it, st, tc, t, r)
 		}
+	}
+}
+
+// retry writes into r when the denied item it could pass, as of the
+// decision's instant t (the counter's is tc), or that it never can.
+func retry(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
+	if at := alg.retryAt(it.Limit, st, tc, it.Hits); at == never {
+		r.Never, r.RetryAfter = true, 0
+	} else {
+		r.Never, r.RetryAfter = false, micros(at-t)
 	}
 }
 
@@ -95,7 +105,7 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 		alg := algorithmOf(it.Limit)
 		alg.consume(it.Limit, states[i], times[i], it.Hits)
 		if !r.Admitted {
-			r.RetryAfter = micros(alg.retryAt(it.Limit, states[i], times[i], it.Hits) - t)
+			retry(alg, it, states[i], times[i], t, r)
 		}
 	}
 }

@@ -40,7 +40,10 @@ func (fixedWindow) resetAt(l *descriptors.Limit, st *State, _ int64) int64 {
 	return st.Start + window(l)
 }
 
-func (fixedWindow) retryAt(l *descriptors.Limit, st *State, _ int64, _ uint64) int64 {
+func (fixedWindow) retryAt(l *descriptors.Limit, st *State, _ int64, hits uint64) int64 {
+	if hits > uint64(l.RequestsPerUnit) {
+		return never
+	}
 	return st.Start + window(l)
 }
 

@@ -81,7 +81,10 @@ func (slidingLog) resetAt(l *descriptors.Limit, st *State, t int64) int64 {
 func (slidingLog) retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64 {
 	w := window(l)
 	limit := uint64(l.RequestsPerUnit)
-	if hits > limit || st.Count+hits <= limit {
+	if hits > limit {
+		return never
+	}
+	if st.Count+hits <= limit {
 		return t + w
 	}
 	excess := st.Count + hits - limit

@@ -66,7 +66,7 @@ func (slidingWindow) retryAt(l *descriptors.Limit, st *State, t int64, hits uint
 	limit := uint64(l.RequestsPerUnit)
 	end := st.Start + w
 	if hits > limit {
-		return end
+		return never
 	}
 	if st.Count+hits <= limit {
 		// The previous window's weight has to decay.

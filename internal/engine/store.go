@@ -57,8 +57,13 @@ type Result struct {
 	Reset time.Duration
 	// RetryAfter, for an item that did not admit, is the time until the same
 	// Hits could be admitted if nothing else were consumed meanwhile; it is
-	// never later than the true instant. 0 for admitted items.
+	// never later than the true instant. 0 for admitted items, and when Never.
 	RetryAfter time.Duration
+	// Never marks an item that did not admit and never can, however long it
+	// waits: its Hits are more than the limit's RequestsPerUnit (more than
+	// its Burst for a token bucket; any hit for a limit of 0). There is no
+	// retry instant to report: RetryAfter is 0.
+	Never bool
 	// Cached marks a denial answered from a denial cache without a round
 	// trip to the store.
 	Cached bool

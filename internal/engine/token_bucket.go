@@ -71,9 +71,9 @@ func (tokenBucket) resetAt(_ *descriptors.Limit, st *State, _ int64) int64 {
 	return st.TAT
 }
 
-func (a tokenBucket) retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64 {
+func (a tokenBucket) retryAt(l *descriptors.Limit, st *State, _ int64, hits uint64) int64 {
 	if l.RequestsPerUnit == 0 || hits > uint64(l.Burst) {
-		return t + window(l)
+		return never
 	}
 	i := a.interval(l)
 	return st.TAT + int64(hits)*i - int64(l.Burst)*i

@@ -1,9 +1,10 @@
 // Package httpapi is the HTTP adapter: health and readiness, Prometheus
 // metrics, the /auth forward-auth endpoint for nginx auth_request, and the
-// debug endpoints; it mounts /json, which envoyrls serves (the
-// RateLimitService's own protocol in JSON). Server serves them within
-// Limits (timeouts, a bound on open connections). It converts HTTP to the
-// service's terms and back, and holds no rate-limit logic.
+// debug endpoints (the config, /debug/explain, pprof); it mounts /json,
+// which envoyrls serves (the RateLimitService's own protocol in JSON).
+// Server serves them within Limits (timeouts, a bound on open
+// connections). It converts HTTP to the service's terms and back, and
+// holds no rate-limit logic.
 package httpapi
 
 import (
@@ -63,8 +64,11 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	Debug    DebugAccess
 	// Auth configures /auth/{domain}.
-	Auth   AuthOptions
-	Logger *slog.Logger
+	Auth AuthOptions
+	// Explain answers POST /debug/explain; nil means Service when it
+	// implements Explainer (else the endpoint is not mounted).
+	Explain Explainer
+	Logger  *slog.Logger
 }
 
 // New returns the HTTP handler of DESIGN §3.
@@ -84,6 +88,12 @@ func New(opts Options) http.Handler {
 	}
 	mux.HandleFunc("/auth/{domain}", h.auth)
 	mux.Handle("GET /debug/config", h.debug(http.HandlerFunc(h.config)))
+	if h.Explain == nil {
+		h.Explain, _ = opts.Service.(Explainer)
+	}
+	if h.Explain != nil {
+		mux.Handle("POST /debug/explain", h.debug(http.HandlerFunc(h.explain)))
+	}
 	mux.Handle("/debug/pprof/", h.debug(http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/cmdline", h.debug(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("/debug/pprof/profile", h.debug(http.HandlerFunc(pprof.Profile)))

@@ -96,6 +96,11 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 	for i := range items {
 		d := c.m[bases[i]]
 		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: d.resetAt.Sub(now)}
+		if neverPasses(&items[i]) {
+			// More hits than the limit (a fixed window, the one algorithm
+			// answered for more hits than the denial's): no wait admits them.
+			results[i].RetryAfter, results[i].Never = 0, true
+		}
 	}
 	return true, c.epoch
 }

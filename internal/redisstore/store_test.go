@@ -319,7 +319,12 @@ func TestDenyCache(t *testing.T) {
 		if ok != st.admitted || cached != st.cached || results[0].Cached != st.cached || results[1].Cached != st.cached {
 			t.Fatalf("step %d at T0+%s hits %d: admitted %v, no round trip %v (Cached %v %v); want %v, %v", i, st.at, st.hits, ok, cached, results[0].Cached, results[1].Cached, st.admitted, st.cached)
 		}
-		if st.cached && (results[0].RetryAfter != storetest.T0.Add(60*time.Second).Sub(clock.Now()) || results[1].RetryAfter != storetest.T0.Add(time.Hour).Sub(clock.Now())) {
+		if st.cached && st.hits > 2 {
+			// More than the limit of 2: no wait admits them (Result.Never).
+			if !results[0].Never || results[0].RetryAfter != 0 || !results[1].Never {
+				t.Errorf("step %d: cached results %+v, want Never with no RetryAfter: %d hits never pass a limit of 2", i, results[:2], st.hits)
+			}
+		} else if st.cached && (results[0].RetryAfter != storetest.T0.Add(60*time.Second).Sub(clock.Now()) || results[1].RetryAfter != storetest.T0.Add(time.Hour).Sub(clock.Now())) {
 			t.Errorf("step %d: cached results %+v, want each RetryAfter up to its window's end", i, results[:2])
 		}
 	}

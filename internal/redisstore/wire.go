@@ -155,6 +155,9 @@ const (
 	verdictDenied   = 0
 	verdictAdmitted = 1
 	verdictExpired  = 2
+	// retryNever is an item's retry field when no wait admits its hits
+	// (engine.Result.Never).
+	retryNever = -1
 )
 
 // release.lua's operations.
@@ -273,7 +276,8 @@ func readReply(r any, items []engine.Item, results []engine.Result, rest *[]any)
 			Admitted:   num(k) == 1,
 			Remaining:  uint64(max(num(k+1), 0)),
 			Reset:      time.Duration(num(k+2)) * time.Microsecond,
-			RetryAfter: time.Duration(num(k+3)) * time.Microsecond,
+			RetryAfter: time.Duration(max(num(k+3), 0)) * time.Microsecond,
+			Never:      num(k+3) == retryNever,
 		}
 	}
 	if rest != nil {

@@ -54,13 +54,14 @@ func TestWireContract(t *testing.T) {
 		"VERDICT_DENIED":      strconv.Itoa(verdictDenied),
 		"VERDICT_ADMITTED":    strconv.Itoa(verdictAdmitted),
 		"VERDICT_EXPIRED":     strconv.Itoa(verdictExpired),
+		"RETRY_NEVER":         strconv.Itoa(retryNever),
 		"UNDO_WINDOW":         strconv.Quote(undoWindow),
 		"UNDO_TAT":            strconv.Quote(undoTAT),
 		"UNDO_ZREM":           strconv.Quote(undoZRem),
 		"UNDO_ZADD":           strconv.Quote(undoZAdd),
 		"UNDO_PUBLISH":        strconv.Quote(undoPublish),
 	}
-	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|[0-9]+)`)
+	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|-?[0-9]+)`)
 	luaSide := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(preludeSource))
 	for sc.Scan() {

@@ -55,11 +55,13 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // RetryAfter returns the Retry-After of an OVER_LIMIT response: the longest
-// wait among the denying descriptors, in whole seconds, at least 1.
+// wait among the denying descriptors that a wait can lift, in whole
+// seconds, at least 1. A response that is Never has none to give: its
+// headers carry no Retry-After.
 func (r *Response) RetryAfter() int64 {
 	var longest time.Duration
 	for i := range r.Statuses {
-		if st := &r.Statuses[i]; st.Code == OverLimit && st.ResetAfter > longest {
+		if st := &r.Statuses[i]; st.Code == OverLimit && !st.Never && st.ResetAfter > longest {
 			longest = st.ResetAfter
 		}
 	}
@@ -67,7 +69,8 @@ func (r *Response) RetryAfter() int64 {
 }
 
 // binding returns the status that the single-valued headers describe: when
-// over limit, the denying status that waits longest; otherwise the status
+// over limit, the denying status that never admits, else the one that waits
+// longest; otherwise the status
 // with the least remaining (ties: the longest window). Shadow limits are
 // never shown to clients. nil when no status has a limit.
 func (r *Response) binding() *Status {
@@ -85,7 +88,11 @@ func (r *Response) binding() *Status {
 				b = st
 			}
 		case st.Code == OverLimit:
-			if st.ResetAfter > b.ResetAfter {
+			if st.Never != b.Never {
+				if st.Never {
+					b = st
+				}
+			} else if st.ResetAfter > b.ResetAfter {
 				b = st
 			}
 		case st.Remaining != b.Remaining:
@@ -155,7 +162,7 @@ func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
 			Header{headerRateLimit, fmt.Sprintf("%s;r=%d;t=%s", sfString(b.Limit.Label), b.Remaining, reset)},
 		)
 	}
-	if resp.Code == OverLimit {
+	if resp.Code == OverLimit && !resp.Never {
 		dst = append(dst, Header{headerRetryAfter, strconv.FormatInt(resp.RetryAfter(), 10)})
 	}
 	return dst

@@ -181,6 +181,10 @@ func (c Code) String() string {
 // Response is the answer to a Request.
 type Response struct {
 	Code Code
+	// Never says that an OVER_LIMIT request can never pass as it is, however
+	// long the client waits: it asks more hits of a limit than the limit
+	// (or a token bucket's burst) admits. Its headers carry no Retry-After.
+	Never bool
 	// Statuses are 1:1 with the request's descriptors, in order.
 	Statuses []Status
 	// Headers are the rate-limit headers for the client's response, per the
@@ -207,6 +211,10 @@ func newResponse(n int) *Response {
 // Status is the verdict on one descriptor.
 type Status struct {
 	Code Code
+	// Never marks an OVER_LIMIT status whose limit can never admit the
+	// descriptor's hits (engine.Result.Never); ResetAfter is then the
+	// limit's reset.
+	Never bool
 	// Limit is the binding limit: a denying one, else the one with the least
 	// remaining (ties: the longest window). nil when no limit applies.
 	Limit *descriptors.Limit
@@ -214,7 +222,7 @@ type Status struct {
 	// descriptor, 0 when no limit applies.
 	Remaining uint32
 	// ResetAfter is, for a denying limit, the time until the request could be
-	// admitted; otherwise Limit's reset (engine.Result.Reset).
+	// admitted; otherwise, or when Never, Limit's reset (engine.Result.Reset).
 	ResetAfter time.Duration
 	// Limits are all the limits judged for this descriptor (Limit among
 	// them), for headers that list every policy.

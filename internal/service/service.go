@@ -99,7 +99,9 @@ type Service struct {
 	headers      HeaderMode
 	log          *slog.Logger
 	errLog       rate.Sometimes
+	neverLog     rate.Sometimes
 	m            *metrics
+	dm           *domainMetrics
 	current      atomic.Pointer[loaded]
 	scratch      sync.Pool // *scratch
 	ref          Reference
@@ -111,6 +113,7 @@ type loaded struct {
 	cfg      *descriptors.Config
 	counters []*limitMetrics          // by Limit.Index
 	override map[string]*limitMetrics // by domain name
+	domains  map[string]*domainSeries // by domain name
 }
 
 // New returns a service with no config: requests are answered as for
@@ -124,7 +127,9 @@ func New(opts Options) *Service {
 		headers:      opts.Headers,
 		log:          opts.Logger,
 		errLog:       rate.Sometimes{Interval: 10 * time.Second},
+		neverLog:     rate.Sometimes{Interval: 10 * time.Second},
 		m:            newMetrics(opts.Registry, opts.MaxValueSeries),
+		dm:           newDomainMetrics(opts.Registry),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -142,6 +147,7 @@ func New(opts Options) *Service {
 func (s *Service) SetConfig(cfg *descriptors.Config) {
 	l := &loaded{cfg: cfg}
 	l.counters, l.override = s.m.forConfig(cfg)
+	l.domains = s.dm.forConfig(cfg)
 	s.current.Store(l)
 	s.m.domains.Set(float64(len(cfg.Domains())))
 	s.m.limits.Set(float64(len(cfg.Limits())))
@@ -244,11 +250,15 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		for i := range resp.Statuses {
 			resp.Statuses[i].Code = OK
 		}
+		s.dm.unknown.countUnmatched(len(req.Descriptors))
 		s.m.requestsOK.Inc()
 		return resp, nil
 	}
 
-	replaced := sc.resolve(dom, req)
+	replaced, unmatched := sc.resolve(dom, req)
+	if unmatched > 0 {
+		cur.domains[dom.Name].countUnmatched(unmatched)
+	}
 	sc.buildItems(req, resp, replaced, s.countDenied, s.ref.GlobalQuota)
 	items, owner := sc.items, sc.owner
 	if len(items) == 0 {
@@ -274,6 +284,11 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		s.m.requestsOK.Inc()
 	}
 	s.fillStatuses(cur, dom, req, resp, sc, results, headers != HeadersOff)
+	if !admitted {
+		if resp.Never = never(items, results); resp.Never {
+			s.impossible(cur, dom, items, results)
+		}
+	}
 	resp.Headers = appendHeaders(nil, headers, resp)
 	s.referenceAnswer(sc.nodes, resp)
 	for i := range items {
@@ -284,14 +299,18 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 
 // resolve matches each descriptor of req that has no override in dom,
 // into sc.nodes (nil for an override or no match), and returns the names
-// of the limits that the matched limits replace.
-func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[string]bool) {
+// of the limits that the matched limits replace and the number of
+// descriptors without an override that matched no node with limits.
+func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[string]bool, unmatched int) {
 	sc.nodes = sc.nodes[:0]
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		var node *descriptors.Descriptor
 		if d.Override == nil {
 			node = dom.Match(d.Entries)
+			if node == nil || len(node.Limits) == 0 {
+				unmatched++
+			}
 			if node != nil {
 				for _, l := range node.Limits {
 					for _, name := range l.Replaces {
@@ -305,7 +324,7 @@ func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[
 		}
 		sc.nodes = append(sc.nodes, node)
 	}
-	return replaced
+	return replaced, unmatched
 }
 
 // buildItems turns the resolved limits of req into sc.items, one per limit
@@ -469,9 +488,12 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Reques
 			st.Limit = it.Limit
 			st.Remaining = uint32(min(r.Remaining, math.MaxUint32))
 			st.ResetAfter = r.Reset
+			st.Never = false
 			if !r.Admitted && !it.Shadow {
 				st.Code = OverLimit
-				st.ResetAfter = r.RetryAfter
+				if st.Never = r.Never; !r.Never {
+					st.ResetAfter = r.RetryAfter
+				}
 			}
 		}
 	}
@@ -479,8 +501,9 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Reques
 
 // binds reports whether item it (with result r) is more binding than the
 // limit that st holds so far: a denying non-shadow limit beats the others
-// (the one denying longest wins), then the least remaining, then the longest
-// window. Shadow limits bind only a descriptor that has nothing else.
+// (one that never admits, else the one denying longest wins), then the
+// least remaining, then the longest window. Shadow limits bind only a
+// descriptor that has nothing else.
 func binds(st *Status, it *engine.Item, r *engine.Result) bool {
 	if st.Limit == nil {
 		return true
@@ -494,7 +517,10 @@ func binds(st *Status, it *engine.Item, r *engine.Result) bool {
 		return newDeny
 	}
 	if newDeny {
-		return r.RetryAfter > st.ResetAfter
+		if r.Never != st.Never {
+			return r.Never
+		}
+		return !r.Never && r.RetryAfter > st.ResetAfter
 	}
 	if r.Remaining != uint64(st.Remaining) {
 		return r.Remaining < uint64(st.Remaining)

@@ -155,6 +155,7 @@ type step struct {
 	remaining uint64
 	reset     time.Duration
 	retry     time.Duration // checked on denied steps
+	never     bool          // a denial that no wait lifts (Result.Never): retry 0
 }
 
 type timeline struct {
@@ -171,13 +172,13 @@ var timelines = []timeline{
 		{at: 2 * sec, hits: 0, ok: true, remaining: 0, reset: 58 * sec}, // a look at the limit is OK
 		{at: 60*sec - us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
 		{at: 60 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec}, // new window
-		{at: 61 * sec, hits: 4, ok: false, remaining: 2, reset: 59 * sec, retry: 59 * sec},
+		{at: 61 * sec, hits: 4, ok: false, remaining: 2, reset: 59 * sec, never: true},
 		{at: 62 * sec, hits: 2, ok: true, remaining: 0, reset: 58 * sec}, // the denial cost nothing
 		{at: 63 * sec, hits: 2, refund: true, ok: true, remaining: 2, reset: 57 * sec},
 		{at: 64 * sec, hits: 9, refund: true, ok: true, remaining: 3, reset: 56 * sec}, // never below zero
 	}},
 	{"FixedWindowZeroLimit", Limit(descriptors.FixedWindow, 0, time.Second, 0), []step{
-		{at: 0, hits: 1, ok: false, remaining: 0, reset: sec, retry: sec},
+		{at: 0, hits: 1, ok: false, remaining: 0, reset: sec, never: true},
 		{at: 0, hits: 0, ok: true, remaining: 0, reset: sec},
 	}},
 	{"SlidingWindow", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
@@ -202,7 +203,7 @@ var timelines = []timeline{
 		// 10×(60-e)/60 + 5 ≤ 10 from e = 30s of the next window.
 		{at: 10 * sec, hits: 5, ok: false, remaining: 0, reset: 50 * sec, retry: 80*sec - us},
 		{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
-		{at: 91 * sec, hits: 11, ok: false, remaining: 0, reset: 29 * sec, retry: 29 * sec},
+		{at: 91 * sec, hits: 11, ok: false, remaining: 0, reset: 29 * sec, never: true},
 	}},
 	{"SlidingLog", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
 		{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
@@ -213,7 +214,7 @@ var timelines = []timeline{
 		{at: 60*sec - us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
 		{at: 60 * sec, hits: 1, ok: true, remaining: 0, reset: 10 * sec}, // the hit of T0 left
 		{at: 61 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 9 * sec},
-		{at: 61 * sec, hits: 4, ok: false, remaining: 1, reset: 9 * sec, retry: 60 * sec},
+		{at: 61 * sec, hits: 4, ok: false, remaining: 1, reset: 9 * sec, never: true},
 		{at: 200 * sec, hits: 0, ok: true, remaining: 3, reset: 0},
 	}},
 	// The clock steps back (NTP, another process): a counter that has seen
@@ -311,7 +312,7 @@ var timelines = []timeline{
 		{at: 0, hits: 1, ok: false, remaining: 0, reset: 2 * sec, retry: 100 * ms},
 		{at: 100 * ms, hits: 1, ok: true, remaining: 0, reset: 2 * sec},
 		{at: 1100 * ms, hits: 0, ok: true, remaining: 10, reset: sec},
-		{at: 1100 * ms, hits: 21, ok: false, remaining: 10, reset: sec, retry: sec},
+		{at: 1100 * ms, hits: 21, ok: false, remaining: 10, reset: sec, never: true}, // 21 > the burst of 20
 		{at: 1100 * ms, hits: 11, ok: false, remaining: 10, reset: sec, retry: 100 * ms},
 		{at: 1100 * ms, hits: 5, refund: true, ok: true, remaining: 15, reset: 500 * ms},
 		{at: 1100 * ms, hits: 500, refund: true, ok: true, remaining: 20, reset: 0},
@@ -324,7 +325,7 @@ var timelines = []timeline{
 		{at: 333334 * us, hits: 1, ok: true, remaining: 0, reset: 333334 * us},
 	}},
 	{"TokenBucketZeroLimit", Limit(descriptors.TokenBucket, 0, time.Second, 0), []step{
-		{at: 0, hits: 1, ok: false, remaining: 0, reset: 0, retry: sec},
+		{at: 0, hits: 1, ok: false, remaining: 0, reset: 0, never: true},
 		{at: 0, hits: 0, ok: true, remaining: 0, reset: 0},
 	}},
 }
@@ -362,6 +363,9 @@ func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 		}
 		if !st.ok && r.RetryAfter != st.retry {
 			t.Errorf("%s retry after = %s, want %s", call, r.RetryAfter, st.retry)
+		}
+		if r.Never != st.never {
+			t.Errorf("%s never = %v, want %v", call, r.Never, st.never)
 		}
 	}
 }
@@ -410,6 +414,9 @@ func testHugeHits(t *testing.T, newStore NewStore) {
 		}
 		if ok != tc.ok || res[0].Remaining != want {
 			t.Errorf("%s %d/%s: Apply(hits=%d) = %v remaining %d, want %v remaining %d", l.Algorithm, l.RequestsPerUnit, l.Window, item.Hits, ok, res[0].Remaining, tc.ok, want)
+		}
+		if !tc.ok && !res[0].Cached && (!res[0].Never || res[0].RetryAfter != 0) {
+			t.Errorf("%s %d/%s: Apply(hits=%d) = %+v, want Never with no RetryAfter: more hits than the limit never pass", l.Algorithm, l.RequestsPerUnit, l.Window, item.Hits, res[0])
 		}
 		item.Refund = true
 		ok, res = apply(t, s, []engine.Item{item})

@@ -27,6 +27,10 @@ local redis_now -- Redis TIME, taken once per call
 -- so limit and burst are the item's, not the counter's.
 local n
 local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry, i_cd, i_denied = {}, {}, {}, {}, {}, {}, {}, {}, {}
+
+-- never is what retry_at returns for hits that no instant admits (engine's
+-- never, Result.Never): more than the limit, or the bucket, holds.
+local never = {}
 local i_lim, i_burst = {}, {}
 
 -- Counters (index c), each loaded once per request and normalized: base
@@ -170,7 +174,10 @@ function fixed.reset_at(c)
   return c_ws[c] + c_w[c]
 end
 
-function fixed.retry_at(c)
+function fixed.retry_at(c, hits, limit)
+  if hits > limit then
+    return never
+  end
   return c_ws[c] + c_w[c]
 end
 
@@ -229,7 +236,12 @@ function calendar.reset_at(c)
   return calendar_end(c, c_ws[c])
 end
 
-calendar.retry_at = calendar.reset_at
+function calendar.retry_at(c, hits, limit)
+  if hits > limit then
+    return never
+  end
+  return calendar.reset_at(c)
+end
 
 function calendar.write(c, undo)
   write_window(c, calendar_end(c, c_ws[c]) - c_ws[c], 1, undo)
@@ -278,7 +290,7 @@ function sliding.retry_at(c, hits, limit)
   local w, ws, count = c_w[c], c_ws[c], c_count[c]
   local ending = ws + w
   if hits > limit then
-    return ending
+    return never
   end
   if count + hits <= limit then
     -- The previous window's weight has to decay.
@@ -436,7 +448,10 @@ end
 
 function log.retry_at(c, hits, limit)
   local w = c_w[c]
-  if hits > limit or c_count[c] + hits <= limit then
+  if hits > limit then
+    return never
+  end
+  if c_count[c] + hits <= limit then
     return c_t[c] + w
   end
   local excess = c_count[c] + hits - limit
@@ -583,7 +598,7 @@ end
 
 function bucket.retry_at(c, hits, limit, burst)
   if limit == 0 or hits > burst then
-    return now + c_w[c]
+    return never
   end
   local i = interval(c, limit)
   return c_tat[c] + hits * i - burst * i
@@ -675,6 +690,18 @@ local function take(k)
   end
 end
 
+-- retry sets when denied item k could pass, as of the decision's instant,
+-- or RETRY_NEVER (engine's retry).
+local function retry(k)
+  local c = i_ctr[k]
+  local at = c_impl[c].retry_at(c, i_hits[k], i_lim[k], i_burst[k])
+  if at == never then
+    i_retry[k] = RETRY_NEVER
+  else
+    i_retry[k] = at - now
+  end
+end
+
 -- judge is the judging pass: each item in order, consumed tentatively when
 -- it admits (engine's judge).
 local function judge()
@@ -687,7 +714,7 @@ local function judge()
       take(k)
     else
       i_ok[k] = false
-      i_retry[k] = impl.retry_at(c, hits, limit, burst) - now
+      retry(k)
     end
   end
 end
@@ -754,14 +781,15 @@ local function charge_denied(admitted, over)
       local impl = c_impl[c]
       impl.consume(c, i_hits[k], i_lim[k])
       if not i_ok[k] then
-        i_retry[k] = impl.retry_at(c, i_hits[k], i_lim[k], i_burst[k]) - now
+        retry(k)
       end
     end
   end
 end
 
 -- statuses appends per item: admitted, remaining, reset and retry µs (from
--- the decision's instant, whatever the counter's own).
+-- the decision's instant, whatever the counter's own; RETRY_NEVER when no
+-- wait admits the item's hits).
 local function statuses(out)
   for k = 1, n do
     local c = i_ctr[k]
@@ -769,7 +797,11 @@ local function statuses(out)
     out[m + 1] = i_ok[k] and 1 or 0
     out[m + 2] = impl.remaining(c, i_lim[k], i_burst[k])
     out[m + 3] = max(0, impl.reset_at(c) - now)
-    out[m + 4] = max(0, i_retry[k])
+    local retry = i_retry[k]
+    if retry ~= RETRY_NEVER then
+      retry = max(0, retry)
+    end
+    out[m + 4] = retry
   end
 end
 

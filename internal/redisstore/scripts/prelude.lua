@@ -55,7 +55,7 @@ local MODE_CHARGE = 'C'
 
 -- decide.lua's reply, per request: REPLY_HEAD fields (the verdict, one of
 -- VERDICT_*, and the instant), then, unless expired, REPLY_ITEM_FIELDS per
--- item (admitted 0|1, remaining, reset µs, retry µs); then the undo log
+-- item (admitted 0|1, remaining, reset µs, retry µs or RETRY_NEVER); then the undo log
 -- (operations for release.lua) in MODE_RESERVE when admitted, and in the
 -- other modes when the request was decided after its REQUEST_UNDO_AFTER
 -- instant; then, in MODE_RESERVE when admitted, per item the remaining and
@@ -65,6 +65,7 @@ local REPLY_ITEM_FIELDS = 4
 local VERDICT_DENIED = 0
 local VERDICT_ADMITTED = 1
 local VERDICT_EXPIRED = 2 -- past its deadline: nothing decided, nothing consumed
+local RETRY_NEVER = -1 -- an item's retry when no wait admits its hits (engine.Result.Never)
 
 -- release.lua's operations (the undo log written by decide.lua):
 local UNDO_WINDOW = 'W' -- key start window span delta: take delta hits off the window

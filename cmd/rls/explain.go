@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/rlsproject/rls/internal/service"
+)
+
+// explainFlags are rls explain's flags.
+type explainFlags struct {
+	addr    string
+	hits    uint
+	timeout time.Duration
+	json    bool
+	// The HTTP form: any of these set asks with the domain's
+	// http_descriptors instead of DESCRIPTOR arguments.
+	method, path, authority, client string
+	headers                         headerFlags
+}
+
+// headerFlags collects repeated --header 'name: value' flags.
+type headerFlags map[string]string
+
+func (h headerFlags) String() string { return "" }
+
+func (h headerFlags) Set(s string) error {
+	name, value, ok := strings.Cut(s, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("%q is not 'name: value'", s)
+	}
+	h[strings.ToLower(strings.TrimSpace(name))] = strings.TrimSpace(value)
+	return nil
+}
+
+func newExplainFlagSet() (*flag.FlagSet, *explainFlags) {
+	fs := flag.NewFlagSet("rls explain", flag.ContinueOnError)
+	f := &explainFlags{headers: headerFlags{}}
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "rls's HTTP `address` (host:port, or a URL); /debug/explain answers loopback clients only by default")
+	fs.UintVar(&f.hits, "hits", 0, "the `hits` of the request (hits_addend; 0 counts as 1)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "bound on the request")
+	fs.BoolVar(&f.json, "json", false, "print the JSON answer as it comes")
+	fs.StringVar(&f.method, "method", "", "HTTP form: the request's `method`")
+	fs.StringVar(&f.path, "path", "", "HTTP form: the request's `path`, with its query string")
+	fs.StringVar(&f.authority, "authority", "", "HTTP form: the request's `host`")
+	fs.StringVar(&f.client, "client", "", "HTTP form: the client's IP `address`")
+	fs.Var(f.headers, "header", "HTTP form: a request header, `name: value` (repeat the flag for more)")
+	return fs, f
+}
+
+func explainDetails(w io.Writer) {
+	fmt.Fprint(w, `Asks a running rls (POST /debug/explain on its HTTP address) how it would answer the
+RateLimitRequest of DOMAIN with one descriptor per DESCRIPTOR argument, written
+key=value[,key=value...] as for rls check, or, with --method, --path, --header or --client
+and no DESCRIPTOR, the HTTP request that the domain's http_descriptors turn into descriptors
+(as /auth and ext_authz do). Prints, per descriptor, the config node it matched, or where and
+why matching stopped, then each of its limits: enforced, shadow, unlimited or replaced, with
+what it has left and when it resets. Nothing is consumed. Exit status: 0 when rls answered,
+3 when the request failed, 2 for a bad command line.
+
+  rls explain api remote_address=203.0.113.7 tenant=acme,plan=gold
+  rls explain --path /api/v1/users --header 'x-api-key: k1' --client 203.0.113.7 api
+
+flags:
+`)
+	fs, _ := newExplainFlagSet()
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	printFlags(w, fs, names, false)
+}
+
+// explain asks a running rls's /debug/explain and prints the answer.
+func explain(ctx context.Context, args []string, stdout io.Writer) error {
+	fs, f := newExplainFlagSet()
+	if err := commandFlags("explain", fs, args, stdout); err != nil {
+		return helpIsSuccess(err)
+	}
+	body, err := f.body(fs.Args())
+	if err != nil {
+		return usageError{fmt.Errorf("explain: %w (rls explain --help)", err)}
+	}
+	url := f.addr
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	url = strings.TrimSuffix(url, "/") + "/debug/explain"
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return usageError{fmt.Errorf("explain: --addr: %w", err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return exitError{checkFailed, fmt.Errorf("explain: %w", err)}
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return exitError{checkFailed, fmt.Errorf("explain: reading the answer: %w", err)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return exitError{checkFailed, fmt.Errorf("explain: %s: %s", resp.Status, strings.TrimSpace(string(answer)))}
+	}
+	if f.json {
+		_, err := stdout.Write(answer)
+		return err
+	}
+	var ex service.Explanation
+	if err := json.Unmarshal(answer, &ex); err != nil {
+		return exitError{checkFailed, fmt.Errorf("explain: the answer is not an explanation: %w", err)}
+	}
+	writeExplanation(stdout, &ex)
+	return nil
+}
+
+// body builds the JSON body of the arguments DOMAIN [DESCRIPTOR...].
+func (f *explainFlags) body(args []string) ([]byte, error) {
+	httpForm := f.method != "" || f.path != "" || f.authority != "" || f.client != "" || len(f.headers) > 0
+	switch {
+	case len(args) == 0:
+		return nil, errors.New("want DOMAIN")
+	case httpForm && len(args) > 1:
+		return nil, errors.New("the HTTP form (--method, --path, --authority, --header, --client) takes DOMAIN only")
+	case httpForm && f.hits != 0:
+		return nil, errors.New("--hits: an HTTP request counts 1 hit per descriptor")
+	case httpForm:
+		return json.Marshal(map[string]any{"domain": args[0], "http": map[string]any{
+			"method": f.method, "path": f.path, "authority": f.authority, "headers": f.headers, "client_address": f.client,
+		}})
+	}
+	c := checkFlags{n: 1, hits: f.hits}
+	req, err := c.request(args)
+	if err != nil {
+		return nil, err
+	}
+	return protojson.Marshal(req)
+}
+
+// writeExplanation prints ex for people, e.g.
+//
+//	api: OVER_LIMIT if it came now
+//	descriptor 0 remote_address=203.0.113.7, 1 hit: matched "remote_address" (config/limits.yaml:34:5)
+//	  remote_address/1s    10/second fixed_window      enforced   remaining 0, reset 1s: denies
+func writeExplanation(w io.Writer, ex *service.Explanation) {
+	switch {
+	case ex.StoreError != "":
+		fmt.Fprintf(w, "%s: the limits' state could not be read: %s\n", ex.Domain, ex.StoreError)
+	case ex.Never:
+		fmt.Fprintf(w, "%s: %s if it came now, and it never passes as it is (more hits than a limit holds)\n", ex.Domain, ex.Code)
+	default:
+		fmt.Fprintf(w, "%s: %s if it came now\n", ex.Domain, ex.Code)
+	}
+	for _, it := range ex.HTTPDescriptors {
+		if it.Dropped != nil {
+			what := it.Dropped.Reason
+			if it.Dropped.Kind != "" {
+				what = fmt.Sprintf("action %d (%s): %s", it.Dropped.Action, it.Dropped.Kind, it.Dropped.Reason)
+			}
+			fmt.Fprintf(w, "http_descriptors[%d] (%s): no descriptor: %s\n", it.Index, it.At, what)
+			continue
+		}
+		fmt.Fprintf(w, "http_descriptors[%d] (%s): descriptor %d\n", it.Index, it.At, *it.Descriptor)
+	}
+	for i, de := range ex.Descriptors {
+		var entries []string
+		for _, e := range de.Entries {
+			entries = append(entries, e.Key+"="+e.Value)
+		}
+		hits := fmt.Sprintf("%d hits", de.Hits)
+		switch {
+		case de.Refund:
+			hits = fmt.Sprintf("%d hits given back", de.Hits)
+		case de.Hits == 1:
+			hits = "1 hit"
+		}
+		fmt.Fprintf(w, "descriptor %d %s, %s: %s\n", i, strings.Join(entries, ","), hits, de.Match.Message)
+		for _, l := range de.Limits {
+			fmt.Fprintf(w, "  %s\n", limitLine(l))
+		}
+	}
+}
+
+// limitLine is one limit of a descriptor as rls explain prints it.
+func limitLine(l service.LimitExplanation) string {
+	var b strings.Builder
+	if l.Unlimited {
+		fmt.Fprintf(&b, "%-28s %-32s %s", l.Label, "unlimited", l.Applies)
+		return b.String()
+	}
+	rate := fmt.Sprintf("%d/%s", l.RequestsPerUnit, l.Unit)
+	if l.UnitMultiplier > 1 {
+		rate = fmt.Sprintf("%d/%d%ss", l.RequestsPerUnit, l.UnitMultiplier, l.Unit)
+	}
+	alg := l.Algorithm
+	if l.Burst > 0 {
+		alg += fmt.Sprintf(" burst %d", l.Burst)
+	}
+	fmt.Fprintf(&b, "%-28s %-32s %s", l.Label, rate+" "+alg, l.Applies)
+	if len(l.ReplacedBy) > 0 {
+		fmt.Fprintf(&b, " by %s", strings.Join(l.ReplacedBy, ", "))
+	}
+	if s := l.State; s != nil {
+		reset := s.Reset
+		if d, err := time.ParseDuration(s.Reset); err == nil && d > time.Second {
+			reset = d.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, ": remaining %d, reset %s", s.Remaining, reset)
+		switch {
+		case s.Never:
+			b.WriteString(", never admits these hits")
+		case !s.Admits && l.Applies == "shadow":
+			b.WriteString(", would deny (shadow)")
+		case !s.Admits:
+			b.WriteString(", denies")
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/rlsproject/rls/internal/servetest"
+)
+
+// TestExplainCommand: rls explain against a served config/limits.yaml says
+// what each descriptor matched or why not, with each limit's state, and
+// consumes nothing.
+func TestExplainCommand(t *testing.T) {
+	s := startServer(t, nil, "--config", "../../config/limits.yaml")
+	explain := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"explain", "--addr", s.httpAddr}, args...), nil, &out, io.Discard)
+		return out.String(), err
+	}
+	if err := run(context.Background(), []string{"check", "--addr", s.grpcAddr, "-n", "3", "api", "remote_address=203.0.113.7"}, nil, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // twice: the first consumed nothing
+		out, err := explain("api", "remote_address=203.0.113.7", "api_key=k,tier=gold", "user=alice")
+		if err != nil {
+			t.Fatalf("rls explain = %v\n%s", err, out)
+		}
+		for _, want := range []string{
+			"api: OK if it came now\n",
+			`descriptor 0 remote_address=203.0.113.7, 1 hit: matched "remote_address" (../../config/limits.yaml:34:5)`,
+			"remote_address/1s 10/second fixed_window enforced: remaining 7, reset 1s\n",
+			"remote_address/1h 240/hour sliding_window enforced: remaining 237, reset 1h0m0s\n",
+			`descriptor 1 api_key=k,tier=gold, 1 hit: entries[1] (tier=gold): "api_key" has no nested descriptors`,
+			`descriptor 2 user=alice, 1 hit: entries[0] (user=alice): no descriptor has key "user" at the top level (keys there: remote_address, api_key, path, tenant)`,
+		} {
+			if !strings.Contains(squeeze(out), squeeze(want)) {
+				t.Errorf("rls explain printed\n%s\nwant a line with\n%s", out, want)
+			}
+		}
+	}
+
+	out, err := explain("--hits", "101", "api", "api_key=k")
+	if err != nil || !strings.Contains(out, "api: OVER_LIMIT if it came now, and it never passes as it is") ||
+		!strings.Contains(out, "token_bucket burst 100") || !strings.Contains(out, "never admits these hits") {
+		t.Errorf("rls explain --hits 101 api api_key=k = %v:\n%s\nwant OVER_LIMIT, never, and the bucket that never admits 101", err, out)
+	}
+
+	out, err = explain("--path", "/api/v1/admin/x", "--client", "203.0.113.9", "api")
+	if err != nil || !strings.Contains(out, "http_descriptors[1] (../../config/limits.yaml:25:5): no descriptor: action 0 (request_headers): no header \"x-api-key\"") ||
+		!strings.Contains(out, `descriptor 1 path=/api/v1/admin/x, 1 hit: matched "path=/api/v1/admin/*"`) {
+		t.Errorf("rls explain (HTTP form) = %v:\n%s", err, out)
+	}
+
+	out, err = explain("--json", "api", "remote_address=203.0.113.7")
+	var ex struct {
+		Code        string `json:"code"`
+		Descriptors []struct {
+			Match struct{ Result string } `json:"match"`
+		} `json:"descriptors"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &ex) != nil || ex.Code != "OK" || ex.Descriptors[0].Match.Result != "matched" {
+		t.Errorf("rls explain --json = %v:\n%s", err, out)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--addr", s.httpAddr}, 2},
+		{[]string{"--addr", s.httpAddr, "--path", "/", "api", "k=v"}, 2},
+		{[]string{"--addr", s.httpAddr, "api", "novalue"}, 2},
+		{[]string{"--addr", servetest.Addr(t), "api", "k=v"}, checkFailed},
+	} {
+		if err := run(context.Background(), append([]string{"explain"}, tc.args...), nil, io.Discard, io.Discard); exitCode(err) != tc.code {
+			t.Errorf("rls explain %v = %v (exit %d), want exit %d", tc.args, err, exitCode(err), tc.code)
+		}
+	}
+}
+
+// squeeze turns each run of spaces into one, so that tests do not depend
+// on column widths.
+func squeeze(s string) string {
+	for strings.Contains(s, "  ") {
+		s = strings.ReplaceAll(s, "  ", " ")
+	}
+	return s
+}

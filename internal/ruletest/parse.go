@@ -1,0 +1,654 @@
+package ruletest
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/service"
+)
+
+// DefaultStart is a case's first instant when neither the case nor the
+// file gives one: the top of a day (and so of a second, minute and hour),
+// UTC.
+var DefaultStart = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Bounds on a test file: it is read whole and every request it asks for is
+// decided, so a file must not ask for unbounded work.
+const (
+	MaxFileBytes = 8 << 20
+	MaxRepeat    = 1_000_000
+)
+
+// File is a parsed test file: its cases, in order. Run and RunCase only
+// read it: it may be run concurrently.
+type File struct {
+	Name  string
+	Cases []*Case
+}
+
+// Case is one timeline: requests from Start on, each step's verdict and
+// statuses checked in order.
+type Case struct {
+	Name         string
+	Line, Column int
+	Start        time.Time
+	Steps        []*Step
+}
+
+// When says how a step's instant is given.
+type When uint8
+
+// The ways of giving a step's instant.
+const (
+	// Same: the instant of the previous step's last request (the case's
+	// start for the first step).
+	Same    When = iota
+	At           // Offset after the case's start
+	After        // Offset after the previous step's last request
+	Instant      // Time itself
+)
+
+// Step is one request, sent Repeat times Every apart, with its
+// expectations. Exactly one of Descriptors and HTTP is set.
+type Step struct {
+	Line, Column int
+	When         When
+	Offset       time.Duration
+	Time         time.Time
+	Domain       string
+	Descriptors  []service.Descriptor
+	HitsAddend   uint32
+	HTTP         *descriptors.StaticHTTPRequest
+	Repeat       int
+	Every        time.Duration
+	// Expect is the overall code of every repetition.
+	Expect service.Code
+	// Statuses and Headers are checked on the last repetition.
+	Statuses []StatusExpectation
+	Headers  []HeaderExpectation
+}
+
+// StatusExpectation is what one descriptor's status must be; nil fields
+// are not checked.
+type StatusExpectation struct {
+	Code      *service.Code
+	Remaining *uint32
+	// Reset is duration_until_reset as the wire carries it: in whole
+	// seconds, rounded up.
+	Reset *time.Duration
+	// Limit is the binding limit's label (its name when it has one), ""
+	// for none.
+	Limit *string
+}
+
+// HeaderExpectation is a response header's value, or its absence.
+type HeaderExpectation struct {
+	Name   string
+	Value  string
+	Absent bool
+}
+
+// LoadFile reads and parses the test file at path.
+func LoadFile(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, descriptors.ErrorList{{File: path, Line: 1, Column: 1, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}}
+	}
+	return Parse(path, data)
+}
+
+// Parse parses a test file; name is used in errors. Every problem is
+// returned in a descriptors.ErrorList, each as file:line:col: message.
+func Parse(name string, data []byte) (*File, error) {
+	p := &parser{file: name}
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, descriptors.ErrorList{{File: name, Line: 1, Column: 1, Msg: "empty test file (want tests:)"}}
+		}
+		return nil, descriptors.ErrorList{descriptors.SyntaxError(name, data, err)}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "one YAML document per test file")
+	}
+	f := p.document(root.Content[0])
+	if len(p.errs) > 0 {
+		slices.SortStableFunc(p.errs, func(a, b *descriptors.Error) int {
+			return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+		})
+		return nil, p.errs
+	}
+	return f, nil
+}
+
+// parser walks a test file's nodes, collecting every problem.
+type parser struct {
+	file string
+	errs descriptors.ErrorList
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	line, col := n.Line, n.Column
+	if line < 1 {
+		line, col = 1, 1
+	}
+	p.errs = append(p.errs, &descriptors.Error{File: p.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
+}
+
+// fields returns the values of mapping n by key, reporting keys not in
+// allowed (with the place's name in messages), duplicates, aliases and
+// non-mappings. Absent keys are nil.
+func (p *parser) fields(n *yaml.Node, where string, allowed ...string) map[string]*yaml.Node {
+	out := make(map[string]*yaml.Node)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping, got %s", where, kind(n))
+		return out
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if v.Kind == yaml.AliasNode || k.Kind == yaml.AliasNode {
+			p.errorf(k, "aliases are not supported in test files")
+			continue
+		}
+		if k.Kind != yaml.ScalarNode || !contains(allowed, k.Value) {
+			p.errorf(k, "unknown key %q in %s (known: %s)", k.Value, where, strings.Join(allowed, ", "))
+			continue
+		}
+		if out[k.Value] != nil {
+			p.errorf(k, "duplicate key %q in %s", k.Value, where)
+			continue
+		}
+		out[k.Value] = v
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func kind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	if n.ShortTag() == "!!null" {
+		return "null"
+	}
+	return fmt.Sprintf("%q", n.Value)
+}
+
+// scalar returns n's text, reporting a node that is not a scalar.
+func (p *parser) scalar(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
+		p.errorf(n, "%s must be a value, got %s", what, kind(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) str(n *yaml.Node, what string) string {
+	s, _ := p.scalar(n, what)
+	return s
+}
+
+func (p *parser) number(n *yaml.Node, what string, max uint64) (uint64, bool) {
+	s, ok := p.scalar(n, what)
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || v > max {
+		p.errorf(n, "%s: %q is not a whole number from 0 to %d", what, s, max)
+		return 0, false
+	}
+	return v, true
+}
+
+func (p *parser) boolean(n *yaml.Node, what string) bool {
+	s, ok := p.scalar(n, what)
+	if !ok {
+		return false
+	}
+	switch s {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	p.errorf(n, "%s: %q is not true or false", what, s)
+	return false
+}
+
+func (p *parser) duration(n *yaml.Node, what string) (time.Duration, bool) {
+	s, ok := p.scalar(n, what)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		p.errorf(n, "%s: %q is not a duration (e.g. 1.5s, 2m, 1h30m)", what, s)
+		return 0, false
+	}
+	return d, true
+}
+
+func (p *parser) instant(n *yaml.Node, what string) (time.Time, bool) {
+	s, ok := p.scalar(n, what)
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		p.errorf(n, "%s: %q is not an RFC 3339 instant (e.g. 2030-01-01T00:00:00Z)", what, s)
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+func (p *parser) code(n *yaml.Node, what string) (service.Code, bool) {
+	s, ok := p.scalar(n, what)
+	if !ok {
+		return 0, false
+	}
+	switch s {
+	case "OK":
+		return service.OK, true
+	case "OVER_LIMIT":
+		return service.OverLimit, true
+	}
+	p.errorf(n, "%s: %q is not OK or OVER_LIMIT", what, s)
+	return 0, false
+}
+
+func (p *parser) list(n *yaml.Node, what string) []*yaml.Node {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "%s must be a list, got %s", what, kind(n))
+		return nil
+	}
+	return n.Content
+}
+
+// document parses the file: defaults, then the cases.
+func (p *parser) document(n *yaml.Node) *File {
+	f := &File{Name: p.file}
+	fs := p.fields(n, "the test file", "domain", "start", "tests")
+	start, domain := DefaultStart, ""
+	if v := fs["start"]; v != nil {
+		start, _ = p.instant(v, "start")
+	}
+	if v := fs["domain"]; v != nil {
+		domain = p.str(v, "domain")
+	}
+	tests := fs["tests"]
+	if tests == nil {
+		if n.Kind == yaml.MappingNode {
+			p.errorf(n, "no tests: (want a list of cases)")
+		}
+		return f
+	}
+	names := make(map[string]int)
+	for _, cn := range p.list(tests, "tests") {
+		c := p.testCase(cn, start, domain)
+		if c == nil {
+			continue
+		}
+		if line, dup := names[c.Name]; dup {
+			p.errorf(cn, "duplicate test name %q (first at line %d)", c.Name, line)
+		}
+		names[c.Name] = c.Line
+		f.Cases = append(f.Cases, c)
+	}
+	if len(tests.Content) == 0 && tests.Kind == yaml.SequenceNode {
+		p.errorf(tests, "tests: no cases")
+	}
+	return f
+}
+
+func (p *parser) testCase(n *yaml.Node, start time.Time, domain string) *Case {
+	fs := p.fields(n, "a test", "name", "start", "domain", "steps")
+	c := &Case{Line: n.Line, Column: n.Column, Start: start}
+	if v := fs["name"]; v != nil {
+		c.Name = p.str(v, "name")
+	}
+	if c.Name == "" && n.Kind == yaml.MappingNode {
+		p.errorf(n, "a test needs a name")
+	}
+	if v := fs["start"]; v != nil {
+		c.Start, _ = p.instant(v, "start")
+	}
+	if v := fs["domain"]; v != nil {
+		domain = p.str(v, "domain")
+	}
+	steps := fs["steps"]
+	if steps == nil {
+		if n.Kind == yaml.MappingNode {
+			p.errorf(n, "test %q has no steps", c.Name)
+		}
+		return c
+	}
+	for _, sn := range p.list(steps, "steps") {
+		c.Steps = append(c.Steps, p.step(sn, domain))
+	}
+	if steps.Kind == yaml.SequenceNode && len(steps.Content) == 0 {
+		p.errorf(steps, "test %q has no steps", c.Name)
+	}
+	return c
+}
+
+func (p *parser) step(n *yaml.Node, domain string) *Step {
+	fs := p.fields(n, "a step", "at", "after", "instant", "domain", "descriptors", "http", "hits", "repeat", "every", "expect", "statuses", "headers")
+	s := &Step{Line: n.Line, Column: n.Column, Domain: domain, Repeat: 1}
+	var timed *yaml.Node
+	for _, key := range []string{"at", "after", "instant"} {
+		v := fs[key]
+		if v == nil {
+			continue
+		}
+		if timed != nil {
+			p.errorf(v, "a step has one of at, after and instant")
+			continue
+		}
+		timed = v
+		switch key {
+		case "at":
+			s.When = At
+			s.Offset, _ = p.duration(v, key)
+		case "after":
+			s.When = After
+			s.Offset, _ = p.duration(v, key)
+		case "instant":
+			s.When = Instant
+			s.Time, _ = p.instant(v, key)
+		}
+	}
+	if v := fs["domain"]; v != nil {
+		s.Domain = p.str(v, "domain")
+	}
+	if s.Domain == "" && n.Kind == yaml.MappingNode {
+		p.errorf(n, "a step needs a domain (on the step, its test or the file)")
+	}
+	switch d, h := fs["descriptors"], fs["http"]; {
+	case d != nil && h != nil:
+		p.errorf(h, "a step has descriptors or http, not both")
+	case d != nil:
+		for i, dn := range p.list(d, "descriptors") {
+			s.Descriptors = append(s.Descriptors, p.descriptor(dn, fmt.Sprintf("descriptors[%d]", i)))
+		}
+		if d.Kind == yaml.SequenceNode && len(d.Content) == 0 {
+			p.errorf(d, "descriptors: none")
+		}
+	case h != nil:
+		s.HTTP = p.httpRequest(h)
+	case n.Kind == yaml.MappingNode:
+		p.errorf(n, "a step needs descriptors or http")
+	}
+	if v := fs["hits"]; v != nil {
+		if s.HTTP != nil {
+			p.errorf(v, "hits: an http step counts 1 hit per descriptor")
+		}
+		h, _ := p.number(v, "hits", math.MaxUint32)
+		s.HitsAddend = uint32(h)
+	}
+	if v := fs["repeat"]; v != nil {
+		if r, ok := p.number(v, "repeat", math.MaxUint64); ok {
+			if r == 0 || r > MaxRepeat {
+				p.errorf(v, "repeat: %d is not from 1 to %d", r, MaxRepeat)
+			}
+			s.Repeat = int(min(r, MaxRepeat))
+		}
+	}
+	if v := fs["every"]; v != nil {
+		s.Every, _ = p.duration(v, "every")
+	}
+	if v := fs["expect"]; v != nil {
+		s.Expect, _ = p.code(v, "expect")
+	} else if n.Kind == yaml.MappingNode {
+		p.errorf(n, "a step needs expect: OK or expect: OVER_LIMIT")
+	}
+	if v := fs["statuses"]; v != nil {
+		for i, sn := range p.list(v, "statuses") {
+			s.Statuses = append(s.Statuses, p.status(sn, fmt.Sprintf("statuses[%d]", i)))
+		}
+		if s.Descriptors != nil && len(s.Statuses) > len(s.Descriptors) {
+			p.errorf(v, "statuses: %d for %d descriptors", len(s.Statuses), len(s.Descriptors))
+		}
+	}
+	if v := fs["headers"]; v != nil {
+		s.Headers = p.headers(v)
+	}
+	return s
+}
+
+// descriptor parses "key=value[,key=value...]", a list of {key, value}
+// entries, or a mapping with entries and, optionally, hits, refund and
+// limit.
+func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
+	var d service.Descriptor
+	switch n.Kind {
+	case yaml.ScalarNode:
+		d.Entries = p.entryText(n, what)
+		return d
+	case yaml.SequenceNode:
+		d.Entries = p.entryList(n, what)
+		return d
+	}
+	fs := p.fields(n, what, "entries", "hits", "refund", "limit")
+	switch e := fs["entries"]; {
+	case e == nil:
+		if n.Kind == yaml.MappingNode {
+			p.errorf(n, "%s needs entries", what)
+		}
+	case e.Kind == yaml.ScalarNode:
+		d.Entries = p.entryText(e, what+".entries")
+	default:
+		d.Entries = p.entryList(e, what+".entries")
+	}
+	if v := fs["hits"]; v != nil {
+		d.HasHits = true
+		d.Hits, _ = p.number(v, what+".hits", math.MaxUint32)
+	}
+	if v := fs["refund"]; v != nil {
+		d.Refund = p.boolean(v, what+".refund")
+	}
+	if v := fs["limit"]; v != nil {
+		d.Override = p.override(v, what+".limit")
+	}
+	return d
+}
+
+// entryList parses a list of {key: K, value: V}.
+func (p *parser) entryList(n *yaml.Node, what string) []descriptors.Entry {
+	var out []descriptors.Entry
+	for i, en := range p.list(n, what) {
+		where := fmt.Sprintf("%s[%d]", what, i)
+		efs := p.fields(en, where, "key", "value")
+		var entry descriptors.Entry
+		if k := efs["key"]; k != nil {
+			entry.Key = p.str(k, where+".key")
+		}
+		if v := efs["value"]; v != nil {
+			entry.Value = p.str(v, where+".value")
+		}
+		if entry.Key == "" && en.Kind == yaml.MappingNode {
+			p.errorf(en, "%s needs a key", where)
+		}
+		out = append(out, entry)
+	}
+	if len(out) == 0 && n.Kind == yaml.SequenceNode {
+		p.errorf(n, "%s: no entries", what)
+	}
+	return out
+}
+
+// entryText parses "key=value[,key=value...]" (as rls check takes it).
+func (p *parser) entryText(n *yaml.Node, what string) []descriptors.Entry {
+	s, ok := p.scalar(n, what)
+	if !ok {
+		return nil
+	}
+	var out []descriptors.Entry
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			p.errorf(n, "%s: %q: entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)", what, s)
+			return nil
+		}
+		out = append(out, descriptors.Entry{Key: k, Value: v})
+	}
+	return out
+}
+
+func (p *parser) override(n *yaml.Node, what string) *service.Override {
+	fs := p.fields(n, what, "requests_per_unit", "unit", "unit_multiplier")
+	o := &service.Override{}
+	if v := fs["requests_per_unit"]; v != nil {
+		r, _ := p.number(v, what+".requests_per_unit", math.MaxUint32)
+		o.RequestsPerUnit = uint32(r)
+	} else if n.Kind == yaml.MappingNode {
+		p.errorf(n, "%s needs requests_per_unit", what)
+	}
+	if v := fs["unit"]; v != nil {
+		s := p.str(v, what+".unit")
+		for u := descriptors.Second; u <= descriptors.Year; u++ {
+			if strings.EqualFold(s, u.String()) {
+				o.Unit = u
+			}
+		}
+		if o.Unit == descriptors.UnitUnknown {
+			p.errorf(v, "%s.unit: %q is not one of second|minute|hour|day|week|month|year", what, s)
+		}
+	} else if n.Kind == yaml.MappingNode {
+		p.errorf(n, "%s needs a unit", what)
+	}
+	if v := fs["unit_multiplier"]; v != nil {
+		m, _ := p.number(v, what+".unit_multiplier", math.MaxUint32)
+		o.UnitMultiplier = uint32(m)
+	}
+	return o
+}
+
+func (p *parser) httpRequest(n *yaml.Node) *descriptors.StaticHTTPRequest {
+	fs := p.fields(n, "http", "method", "path", "authority", "headers", "client")
+	r := &descriptors.StaticHTTPRequest{}
+	if v := fs["method"]; v != nil {
+		r.Method = p.str(v, "http.method")
+	}
+	if v := fs["path"]; v != nil {
+		r.Path = p.str(v, "http.path")
+	}
+	if v := fs["authority"]; v != nil {
+		r.Authority = p.str(v, "http.authority")
+	}
+	if v := fs["client"]; v != nil {
+		s := p.str(v, "http.client")
+		a, err := netip.ParseAddr(s)
+		if err != nil && s != "" {
+			p.errorf(v, "http.client: %q is not an IP address", s)
+		}
+		r.Client = a.Unmap()
+	}
+	if v := fs["headers"]; v != nil {
+		if v.Kind != yaml.MappingNode {
+			p.errorf(v, "http.headers must be a mapping of names to values, got %s", kind(v))
+			return r
+		}
+		r.Headers = make(map[string]string)
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			name := p.str(v.Content[i], "a header name")
+			if _, dup := r.Headers[strings.ToLower(name)]; dup {
+				p.errorf(v.Content[i], "duplicate header %q", name)
+			}
+			r.Headers[strings.ToLower(name)] = p.str(v.Content[i+1], fmt.Sprintf("header %q", name))
+		}
+	}
+	return r
+}
+
+func (p *parser) status(n *yaml.Node, what string) StatusExpectation {
+	fs := p.fields(n, what, "code", "remaining", "reset", "limit")
+	var e StatusExpectation
+	if v := fs["code"]; v != nil {
+		if c, ok := p.code(v, what+".code"); ok {
+			e.Code = &c
+		}
+	}
+	if v := fs["remaining"]; v != nil {
+		if v.Kind == yaml.ScalarNode && v.Value == "unlimited" {
+			r := uint32(math.MaxUint32)
+			e.Remaining = &r
+		} else if r, ok := p.number(v, what+".remaining", math.MaxUint32); ok {
+			r32 := uint32(r)
+			e.Remaining = &r32
+		}
+	}
+	if v := fs["reset"]; v != nil {
+		if d, ok := p.duration(v, what+".reset"); ok {
+			if d%time.Second != 0 || d < 0 {
+				p.errorf(v, "%s.reset: %s is not whole seconds (duration_until_reset is sent in whole seconds, rounded up)", what, d)
+			}
+			e.Reset = &d
+		}
+	}
+	if v := fs["limit"]; v != nil {
+		var l string
+		if v.ShortTag() != "!!null" {
+			l = p.str(v, what+".limit")
+		}
+		e.Limit = &l
+	}
+	if len(fs) == 0 && n.Kind == yaml.MappingNode {
+		p.errorf(n, "%s expects nothing (code, remaining, reset or limit)", what)
+	}
+	return e
+}
+
+func (p *parser) headers(n *yaml.Node) []HeaderExpectation {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "headers must be a mapping of names to values (null: absent), got %s", kind(n))
+		return nil
+	}
+	var out []HeaderExpectation
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		name := p.str(n.Content[i], "a header name")
+		v := n.Content[i+1]
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+			out = append(out, HeaderExpectation{Name: name, Absent: true})
+			continue
+		}
+		out = append(out, HeaderExpectation{Name: name, Value: p.str(v, fmt.Sprintf("header %q", name))})
+	}
+	return out
+}

@@ -1,0 +1,284 @@
+package ruletest
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+)
+
+const config = `
+domain: api
+http_descriptors:
+  - actions: [{remote_address: {}}]
+descriptors:
+  - key: remote_address
+    rate_limits:
+      - {unit: second, requests_per_unit: 2}
+      - {unit: minute, requests_per_unit: 3, name: per_minute}
+  - key: key
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 5}
+  - key: plan
+    value: gold
+    rate_limit: {unit: minute, requests_per_unit: 100, name: gold, replaces: [{name: per_minute}]}
+`
+
+func loadConfig(t *testing.T) *descriptors.Config {
+	t.Helper()
+	cfg, err := descriptors.Parse("limits.yaml", []byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// run parses the test file text and runs it against config.
+func run(t *testing.T, text string) (string, int, int) {
+	t.Helper()
+	f, err := Parse("t.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("Parse:\n%s\n%v", text, err)
+	}
+	var out bytes.Buffer
+	passed, failed := Run(loadConfig(t), f, &out)
+	return out.String(), passed, failed
+}
+
+// TestPassingTimeline: a timeline that holds passes, with each kind of step
+// timing, repeats, statuses, headers, overrides, replaces and the HTTP form.
+func TestPassingTimeline(t *testing.T) {
+	out, passed, failed := run(t, `
+domain: api
+start: 2030-01-01T00:00:00Z
+tests:
+  - name: two a second, three a minute
+    steps:
+      - descriptors: [remote_address=10.0.0.1]
+        repeat: 2
+        expect: OK
+        statuses: [{code: OK, limit: remote_address/1s, remaining: 0, reset: 1s}]
+      - descriptors: [remote_address=10.0.0.1]
+        expect: OVER_LIMIT
+        headers: {Retry-After: "1", X-RateLimit-Remaining: "0"}
+      - after: 1s
+        descriptors: [remote_address=10.0.0.1]
+        expect: OK
+        statuses: [{limit: per_minute, remaining: 0, reset: 59s}]
+      - at: 2s
+        descriptors: [remote_address=10.0.0.1]
+        expect: OVER_LIMIT
+        statuses: [{code: OVER_LIMIT, limit: per_minute, reset: 58s}]
+        headers: {Retry-After: "58"}
+      - instant: 2030-01-01T00:01:00Z
+        http: {client: 10.0.0.1}
+        expect: OK
+  - name: replaces and overrides
+    steps:
+      - descriptors: [remote_address=10.0.0.2, plan=gold]
+        repeat: 2
+        every: 1s
+        expect: OK
+        statuses: [{limit: remote_address/1s, remaining: 1}, {limit: gold, remaining: 98}]
+      - descriptors:
+          - {entries: [{key: remote_address, value: "10.0.0.3"}], limit: {requests_per_unit: 1, unit: hour}}
+        expect: OK
+        statuses: [{limit: override, remaining: 0, reset: 3599s}]
+      - descriptors: [[{key: remote_address, value: "10.0.0.3"}]]
+        expect: OK
+        statuses: [{limit: remote_address/1s, remaining: 1}]
+  - name: more than the bucket holds never passes
+    steps:
+      - descriptors: [{entries: key=k, hits: 6}]
+        expect: OVER_LIMIT
+        headers: {Retry-After: null}
+      - descriptors: [{entries: key=k, hits: 5}]
+        expect: OK
+      - descriptors: [{entries: key=k, hits: 5, refund: true}]
+        expect: OK
+        statuses: [{remaining: 5}]
+`)
+	want := "PASS two a second, three a minute\nPASS replaces and overrides\nPASS more than the bucket holds never passes\n"
+	if out != want || passed != 3 || failed != 0 {
+		t.Errorf("Run = %d passed, %d failed:\n%s\nwant 3 passed:\n%s", passed, failed, out, want)
+	}
+}
+
+// TestFailures: the first expectation that does not hold fails its case
+// with "FAIL name: step N: got …, want …"; the other cases still run.
+func TestFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name, steps, want string
+	}{
+		{"verdict", `
+      - descriptors: [remote_address=10.0.0.1]
+        repeat: 3
+        expect: OK`,
+			"step 1: got OVER_LIMIT, want OK; statuses[0]: OVER_LIMIT remote_address/1s remaining 0 reset 1s (request 3 of 3, at +0s)"},
+		{"remaining", `
+      - descriptors: [remote_address=10.0.0.1]
+        expect: OK
+      - at: 500ms
+        descriptors: [remote_address=10.0.0.1]
+        expect: OK
+        statuses: [{remaining: 1}]`,
+			"step 2: got statuses[0] remaining 0, want 1 (at +500ms)"},
+		{"reset", `
+      - descriptors: [remote_address=10.0.0.1]
+        expect: OK
+        statuses: [{reset: 60s}]`,
+			"step 1: got statuses[0] reset 1s, want 1m0s (at +0s)"},
+		{"limit", `
+      - descriptors: [remote_address=10.0.0.1]
+        expect: OK
+        statuses: [{limit: null}]`,
+			`step 1: got statuses[0] limit "remote_address/1s", want none (at +0s)`},
+		{"code", `
+      - descriptors: [remote_address=10.0.0.1, key=k]
+        expect: OK
+        statuses: [{code: OK}, {code: OVER_LIMIT}]`,
+			"step 1: got statuses[1] OK, want OVER_LIMIT (at +0s)"},
+		{"header", `
+      - descriptors: [{entries: key=k, hits: 9}]
+        expect: OVER_LIMIT
+        headers: {Retry-After: "1"}`,
+			`step 1: got no header Retry-After, want "1" (at +0s)`},
+		{"header absent", `
+      - descriptors: [remote_address=10.0.0.1]
+        expect: OK
+        headers: {RateLimit: null}`,
+			`step 1: got header RateLimit "\"remote_address/1s\";r=1;t=1", want none (at +0s)`},
+		{"statuses", `
+      - http: {}
+        expect: OK
+        statuses: [{code: OK}]`,
+			"step 1: got 0 statuses, want 1 or more (at +0s)"},
+		{"domain", `
+      - domain: apx
+        descriptors: [remote_address=10.0.0.1]
+        expect: OK`,
+			`step 1: got domain "apx", want a domain of the config (api)`},
+		{"invalid request", `
+      - descriptors: [{entries: a=b, limit: {requests_per_unit: 1, unit: year, unit_multiplier: 101}}]
+        expect: OK`,
+			`step 1: got error "descriptors[0].limit.unit_multiplier: 101 years is longer than 100 years", want OK (at +0s)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := "domain: api\ntests:\n  - name: fails\n    steps:" + tc.steps + "\n  - name: passes\n    steps: [{descriptors: [a=b], expect: OK}]\n"
+			out, passed, failed := run(t, text)
+			want := "FAIL fails: " + tc.want + "\nPASS passes\n"
+			if out != want || passed != 1 || failed != 1 {
+				t.Errorf("Run printed\n%s\nwant\n%s", out, want)
+			}
+		})
+	}
+}
+
+// TestCasesDoNotShareCounters: each case starts from empty counters.
+func TestCasesDoNotShareCounters(t *testing.T) {
+	step := "    steps: [{descriptors: [remote_address=10.0.0.1], repeat: 2, expect: OK}]\n"
+	out, passed, _ := run(t, "domain: api\ntests:\n  - name: one\n"+step+"  - name: two\n"+step)
+	if passed != 2 {
+		t.Errorf("two cases of the same two hits:\n%s\nwant both to pass", out)
+	}
+}
+
+// TestBadFiles: every file of testdata/bad is refused with exactly the
+// problems listed, as file:line:col: message.
+func TestBadFiles(t *testing.T) {
+	known := "(known: at, after, instant, domain, descriptors, http, hits, repeat, every, expect, statuses, headers)"
+	want := map[string][]string{
+		"alias.yaml": {
+			`2:1: unknown key "step" in the test file (known: domain, start, tests)`,
+			"6:42: aliases are not supported in test files",
+		},
+		"bad_client.yaml":           {`5:24: http.client: "10.0.0.300" is not an IP address`},
+		"bad_code.yaml":             {`6:17: expect: "DENIED" is not OK or OVER_LIMIT`},
+		"bad_duration.yaml":         {`5:13: at: "10" is not a duration (e.g. 1.5s, 2m, 1h30m)`},
+		"bad_entries.yaml":          {`5:23: descriptors[0]: "remote_address": entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)`},
+		"bad_start.yaml":            {`4:12: start: "2030-01-01" is not an RFC 3339 instant (e.g. 2030-01-01T00:00:00Z)`},
+		"descriptors_and_http.yaml": {"6:15: a step has descriptors or http, not both"},
+		"duplicate_name.yaml":       {`5:5: duplicate test name "same" (first at line 3)`},
+		"empty.yaml":                {"1:1: empty test file (want tests:)"},
+		"hits_on_http.yaml":         {"6:15: hits: an http step counts 1 hit per descriptor"},
+		"no_domain.yaml":            {"4:9: a step needs a domain (on the step, its test or the file)"},
+		"no_expect.yaml":            {"5:9: a step needs expect: OK or expect: OVER_LIMIT"},
+		"no_tests.yaml":             {"1:1: no tests: (want a list of cases)"},
+		"override_unit.yaml":        {`6:64: descriptors[0].limit.unit: "fortnight" is not one of second|minute|hour|day|week|month|year`},
+		"repeat_too_big.yaml":       {"6:17: repeat: 1000001 is not from 1 to 1000000"},
+		"repeat_zero.yaml":          {"6:17: repeat: 0 is not from 1 to 1000000"},
+		"reset_not_seconds.yaml":    {"7:28: statuses[0].reset: 500ms is not whole seconds (duration_until_reset is sent in whole seconds, rounded up)"},
+		"syntax.yaml":               {"3:1: invalid YAML: did not find expected ',' or ']'"},
+		"too_many_statuses.yaml":    {"7:19: statuses: 2 for 1 descriptors"},
+		"two_times.yaml":            {"6:16: a step has one of at, after and instant"},
+		"unknown_anchor.yaml":       {"6:22: invalid YAML: unknown anchor 'd' referenced"},
+		"unknown_key.yaml": {
+			"5:9: a step needs expect: OK or expect: OVER_LIMIT",
+			`6:9: unknown key "expct" in a step ` + known,
+		},
+	}
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	if len(files) != len(want) {
+		t.Errorf("%d files in testdata/bad, %d in the table", len(files), len(want))
+	}
+	for _, path := range files {
+		name := filepath.Base(path)
+		_, err := LoadFile(path)
+		var list descriptors.ErrorList
+		if !errors.As(err, &list) {
+			t.Errorf("%s: LoadFile = %v, want problems", name, err)
+			continue
+		}
+		var got []string
+		for _, e := range list {
+			got = append(got, strings.TrimPrefix(e.Error(), path+":"))
+		}
+		if strings.Join(got, "\n") != strings.Join(want[name], "\n") {
+			t.Errorf("%s:\ngot\n%s\nwant\n%s", name, strings.Join(got, "\n"), strings.Join(want[name], "\n"))
+		}
+	}
+}
+
+func TestLoadFileTooBig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("#\n"), MaxFileBytes/2+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("LoadFile(%d bytes) = %v, want a refusal", MaxFileBytes+2, err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	files = append(files, "../../config/limits_test.yaml")
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	cfg, err := descriptors.Parse("limits.yaml", []byte(config))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse("f.yaml", data)
+		if err != nil {
+			return
+		}
+		for _, c := range file.Cases {
+			total := 0
+			for _, s := range c.Steps {
+				total += s.Repeat
+			}
+			if total <= 1000 { // bounded work per input
+				RunCase(cfg, c)
+			}
+		}
+	})
+}

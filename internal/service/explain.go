@@ -1,0 +1,410 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+// Explanation says how the service would resolve a request and what its
+// limits hold now, found without consuming anything (POST /debug/explain).
+// Its JSON form is the endpoint's answer (docs/explain.md). A value, built
+// per call.
+type Explanation struct {
+	Domain string `json:"domain"`
+	// KnownDomain is false when the config has no such domain: every
+	// descriptor is then answered OK with no limit.
+	KnownDomain bool `json:"known_domain"`
+	// Code is what the request would get if it came now: OK or OVER_LIMIT,
+	// from each limit's state judged alone against the request's hits
+	// (two descriptors of one request on one counter are not added up).
+	Code string `json:"code"`
+	// Never: the request can never pass as it is (more hits than a limit
+	// or a bucket admits).
+	Never bool `json:"never,omitempty"`
+	// HTTPDescriptors, for an HTTP request, say what each item of the
+	// domain's http_descriptors made of it.
+	HTTPDescriptors []HTTPItemExplanation   `json:"http_descriptors,omitempty"`
+	Descriptors     []DescriptorExplanation `json:"descriptors"`
+	// StoreError is set when the limits' state could not be read; the
+	// limits are then listed without state, and Code is "".
+	StoreError string `json:"store_error,omitempty"`
+}
+
+// HTTPItemExplanation is one item of http_descriptors applied to a request.
+type HTTPItemExplanation struct {
+	Index int    `json:"index"`
+	At    string `json:"at"` // file:line:col
+	// Descriptor is the index in Descriptors of what the item made; absent
+	// when it made nothing.
+	Descriptor *int         `json:"descriptor,omitempty"`
+	Entries    []EntryJSON  `json:"entries,omitempty"`
+	Dropped    *DroppedItem `json:"dropped,omitempty"`
+}
+
+// DroppedItem says which action of an http_descriptors item made no entry.
+type DroppedItem struct {
+	Action int    `json:"action"` // -1: every action was skipped
+	Kind   string `json:"kind,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// EntryJSON is a descriptor entry.
+type EntryJSON struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// DescriptorExplanation is one request descriptor: what it matched and
+// its limits.
+type DescriptorExplanation struct {
+	Entries []EntryJSON `json:"entries"`
+	// Hits are the hits the request would take (0: only a look); Refund
+	// gives them back.
+	Hits   uint64 `json:"hits"`
+	Refund bool   `json:"refund,omitempty"`
+	Match  Match  `json:"match"`
+	// QuotaMode: the matched node is in quota_mode.
+	QuotaMode bool `json:"quota_mode,omitempty"`
+	// Limits are the limits of the matched node (or the override), each
+	// with what the request does with it.
+	Limits []LimitExplanation `json:"limits"`
+	// Code is this descriptor's status if the request came now.
+	Code string `json:"code,omitempty"`
+}
+
+// Match is how a descriptor's entries met the config.
+type Match struct {
+	// Result: "matched" (a node with limits), "no_limits" (a node without
+	// any), "override" (the request's own limit; the config is not
+	// consulted), or where matching stopped: "unknown_domain",
+	// "no_node_for_key", "value_not_matched", "deeper_than_config".
+	Result string `json:"result"`
+	// Node is the config path of the node reached, At its file:line:col.
+	Node string `json:"node,omitempty"`
+	At   string `json:"at,omitempty"`
+	// Steps are the levels matched: entry, node path and how ("exact",
+	// "wildcard", "any_value").
+	Steps []MatchStep `json:"steps,omitempty"`
+	// Where matching stopped: the index of the entry, the path of the node
+	// under which nothing matched it ("" at the top level), and what that
+	// level has: its keys (no_node_for_key) or the values of the entry's
+	// key (value_not_matched), at most descriptors.MaxCandidates, More
+	// counting the rest.
+	StoppedAt *int     `json:"stopped_at_entry,omitempty"`
+	Under     string   `json:"under,omitempty"`
+	KeysThere []string `json:"keys_there,omitempty"`
+	Values    []string `json:"values_there,omitempty"`
+	More      int      `json:"more,omitempty"`
+	// Message says it in a sentence.
+	Message string `json:"message"`
+}
+
+// MatchStep is one matched level.
+type MatchStep struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+	Node  string `json:"node"`
+	How   string `json:"how"`
+}
+
+// LimitExplanation is one limit of a descriptor.
+type LimitExplanation struct {
+	Label           string `json:"label"`
+	Name            string `json:"name,omitempty"`
+	At              string `json:"at,omitempty"` // file:line:col; absent for an override
+	Unlimited       bool   `json:"unlimited,omitempty"`
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Unit            string `json:"unit,omitempty"`
+	UnitMultiplier  uint32 `json:"unit_multiplier,omitempty"`
+	Window          string `json:"window,omitempty"`
+	Algorithm       string `json:"algorithm,omitempty"`
+	Burst           uint32 `json:"burst,omitempty"`
+	// Applies: "enforced", "shadow" (counted, never denies), "unlimited"
+	// (the descriptor is not counted), "replaced" (ReplacedBy names the
+	// limits of this request whose replaces drop it).
+	Applies    string   `json:"applies"`
+	ReplacedBy []string `json:"replaced_by,omitempty"`
+	// State is the counter now, read with a look (hits 0), for the limits
+	// that count (enforced and shadow).
+	State *LimitState `json:"state,omitempty"`
+}
+
+// LimitState is a limit's counter for a descriptor, now.
+type LimitState struct {
+	Remaining uint64 `json:"remaining"`
+	// Reset is the time until the window ends, the bucket is full or the
+	// oldest logged hit leaves (Go duration syntax).
+	Reset string `json:"reset"`
+	// Admits says whether this limit alone would admit the request's hits
+	// now; Never that no wait would (more hits than it can hold).
+	Admits bool `json:"admits"`
+	Never  bool `json:"never,omitempty"`
+}
+
+// Explain says how req would be resolved and what its limits hold, reading
+// their state through the store with a look (hits 0) that consumes nothing.
+// Nothing is counted in metrics. It returns an *InvalidError for a
+// malformed request; a store error is reported in the explanation.
+func (s *Service) Explain(ctx context.Context, req *Request) (*Explanation, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	cur := s.current.Load()
+	var cfg *descriptors.Config
+	if cur != nil {
+		cfg = cur.cfg
+	}
+	return s.explain(ctx, cfg, req), nil
+}
+
+// ExplainHTTP is Explain for a plain HTTP request against domain, whose
+// descriptors come from the domain's http_descriptors (one hit each), as
+// CheckHTTP makes them. For a domain the config does not have, it explains
+// that.
+func (s *Service) ExplainHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*Explanation, error) {
+	cur := s.current.Load()
+	var cfg *descriptors.Config
+	if cur != nil {
+		cfg = cur.cfg
+	}
+	dom := cfg.Domain(domain)
+	req := &Request{Domain: domain}
+	traces := dom.ExplainHTTPDescriptors(r)
+	items := make([]HTTPItemExplanation, len(traces))
+	for i, tr := range traces {
+		it := &items[i]
+		it.Index, it.At = tr.Index, fmt.Sprintf("%s:%d:%d", dom.File, tr.Line, tr.Column)
+		if tr.Entries == nil {
+			it.Dropped = &DroppedItem{Action: tr.Action, Kind: tr.ActionName, Reason: tr.Reason}
+			continue
+		}
+		n := len(req.Descriptors)
+		it.Descriptor, it.Entries = &n, entriesJSON(tr.Entries)
+		req.Descriptors = append(req.Descriptors, Descriptor{Entries: tr.Entries})
+	}
+	ex := s.explain(ctx, cfg, req)
+	ex.HTTPDescriptors = items
+	return ex, nil
+}
+
+// explain builds the explanation of a valid request against cfg (nil when
+// none is loaded).
+func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Request) *Explanation {
+	dom := cfg.Domain(req.Domain)
+	ex := &Explanation{Domain: req.Domain, KnownDomain: dom != nil, Code: OK.String(), Descriptors: make([]DescriptorExplanation, len(req.Descriptors))}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		de := &ex.Descriptors[i]
+		de.Entries, de.Hits, de.Refund = entriesJSON(d.Entries), req.hits(d), d.Refund
+		de.Code = OK.String()
+		if dom == nil {
+			de.Match = Match{Result: descriptors.UnknownDomain.String(), Message: unknownDomainMessage(cfg, req.Domain)}
+			de.Limits = []LimitExplanation{}
+		}
+	}
+	if dom == nil || len(req.Descriptors) == 0 {
+		return ex
+	}
+
+	// The items a decision would make, with hits 0: a look. The same code
+	// as a decision builds them, so counters, groups and shadows agree.
+	look := &Request{Domain: req.Domain, Descriptors: make([]Descriptor, len(req.Descriptors)), HitsAddend: req.HitsAddend}
+	for i, d := range req.Descriptors {
+		look.Descriptors[i] = Descriptor{Entries: d.Entries, Override: d.Override, HasHits: true}
+	}
+	sc := new(scratch)
+	replaced, _ := sc.resolve(dom, look)
+	resp := newResponse(len(look.Descriptors))
+	sc.buildItems(look, resp, replaced, false, s.ref.GlobalQuota) // a look: nothing to charge
+	results := make([]engine.Result, len(sc.items))
+	if len(sc.items) > 0 {
+		if _, err := s.store.Apply(ctx, sc.items, results); err != nil {
+			ex.StoreError, ex.Code = err.Error(), ""
+			results = nil
+		}
+	}
+
+	replacers := replacersOf(sc.nodes)
+	// verdicts are the items' verdicts with the request's hits, judged
+	// against the state the look read.
+	verdicts := make([]engine.Result, len(sc.items))
+	judged := make([]engine.Item, len(sc.items))
+	k := 0 // the next item
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		de := &ex.Descriptors[i]
+		node := sc.nodes[i]
+		if results == nil {
+			de.Code = "" // unknown without the state
+		}
+		var limits []*descriptors.Limit
+		if d.Override != nil {
+			limits = []*descriptors.Limit{overrideLimit(d.Override)}
+			de.Match = Match{Result: "override", Message: "the request's limit override applies; the config is not consulted"}
+		} else {
+			de.Match = explainMatch(dom, d.Entries)
+			if node != nil {
+				limits, de.QuotaMode = node.Limits, node.QuotaMode
+			}
+		}
+		de.Limits = make([]LimitExplanation, 0, len(limits))
+		for _, l := range limits {
+			le := explainLimit(dom, l)
+			switch {
+			case l.Name != "" && replaced[l.Name]:
+				le.Applies, le.ReplacedBy = "replaced", replacers[l.Name]
+			case l.Unlimited:
+				le.Applies = "unlimited"
+			default:
+				if l.Shadow {
+					le.Applies = "shadow"
+				}
+				it := sc.items[k]
+				it.Hits, it.Refund = de.Hits, d.Refund
+				judged[k] = it
+				if results != nil {
+					r := results[k]
+					v := &verdicts[k]
+					v.Admitted = d.Refund || de.Hits <= r.Remaining
+					v.Never = !v.Admitted && de.Hits > capacity(l)
+					le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset.String(), Admits: v.Admitted, Never: v.Never}
+					if !v.Admitted && !l.Shadow {
+						de.Code = OverLimit.String()
+					}
+				}
+				k++
+			}
+			de.Limits = append(de.Limits, le)
+		}
+	}
+	if results != nil && len(judged) > 0 {
+		if admitted, _ := engine.Admit(judged, verdicts); !admitted {
+			ex.Code = OverLimit.String()
+			ex.Never = never(judged, verdicts)
+		}
+	}
+	return ex
+}
+
+// capacity is the most hits that l can ever admit at once.
+func capacity(l *descriptors.Limit) uint64 {
+	switch {
+	case l.Algorithm != descriptors.TokenBucket:
+		return uint64(l.RequestsPerUnit)
+	case l.RequestsPerUnit == 0:
+		return 0
+	}
+	return uint64(l.Burst)
+}
+
+// replacersOf returns, for each limit name that the limits of nodes
+// replace, the labels of the limits that replace it.
+func replacersOf(nodes []*descriptors.Descriptor) map[string][]string {
+	out := make(map[string][]string)
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		for _, l := range n.Limits {
+			for _, name := range l.Replaces {
+				out[name] = append(out[name], l.Label)
+			}
+		}
+	}
+	return out
+}
+
+func explainLimit(dom *descriptors.Domain, l *descriptors.Limit) LimitExplanation {
+	le := LimitExplanation{Label: l.Label, Name: l.Name, Unlimited: l.Unlimited, Applies: "enforced"}
+	if l.Line > 0 {
+		le.At = fmt.Sprintf("%s:%d:%d", dom.File, l.Line, l.Column)
+	}
+	if !l.Unlimited {
+		le.RequestsPerUnit, le.Unit, le.UnitMultiplier = l.RequestsPerUnit, l.Unit.String(), l.UnitMultiplier
+		le.Window, le.Algorithm, le.Burst = l.Window.String(), l.Algorithm.String(), l.Burst
+	}
+	return le
+}
+
+// explainMatch turns the trace of entries in dom into a Match.
+func explainMatch(dom *descriptors.Domain, entries []descriptors.Entry) Match {
+	tr := dom.Explain(entries)
+	m := Match{Result: tr.Stop.String()}
+	for _, s := range tr.Steps {
+		m.Steps = append(m.Steps, MatchStep{Key: s.Entry.Key, Value: s.Entry.Value, Node: s.Node.Path, How: s.How.String()})
+	}
+	if tr.Stop == descriptors.Matched {
+		n := tr.Node
+		m.Node, m.At = n.Path, fmt.Sprintf("%s:%d:%d", dom.File, n.Line, n.Column)
+		m.Message = fmt.Sprintf("matched %q (%s)", n.Path, m.At)
+		if len(n.Limits) == 0 {
+			m.Result = "no_limits"
+			m.Message = fmt.Sprintf("matched %q (%s), which has no limits", n.Path, m.At)
+			if len(n.Children) > 0 {
+				m.Message += ": its nested descriptors do, and the request's descriptor ends here"
+			}
+		}
+		return m
+	}
+	at := tr.At
+	m.StoppedAt = &at
+	e := entries[at]
+	where := "at the top level"
+	if tr.Parent != nil {
+		m.Under = tr.Parent.Path
+		where = fmt.Sprintf("under %q", tr.Parent.Path)
+	}
+	more := ""
+	if tr.More > 0 {
+		more = fmt.Sprintf(" and %d more", tr.More)
+	}
+	entry := fmt.Sprintf("entries[%d] (%s=%s)", at, e.Key, e.Value)
+	switch tr.Stop {
+	case descriptors.NoNodeForKey:
+		m.KeysThere, m.More = tr.Keys, tr.More
+		if len(tr.Keys) == 0 {
+			m.Message = fmt.Sprintf("%s: no descriptor has key %q %s: there are none", entry, e.Key, where)
+		} else {
+			m.Message = fmt.Sprintf("%s: no descriptor has key %q %s (keys there: %s%s)", entry, e.Key, where, strings.Join(tr.Keys, ", "), more)
+		}
+	case descriptors.ValueNotMatched:
+		for _, c := range tr.Candidates {
+			m.Values = append(m.Values, c.Value)
+		}
+		m.More = tr.More
+		m.Message = fmt.Sprintf("%s: no value of key %q %s is %q or a wildcard matching it, and the key has no value-less descriptor (values there: %s%s)",
+			entry, e.Key, where, e.Value, strings.Join(m.Values, ", "), more)
+	case descriptors.DeeperThanConfig:
+		m.Message = fmt.Sprintf("%s: %q has no nested descriptors: the request's descriptor has more entries than the config is deep there", entry, tr.Parent.Path)
+	}
+	return m
+}
+
+// unknownDomainMessage says that cfg has no domain called name, and which
+// it has.
+func unknownDomainMessage(cfg *descriptors.Config, name string) string {
+	if cfg == nil {
+		return "no config is loaded"
+	}
+	var names []string
+	for i, d := range cfg.Domains() {
+		if i == descriptors.MaxCandidates {
+			names = append(names, "…")
+			break
+		}
+		names = append(names, d.Name)
+	}
+	return fmt.Sprintf("domain %q is not in the config (domains: %s): requests for it are answered OK with no limit", name, strings.Join(names, ", "))
+}
+
+func entriesJSON(es []descriptors.Entry) []EntryJSON {
+	out := make([]EntryJSON, len(es))
+	for i, e := range es {
+		out[i] = EntryJSON{Key: e.Key, Value: e.Value}
+	}
+	return out
+}
