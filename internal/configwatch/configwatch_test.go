@@ -223,8 +223,10 @@ func TestBusyNeighbourDoesNotPostponeForever(t *testing.T) {
 	const step = 100 * time.Millisecond
 	for i := 1; i <= 40; i++ {
 		if w.clock.Advance(step) {
-			if elapsed := time.Duration(i) * step; elapsed != testOpts.MaxWait {
-				t.Errorf("checked %v after the first event, want at %v (MaxWait)", elapsed, testOpts.MaxWait)
+			// At MaxWait, or earlier when the neighbour's events came late
+			// enough to leave a quiet period (a busy machine): never later.
+			if elapsed := time.Duration(i) * step; elapsed > testOpts.MaxWait {
+				t.Errorf("checked %v after the first event, want by %v (MaxWait)", elapsed, testOpts.MaxWait)
 			}
 			if !w.verdict("the check at MaxWait") {
 				t.Errorf("the check found no change, want the a.yaml write")
