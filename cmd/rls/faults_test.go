@@ -29,6 +29,18 @@ func askBounded(rl rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest) (*
 	return rl.ShouldRateLimit(ctx, req)
 }
 
+// policyAnswers are what a request gets under each --on-store-error policy
+// when the store cannot answer.
+var policyAnswers = []struct {
+	policy string
+	code   codes.Code
+	want   rlsv3.RateLimitResponse_Code
+}{
+	{"error", codes.Unavailable, 0},
+	{"allow", codes.OK, rlsv3.RateLimitResponse_OK},
+	{"deny", codes.OK, rlsv3.RateLimitResponse_OVER_LIMIT},
+}
+
 // TestRedisPausedPolicies: a Redis that hangs (SIGSTOP) gets every request
 // answered by the store timeout, as --on-store-error says.
 func TestRedisPausedPolicies(t *testing.T) {
@@ -47,15 +59,7 @@ func TestRedisPausedPolicies(t *testing.T) {
 	}
 	srv.Pause()
 	defer srv.Resume()
-	for _, tc := range []struct {
-		policy string
-		code   codes.Code
-		want   rlsv3.RateLimitResponse_Code
-	}{
-		{"error", codes.Unavailable, 0},
-		{"allow", codes.OK, rlsv3.RateLimitResponse_OK},
-		{"deny", codes.OK, rlsv3.RateLimitResponse_OVER_LIMIT},
-	} {
+	for _, tc := range policyAnswers {
 		rl := rlsv3.NewRateLimitServiceClient(servers[tc.policy].dial(t))
 		for i := range 5 {
 			resp, err := askBounded(rl, rlRequest("shared", "k", fmt.Sprint(i)))
@@ -165,15 +169,7 @@ func everyAlgorithmRequest(hits uint32) *rlsv3.RateLimitRequest {
 func TestSlowNetworkPolicies(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := writeFile(t, t.TempDir(), "faults.yaml", algorithmsConfig)
-	for _, tc := range []struct {
-		policy string
-		code   codes.Code
-		want   rlsv3.RateLimitResponse_Code
-	}{
-		{"error", codes.Unavailable, 0},
-		{"allow", codes.OK, rlsv3.RateLimitResponse_OK},
-		{"deny", codes.OK, rlsv3.RateLimitResponse_OVER_LIMIT},
-	} {
+	for _, tc := range policyAnswers {
 		t.Run(tc.policy, func(t *testing.T) {
 			t.Parallel()
 			proxy := redistest.StartFaultProxy(t, srv.Addr())

@@ -10,19 +10,25 @@ import (
 	"testing"
 )
 
-// TestLimitsExampleTests: config/limits_test.yaml passes against
-// config/limits.yaml, as `rls test` runs it (and `make test`, through
-// this test).
+// TestLimitsExampleTests: the shipped tests pass against their configs, as
+// `rls test` runs them (and `make test`, through this test):
+// config/limits_test.yaml, and config/examples/calendar_test.yaml (month
+// ends, a leap day, a DST change, an ISO week).
 func TestLimitsExampleTests(t *testing.T) {
-	var out bytes.Buffer
-	err := run(context.Background(), []string{"test", "../../config/limits.yaml", "../../config/limits_test.yaml"}, nil, &out, io.Discard)
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if err != nil || len(lines) < 2 || !strings.HasSuffix(lines[len(lines)-1], " passed, 0 failed") {
-		t.Fatalf("rls test config/limits.yaml config/limits_test.yaml = %v:\n%s", err, out.String())
-	}
-	for _, l := range lines[:len(lines)-1] {
-		if !strings.HasPrefix(l, "PASS ") {
-			t.Errorf("line %q, want PASS name", l)
+	for _, pair := range [][2]string{
+		{"../../config/limits.yaml", "../../config/limits_test.yaml"},
+		{"../../config/examples/calendar.yaml", "../../config/examples/calendar_test.yaml"},
+	} {
+		var out bytes.Buffer
+		err := run(context.Background(), []string{"test", pair[0], pair[1]}, nil, &out, io.Discard)
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if err != nil || len(lines) < 2 || !strings.HasSuffix(lines[len(lines)-1], " passed, 0 failed") {
+			t.Fatalf("rls test %s %s = %v:\n%s", pair[0], pair[1], err, out.String())
+		}
+		for _, l := range lines[:len(lines)-1] {
+			if !strings.HasPrefix(l, "PASS ") {
+				t.Errorf("%s: line %q, want PASS name", pair[1], l)
+			}
 		}
 	}
 }
