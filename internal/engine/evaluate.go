@@ -95,7 +95,8 @@ func retry(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
 // chargeDenied takes the hits of the CountDenied items that the request's
 // outcome left unconsumed (the item denied, the request denied, or its
 // quota group over), past their limits, and says when each denied one
-// could pass with its debt: after the others, in order.
+// could pass with its debt: after the others, in order (at once when only
+// the hits that the denied request took back denied it).
 func chargeDenied(t int64, items []Item, states []*State, results []Result, times []int64, admitted bool, over map[int32]bool) {
 	for i := range items {
 		it, r := &items[i], &results[i]
@@ -103,9 +104,15 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 			continue
 		}
 		alg := algorithmOf(it.Limit)
-		alg.consume(it.Limit, states[i], times[i], it.Hits)
-		if !r.Admitted {
-			retry(alg, it, states[i], times[i], t, r)
+		st, tc := states[i], times[i]
+		alg.consume(it.Limit, st, tc, it.Hits)
+		switch {
+		case r.Admitted:
+		case alg.admits(it.Limit, st, tc, it.Hits):
+			// Denied only by hits the request took back: it passes now.
+			r.Never, r.RetryAfter = false, 0
+		default:
+			retry(alg, it, st, tc, t, r)
 		}
 	}
 }

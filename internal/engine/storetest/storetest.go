@@ -139,6 +139,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Shadow", func(t *testing.T) { testShadow(t, newStore) })
 	t.Run("QuotaGroups", func(t *testing.T) { testQuota(t, newStore) })
 	t.Run("SameCounterTwice", func(t *testing.T) { testSameCounterTwice(t, newStore) })
+	t.Run("CountDeniedPassesAfterItsCharge", func(t *testing.T) { testCountDeniedPassesAfterItsCharge(t, newStore) })
 	t.Run("CountersAreSeparate", func(t *testing.T) { testSeparate(t, newStore) })
 	t.Run("ExpiredStateForgotten", func(t *testing.T) { testExpired(t, newStore) })
 	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, newStore) })
@@ -579,6 +580,29 @@ func testSameCounterTwice(t *testing.T, newStore NewStore) {
 	ok, res = apply(t, s, []engine.Item{item, item})
 	if !ok || res[0].Remaining != 1 || res[1].Remaining != 1 {
 		t.Fatalf("Apply(1+1 on a limit of 3) = %v remaining (%d, %d), want true (1, 1)", ok, res[0].Remaining, res[1].Remaining)
+	}
+}
+
+// testCountDeniedPassesAfterItsCharge: a count-denied item denied only by
+// the hits an earlier item of its request took tentatively from the same
+// counter is charged once the request is denied, and could then pass at
+// once: its retry is now, not the window's end (a sliding window with no
+// previous window divided 0 by 0 in its retry, which Lua read as the end).
+func testCountDeniedPassesAfterItsCharge(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.SlidingLog} {
+		desc := uniqueDesc(t, "k="+alg.String())
+		ok, res := apply(t, s, []engine.Item{
+			{Desc: desc, Limit: Limit(alg, 10, time.Minute, 0), Hits: 3},
+			{Desc: desc, Limit: Limit(alg, 3, time.Minute, 0), Hits: 1, CountDenied: true},
+		})
+		if ok || !res[0].Admitted || res[1].Admitted {
+			t.Fatalf("%s: Apply(3 of 10, then 1 of 3 count denied, one counter) = %v (%v, %v), want false (true, false)", alg, ok, res[0].Admitted, res[1].Admitted)
+		}
+		if r := res[1]; r.Cached || r.Never || r.RetryAfter > time.Microsecond || r.Remaining != 2 {
+			t.Errorf("%s: the count-denied item after its charge = %+v, want remaining 2 and a retry of at most 1µs", alg, r)
+		}
 	}
 }
 

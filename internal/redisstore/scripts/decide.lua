@@ -773,7 +773,8 @@ end
 
 -- charge_denied takes the hits of the count-denied items that the
 -- request's outcome left unconsumed, past their limits, and says when each
--- denied one could pass with its debt (engine's chargeDenied).
+-- denied one could pass with its debt: at once when only the hits the
+-- denied request took back denied it (engine's chargeDenied).
 local function charge_denied(admitted, over)
   for k = 1, n do
     if i_cd[k] and not i_refund[k] and not (admitted and i_ok[k] and not (over and over[i_group[k]])) then
@@ -781,7 +782,11 @@ local function charge_denied(admitted, over)
       local impl = c_impl[c]
       impl.consume(c, i_hits[k], i_lim[k])
       if not i_ok[k] then
-        retry(k)
+        if impl.admits(c, i_hits[k], i_lim[k], i_burst[k]) then
+          i_retry[k] = 0 -- denied only by hits the request took back
+        else
+          retry(k)
+        end
       end
     end
   end
