@@ -194,6 +194,14 @@ func TestSlowNetworkPolicies(t *testing.T) {
 				}
 			}
 			look("before the fault")
+			// Outcomes of the 120 requests only (a look that missed its
+			// deadline above has its own).
+			outcomes := func() (expired, indeterminate int) {
+				expired, _ = strconv.Atoi(metricValue(t, s.httpAddr, "rls_redis_expired_total"))
+				indeterminate, _ = strconv.Atoi(metricValue(t, s.httpAddr, "rls_redis_indeterminate_total"))
+				return expired, indeterminate
+			}
+			expired0, indeterminate0 := outcomes()
 			proxy.SetLatency(15 * time.Millisecond)
 			for i := range 120 {
 				resp, err := askBounded(rl, everyAlgorithmRequest(1))
@@ -202,17 +210,20 @@ func TestSlowNetworkPolicies(t *testing.T) {
 				}
 			}
 			proxy.Heal()
-			time.Sleep(100 * time.Millisecond) // the replies still on their way back
-			look("after the fault healed")
 			// Redis said of each request that it came past its deadline. On
 			// a machine slowed by the race detector a reply may come after
 			// the pipeline's bound: rls then cannot tell (indeterminate),
-			// although the look above shows nothing was consumed.
-			expired, _ := strconv.Atoi(metricValue(t, s.httpAddr, "rls_redis_expired_total"))
-			indeterminate, _ := strconv.Atoi(metricValue(t, s.httpAddr, "rls_redis_indeterminate_total"))
+			// although the look below shows nothing was consumed.
+			var expired, indeterminate int
+			s.waitUntil(t, "the 120 replies read", func() bool {
+				e, i := outcomes()
+				expired, indeterminate = e-expired0, i-indeterminate0
+				return expired+indeterminate >= 120
+			})
 			if expired+indeterminate != 120 || (!raceEnabled && indeterminate != 0) {
 				t.Errorf("expired %v, indeterminate %v; want 120 expired", expired, indeterminate)
 			}
+			look("after the fault healed")
 		})
 	}
 }

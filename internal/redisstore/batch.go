@@ -42,6 +42,7 @@ type batcher struct {
 	perScript int
 	clock     *redisClock // nil: no deadlines (the scripts run on a test clock)
 	timeout   time.Duration
+	bound     time.Duration          // pipelineBound
 	late      func(c *call, r reply) // a reply whose caller stopped waiting
 	unknown   func(c *call, err error)
 
@@ -59,7 +60,9 @@ func (b *batcher) undoWindow() time.Duration { return b.timeout / 2 }
 
 // pipelineBound is how long a worker waits for a pipeline's replies: far
 // past the callers' wait, so that late replies are read and given back.
-func pipelineBound(timeout time.Duration) time.Duration { return max(5*timeout, 100*time.Millisecond) }
+func pipelineBound(opts Options) time.Duration {
+	return max(5*opts.Timeout, opts.minPipelineBound)
+}
 
 // A call's state: it is answered once, by the worker (a reply or an
 // error), by the wait timer, or abandoned by its caller.
@@ -94,7 +97,7 @@ func (c *call) answer(reply any, err error) bool {
 	return true
 }
 
-func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, timeout time.Duration, clock *redisClock) *batcher {
+func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, timeout, bound time.Duration, clock *redisClock) *batcher {
 	b := &batcher{
 		client:    client,
 		queue:     make(chan *call, 16*maxBatch),
@@ -102,6 +105,7 @@ func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, 
 		perScript: perScript,
 		clock:     clock,
 		timeout:   timeout,
+		bound:     bound,
 		late:      func(*call, reply) {},
 		unknown:   func(*call, error) {},
 		stop:      make(chan struct{}),
@@ -203,7 +207,7 @@ func (b *batcher) send(batch []*call) {
 		}
 	})
 	defer wait.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), pipelineBound(b.timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), b.bound)
 	defer cancel()
 
 	type script struct {

@@ -59,6 +59,10 @@ type Options struct {
 	// Workers is the number of pipelines in flight at once (default 4).
 	// Fewer workers put more decisions in each round trip.
 	Workers int
+
+	// minPipelineBound, for tests on a starved machine: the least time a
+	// pipeline's replies are waited for (default 100 ms; see pipelineBound).
+	minPipelineBound time.Duration
 }
 
 // Stats are the store's counters since it started.
@@ -149,7 +153,10 @@ func New(opts Options) (*Store, error) {
 	// the pool's health check when taken, not by retries
 	// (TestRestartedRedis). The connections' own timeouts come after the
 	// pipelines' bound, which is in each pipeline's context.
-	bound := pipelineBound(opts.Timeout)
+	if opts.minPipelineBound <= 0 {
+		opts.minPipelineBound = 100 * time.Millisecond
+	}
+	bound := pipelineBound(opts)
 	ro.DialTimeout = max(5*opts.Timeout, 200*time.Millisecond)
 	ro.ReadTimeout, ro.WriteTimeout = 2*bound, 2*bound
 	ro.MaxRetries = -1
@@ -207,7 +214,7 @@ func New(opts Options) (*Store, error) {
 		s.clock = newRedisClock()
 	}
 	s.faultLog = rate.Sometimes{Interval: 10 * time.Second}
-	s.b = newBatcher(s.client, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, s.clock)
+	s.b = newBatcher(s.client, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
 	s.b.late, s.b.unknown = s.late, s.unknown
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
 	if s.clock != nil {
@@ -334,7 +341,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		// A caller without a deadline of its own: bound the time queued
 		// (and, for a node never heard from, waiting for its clock).
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, pipelineBound(s.opts.Timeout)+s.opts.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, pipelineBound(s.opts)+s.opts.Timeout)
 		defer cancel()
 	}
 	var admitted bool
