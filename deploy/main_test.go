@@ -152,7 +152,16 @@ func freeAddr(t *testing.T) string {
 // get answers the status and body of a GET.
 func get(url string) (int, string, error) {
 	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
+	return body(c.Get(url))
+}
+
+// post answers the status and body of a POST of JSON.
+func post(url, json string) (int, string, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	return body(c.Post(url, "application/json", strings.NewReader(json)))
+}
+
+func body(resp *http.Response, err error) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}

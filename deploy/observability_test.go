@@ -93,6 +93,14 @@ var scrapeOnce struct {
 // rlsSeries starts rls on the memory store and on a real Redis, sends
 // requests that are admitted, denied and denied again (the Redis denial
 // cache), breaks a reload, and returns every series the two /metrics hold.
+// shadowConfig has a shadow-mode limit that every request is over.
+const shadowConfig = `domain: shadow-check
+descriptors:
+  - key: plan
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`
+
 func rlsSeries(t *testing.T) exported {
 	t.Helper()
 	scrapeOnce.Lock()
@@ -109,6 +117,10 @@ func rlsSeries(t *testing.T) exported {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "limits.yaml"), limits, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// A shadow-mode limit, whose series exist once one would deny.
+		if err := os.WriteFile(filepath.Join(dir, "shadow.yaml"), []byte(shadowConfig), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		httpAddr := freeAddr(t)
@@ -128,6 +140,9 @@ func rlsSeries(t *testing.T) exported {
 		}
 		if codes[http.StatusTooManyRequests] == 0 {
 			t.Fatalf("%v: 13 requests got %v, want some 429s (10/s per address)", store, codes)
+		}
+		if code, text, err := post(base+"/json", `{"domain":"shadow-check","descriptors":[{"entries":[{"key":"plan","value":"free"}]}]}`); err != nil || code != http.StatusOK {
+			t.Fatalf("%v: a request over a shadow-mode limit = %d %v %s, want 200", store, code, err, text)
 		}
 		// A reload that fails, so that its series exist as after a bad edit.
 		if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("domain: [\n"), 0o644); err != nil {
