@@ -43,6 +43,7 @@ local i_lim, i_burst = {}, {}
 local c_base, c_alg, c_w, c_warg, c_impl, c_t = {}, {}, {}, {}, {}, {}
 local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
 local c_s0, c_n0, c_p0 = {}, {}, {} -- window counters: the stored state (start false: none)
+local c_wkey = {} -- window counters: the window key (window_key of the base)
 local c_tat, c_tat0 = {}, {}
 local by_base, nc
 
@@ -92,7 +93,7 @@ end
 -- keeps it and its instant is that window's start.
 local function window_load(c, ws, shift)
   local key = c_base[c]
-  local start, count, prev = window_read(kv[window_key(key)], kv[key])
+  local start, count, prev = window_read(kv[c_wkey[c]], kv[key])
   c_s0[c], c_n0[c], c_p0[c] = start or false, count, prev
   local t = now
   if not start then
@@ -113,7 +114,7 @@ end
 -- (expires not after now: memstore forgets such a counter too). undo logs
 -- the request's delta. w is the length of the counter's window.
 local function write_window(c, w, span, undo)
-  local key, wkey = c_base[c], window_key(c_base[c])
+  local key, wkey = c_base[c], c_wkey[c]
   local start, count, prev = c_ws[c], c_count[c], c_prev[c]
   local delta = count - c_count0[c]
   if delta < 0 then
@@ -146,8 +147,9 @@ end
 local fixed = {}
 
 function fixed.locate(c)
+  c_wkey[c] = window_key(c_base[c])
   need(c_base[c])
-  need(window_key(c_base[c]))
+  need(c_wkey[c])
 end
 
 function fixed.load(c)
@@ -653,11 +655,16 @@ local function parse(a)
       impl.locate(c)
     end
     i_ctr[k] = c
-    local flags = tonumber(argv[f + ITEM_FLAGS])
     i_hits[k], i_lim[k], i_burst[k] = tonumber(argv[f + ITEM_HITS]), tonumber(argv[f + ITEM_LIMIT]), tonumber(argv[f + ITEM_BURST])
-    i_refund[k], i_shadow[k] = flags % (2 * FLAG_REFUND) >= FLAG_REFUND, flags % (2 * FLAG_SHADOW) >= FLAG_SHADOW
-    i_cd[k] = flags % (2 * FLAG_COUNT_DENIED) >= FLAG_COUNT_DENIED
-    i_denied[k] = flags % (2 * FLAG_DENIED) >= FLAG_DENIED
+    local flags = argv[f + ITEM_FLAGS]
+    if flags == '0' then
+      i_refund[k], i_shadow[k], i_cd[k], i_denied[k] = false, false, false, false
+    else
+      flags = tonumber(flags)
+      i_refund[k], i_shadow[k] = flags % (2 * FLAG_REFUND) >= FLAG_REFUND, flags % (2 * FLAG_SHADOW) >= FLAG_SHADOW
+      i_cd[k] = flags % (2 * FLAG_COUNT_DENIED) >= FLAG_COUNT_DENIED
+      i_denied[k] = flags % (2 * FLAG_DENIED) >= FLAG_DENIED
+    end
     i_group[k] = tonumber(argv[f + ITEM_GROUP])
   end
 end
