@@ -13,7 +13,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/servetest"
-	"github.com/rlsproject/rls/internal/xdsconfig/xdstest"
+	"github.com/rlsproject/rls/internal/testpki"
 )
 
 // The program's name decides the mode: ratelimit (any directory) is
@@ -137,7 +137,7 @@ func TestCompatRefusedVariables(t *testing.T) {
 // with MERGE_DOMAIN_CONFIG; client certificates required with
 // GRPC_CLIENT_TLS_CACERT, and of the name GRPC_CLIENT_TLS_SAN.
 func TestCompatFileConfigAndClientCertificates(t *testing.T) {
-	pki := xdstest.NewPKI(t)
+	pki := testpki.New(t)
 	rds := redistest.Start(t)
 	root := t.TempDir()
 	dir := filepath.Join(root, "rl", "config")
@@ -183,7 +183,7 @@ func TestCompatFileConfigAndClientCertificates(t *testing.T) {
 
 // GRPC_CLIENT_TLS_SAN matches any of a certificate's names, and only those.
 func TestHasSAN(t *testing.T) {
-	pki := xdstest.NewPKI(t)
+	pki := testpki.New(t)
 	pair, err := tls.LoadX509KeyPair(pki.Cert, pki.Key)
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/testpki"
 	"github.com/rlsproject/rls/internal/xdsconfig/xdstest"
 )
 
@@ -132,7 +133,7 @@ func answers(t *testing.T, cl rlsv3.RateLimitServiceClient, user string, n int) 
 // server pushes an Envoy Gateway-shaped config, an update, then an invalid
 // config, which is NACKed while the update stays in force.
 func TestEnvoyGatewayDropIn(t *testing.T) {
-	pki := xdstest.NewPKI(t)
+	pki := testpki.New(t)
 	rds := redistest.Start(t)
 	xds := xdstest.Start(t, pki.ServerTLS(t)) // requires rls's client certificate
 	xds.Push(t, "envoy-ratelimit", "1", egLimitConfig(3, rlsconfv3.RateLimitUnit_HOUR))

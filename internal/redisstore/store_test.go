@@ -16,6 +16,7 @@ import (
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/redistest"
+	"github.com/rlsproject/rls/internal/testpki"
 )
 
 func newStore(t testing.TB, opts Options) *Store {
@@ -506,7 +507,7 @@ func redisCPU(tb testing.TB, addr string) float64 {
 
 // TestTLSAndPassword: rediss:// with a password in the URL and a private CA.
 func TestTLSAndPassword(t *testing.T) {
-	files := redistest.NewTLSFiles(t)
+	files := testpki.New(t)
 	srv := redistest.StartWith(t, redistest.Config{Password: "s3cret", TLS: files})
 	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
 	results := make([]engine.Result, 1)

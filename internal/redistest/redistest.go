@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlsproject/rls/internal/testpki"
 	"github.com/testcontainers/testcontainers-go"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 )
@@ -38,7 +39,7 @@ type Server struct {
 	ctr  testcontainers.Container
 	// password and tls are how this server is reached (StartWith).
 	password string
-	tls      *TLSFiles
+	tls      *testpki.PKI
 	tb       testing.TB
 	mu       sync.Mutex
 }
@@ -53,7 +54,7 @@ func (s *Server) URL() string { return "redis://" + s.addr + "/0" }
 // (no plain-text port); such servers always run from the redis-server binary.
 type Config struct {
 	Password string
-	TLS      *TLSFiles
+	TLS      *testpki.PKI // testpki.New: the server's certificate and CA
 }
 
 // Start starts a Redis server for the test and stops it when the test ends.

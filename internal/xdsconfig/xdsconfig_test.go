@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/testpki"
 	"github.com/rlsproject/rls/internal/xdsconfig"
 	"github.com/rlsproject/rls/internal/xdsconfig/xdstest"
 )
@@ -112,7 +113,7 @@ var fastBackoff = xdsconfig.Backoff{Initial: 5 * time.Millisecond, Max: 20 * tim
 // the refused version are NACKed again without another load; a good
 // version after it loads.
 func TestClientFollowsConfigsOverMutualTLS(t *testing.T) {
-	pki := xdstest.NewPKI(t)
+	pki := testpki.New(t)
 	srv := xdstest.Start(t, pki.ServerTLS(t))
 	clientTLS, err := xdsconfig.ClientTLS(xdsconfig.TLSFiles{CA: pki.CA, Cert: pki.Cert, Key: pki.Key, ServerName: "envoy-gateway"})
 	if err != nil {
@@ -202,7 +203,7 @@ func TestClientReconnects(t *testing.T) {
 // ClientTLS trusts the given CA only, and presents the client certificate
 // that a server requiring one asks for.
 func TestClientTLS(t *testing.T) {
-	pki := xdstest.NewPKI(t)
+	pki := testpki.New(t)
 	srv := xdstest.Start(t, pki.ServerTLS(t))
 	for _, tc := range []struct {
 		name  string

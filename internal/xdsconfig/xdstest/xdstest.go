@@ -2,22 +2,13 @@
 // state-of-the-world server over its snapshot cache, as Envoy Gateway runs
 // it, on a loopback port, with TLS and client certificates when asked. It
 // records every DiscoveryRequest so that tests can wait for an ACK or a
-// NACK. It also makes the throw-away PKI that both sides use.
+// NACK. testpki makes the throw-away PKI that both sides use.
 package xdstest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -32,81 +23,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
-
-// PKI is a CA and one certificate it signed for 127.0.0.1 and localhost,
-// good for servers and clients alike (as the certificate Envoy Gateway gives
-// its rate-limit deployment: tls.crt, tls.key, ca.crt), as PEM files; and a
-// second CA that signed nothing here, for a client or server to distrust.
-type PKI struct {
-	CA, Cert, Key string
-	OtherCA       string
-}
-
-// NewPKI writes a PKI into a temporary directory.
-func NewPKI(tb testing.TB) *PKI {
-	tb.Helper()
-	dir := tb.TempDir()
-	caKey, caCert, caDER := newCA(tb, "xdstest CA")
-	_, _, otherDER := newCA(tb, "xdstest other CA")
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "envoy-ratelimit"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost", "envoy-gateway"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	p := &PKI{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key"), OtherCA: filepath.Join(dir, "other-ca.crt")}
-	for path, block := range map[string]*pem.Block{
-		p.CA:      {Type: "CERTIFICATE", Bytes: caDER},
-		p.Cert:    {Type: "CERTIFICATE", Bytes: der},
-		p.Key:     {Type: "EC PRIVATE KEY", Bytes: kder},
-		p.OtherCA: {Type: "CERTIFICATE", Bytes: otherDER},
-	} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return p
-}
-
-func newCA(tb testing.TB, name string) (*ecdsa.PrivateKey, *x509.Certificate, []byte) {
-	tb.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return key, cert, der
-}
-
-// ServerTLS returns a server TLS config from p's certificate that requires
-// client certificates signed by p's CA.
-func (p *PKI) ServerTLS(tb testing.TB) *tls.Config {
-	tb.Helper()
-	cert, err := tls.LoadX509KeyPair(p.Cert, p.Key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pem, err := os.ReadFile(p.CA)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
-}
 
 // Server is a running management server. Its methods are safe for
 // concurrent use.
