@@ -29,7 +29,7 @@ import (
 // would (no arguments) with env, and stops it when the test ends.
 func launchCompat(t *testing.T, env []string, grpcAddr, httpAddr string) *server {
 	t.Helper()
-	s := &server{grpcAddr: grpcAddr, httpAddr: httpAddr, logs: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{grpcAddr: grpcAddr, httpAddr: httpAddr, logs: &servetest.SyncBuffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	args := compatArgs("/bin/ratelimit", nil)

@@ -26,29 +26,10 @@ import (
 	"github.com/rlsproject/rls/internal/servetest"
 )
 
-// syncBuffer is a bytes.Buffer safe for the server's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // server is rls started in process by runWith().
 type server struct {
 	grpcAddr, httpAddr string
-	logs               *syncBuffer
+	logs               *servetest.SyncBuffer
 	cancel             context.CancelFunc
 	done               chan error
 }
@@ -78,7 +59,7 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 // waiting for it, and stops it when the test ends.
 func launch(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
-	s := &server{grpcAddr: servetest.Addr(t), httpAddr: servetest.Addr(t), logs: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{grpcAddr: servetest.Addr(t), httpAddr: servetest.Addr(t), logs: &servetest.SyncBuffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	args = append([]string{"serve", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}, args...)

@@ -1,7 +1,6 @@
 package configwatch
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/servetest"
 )
 
 // Helpers shared by the package's tests. A test runs Watch on a fake
@@ -100,32 +101,13 @@ func (r *recorder) started()                         { close(r.ready) }
 func (r *recorder) event(name string, relevant bool) { r.events <- event{name, relevant} }
 func (r *recorder) checked(changed bool)             { r.checks <- changed }
 
-// syncBuffer is a bytes.Buffer safe for the watcher's and the test's
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // watch is a Watch under test.
 type watch struct {
 	t       *testing.T
 	clock   *fakeClock
 	rec     *recorder
 	changes chan struct{}
-	log     *syncBuffer
+	log     *servetest.SyncBuffer
 	parent  string // the directory above the config's, watched for its entry
 	settles int
 }
@@ -143,7 +125,7 @@ func startWatch(t *testing.T, path string) *watch {
 		clock:   newFakeClock(),
 		rec:     &recorder{ready: make(chan struct{}), events: make(chan event, 4096), checks: make(chan bool, 64)},
 		changes: make(chan struct{}, 64),
-		log:     &syncBuffer{},
+		log:     &servetest.SyncBuffer{},
 	}
 	w.parent = filepath.Dir(path)
 	if st, err := os.Stat(path); err == nil && !st.IsDir() {

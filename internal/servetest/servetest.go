@@ -3,11 +3,14 @@
 // memory store at a fixed instant, a gRPC server on loopback with a client
 // connection, and a bounded wait for an event in another goroutine or
 // process. Everything it starts is stopped when the test ends. It is for
-// tests only and knows no protocol beyond starting a gRPC server.
+// tests only and knows no protocol beyond starting a gRPC server; SyncBuffer takes a
+// log written by another goroutine.
 package servetest
 
 import (
+	"bytes"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,4 +126,23 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// SyncBuffer is a bytes.Buffer that a server or watcher under test writes
+// its log into while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
