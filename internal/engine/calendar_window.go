@@ -10,8 +10,9 @@ import (
 // (calendar: true): a day from local midnight, an ISO week from Monday, a
 // month from the 1st, a year from January 1, each as long as the calendar
 // makes it (a DST day has 23 or 25 hours, a month 28 to 31 days). State:
-// as fixedWindow, Count hits in the window that starts at Start.
-type calendarWindow struct{}
+// as fixedWindow, Count hits in the window that starts at Start; it judges,
+// consumes and gives back as fixedWindow, whose methods it embeds.
+type calendarWindow struct{ fixedWindow }
 
 // calendarBounds returns the start and end (µs) of l's calendar window
 // holding t. time.Date normalizes a midnight that a DST change skips.
@@ -41,29 +42,7 @@ func calendarEnd(l *descriptors.Limit, start int64) int64 {
 
 func (calendarWindow) normalize(l *descriptors.Limit, st *State, t int64) int64 {
 	ws, _ := calendarBounds(l, t)
-	switch {
-	case ws > st.Start:
-		st.Start, st.Count = ws, 0
-	case ws < st.Start:
-		return st.Start // a later window was seen: no time passes before it
-	}
-	return t
-}
-
-func (calendarWindow) admits(l *descriptors.Limit, st *State, t int64, hits uint64) bool {
-	return fixedWindow{}.admits(l, st, t, hits)
-}
-
-func (calendarWindow) consume(l *descriptors.Limit, st *State, t int64, hits uint64) {
-	fixedWindow{}.consume(l, st, t, hits)
-}
-
-func (calendarWindow) giveBack(l *descriptors.Limit, st *State, t int64, hits uint64) {
-	fixedWindow{}.giveBack(l, st, t, hits)
-}
-
-func (calendarWindow) remaining(l *descriptors.Limit, st *State, t int64) uint64 {
-	return fixedWindow{}.remaining(l, st, t)
+	return enterWindow(st, ws, t)
 }
 
 func (calendarWindow) resetAt(l *descriptors.Limit, st *State, _ int64) int64 {

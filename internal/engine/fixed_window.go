@@ -8,7 +8,13 @@ import "github.com/rlsproject/rls/internal/descriptors"
 type fixedWindow struct{}
 
 func (fixedWindow) normalize(l *descriptors.Limit, st *State, t int64) int64 {
-	ws := windowStart(t, window(l))
+	return enterWindow(st, windowStart(t, window(l)), t)
+}
+
+// enterWindow moves a fixed or calendar window's state at instant t into
+// the window starting at ws, and returns the counter's instant: a state
+// that has seen a later window stays in it.
+func enterWindow(st *State, ws, t int64) int64 {
 	switch {
 	case ws > st.Start:
 		st.Start, st.Count = ws, 0
