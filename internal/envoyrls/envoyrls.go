@@ -249,7 +249,7 @@ func (c *converter) currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_
 }
 
 func (c *converter) duration(d time.Duration) *durationpb.Duration {
-	secs := int64((d + time.Second - 1) / time.Second)
+	secs := service.CeilSeconds(d)
 	if secs < 0 || secs > maxSharedDuration {
 		return &durationpb.Duration{Seconds: secs}
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/rlsproject/rls/internal/clientip"
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/service"
 )
@@ -574,11 +574,11 @@ func (p *parser) httpRequest(n *yaml.Node) *descriptors.StaticHTTPRequest {
 	}
 	if v := fs["client"]; v != nil {
 		s := p.str(v, "http.client")
-		a, err := netip.ParseAddr(s)
-		if err != nil && s != "" {
+		a, ok := clientip.Parse(s)
+		if !ok && s != "" {
 			p.errorf(v, "http.client: %q is not an IP address", s)
 		}
-		r.Client = a.Unmap()
+		r.Client = a
 	}
 	if v := fs["headers"]; v != nil {
 		if v.Kind != yaml.MappingNode {

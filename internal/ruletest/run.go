@@ -136,7 +136,7 @@ func statusText(st *service.Status) string {
 // wireSeconds is d as duration_until_reset carries it: whole seconds,
 // rounded up.
 func wireSeconds(d time.Duration) time.Duration {
-	return (d + time.Second - 1) / time.Second * time.Second
+	return time.Duration(service.CeilSeconds(d)) * time.Second
 }
 
 // checkStatuses returns what differs between the response's statuses and

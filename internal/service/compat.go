@@ -106,6 +106,6 @@ func appendLimitHeaders(h []Header, names *LimitHeaderNames, nodes []*descriptor
 	return append(h,
 		Header{Key: names.Limit, Value: strconv.FormatUint(uint64(chosen.Limit.RequestsPerUnit), 10)},
 		Header{Key: names.Remaining, Value: strconv.FormatUint(uint64(chosen.Remaining), 10)},
-		Header{Key: names.Reset, Value: strconv.FormatInt(ceilSeconds(chosen.ResetAfter), 10)},
+		Header{Key: names.Reset, Value: strconv.FormatInt(CeilSeconds(chosen.ResetAfter), 10)},
 	)
 }

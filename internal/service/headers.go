@@ -49,8 +49,9 @@ const (
 	headerRetryAfter = "Retry-After"
 )
 
-// ceilSeconds rounds d up to whole seconds, as clients read the headers.
-func ceilSeconds(d time.Duration) int64 {
+// CeilSeconds rounds d up to whole seconds, as clients read them: in the
+// headers and in Envoy's duration_until_reset.
+func CeilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
@@ -65,7 +66,7 @@ func (r *Response) RetryAfter() int64 {
 			longest = st.ResetAfter
 		}
 	}
-	return max(1, ceilSeconds(longest))
+	return max(1, CeilSeconds(longest))
 }
 
 // binding returns the status that the single-valued headers describe: when
@@ -133,7 +134,7 @@ func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
 	if b == nil {
 		return dst
 	}
-	reset := strconv.FormatInt(ceilSeconds(b.ResetAfter), 10)
+	reset := strconv.FormatInt(CeilSeconds(b.ResetAfter), 10)
 	if mode == HeadersDraft03 || mode == HeadersBoth {
 		var lim strings.Builder
 		lim.WriteString(strconv.FormatUint(uint64(b.Limit.RequestsPerUnit), 10))
