@@ -305,17 +305,7 @@ func (l *limiter) take(t int64, hits uint64) bool {
 
 // count is what the limiter compares with its limit at t, the instant of
 // its last decision (its state is normalized to it).
-func (l *limiter) count(t int64) float64 {
-	switch l.limit.Algorithm {
-	case descriptors.SlidingWindow:
-		w := l.limit.Window.Microseconds()
-		weight := float64(w-(t-l.st.Start)) / float64(w)
-		return float64(l.st.Prev)*weight + float64(l.st.Count)
-	case descriptors.FixedWindow:
-		return float64(l.st.Count)
-	}
-	return float64(len(l.st.Log))
-}
+func (l *limiter) count(t int64) float64 { return engine.WindowCount(l.limit, &l.st, t) }
 
 // replay runs client c through the sliding log and each measured
 // algorithm, and returns their tallies and the sliding log's worst window.

@@ -36,6 +36,16 @@ func (slidingWindow) estimate(st *State, t, w int64) float64 {
 	return est + float64(st.Count)
 }
 
+// WindowCount is the hits that a fixed or sliding window (l) compares with
+// its limit at t, its state st normalized to t: the sliding window's
+// estimate, or the fixed window's count. For tools that measure accuracy.
+func WindowCount(l *descriptors.Limit, st *State, t int64) float64 {
+	if l.Algorithm == descriptors.SlidingWindow {
+		return slidingWindow{}.estimate(st, t, window(l))
+	}
+	return float64(st.Count)
+}
+
 func (a slidingWindow) admits(l *descriptors.Limit, st *State, t int64, hits uint64) bool {
 	limit := uint64(l.RequestsPerUnit)
 	return hits <= limit && a.estimate(st, t, window(l))+float64(hits) <= float64(limit)
