@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -17,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rlsproject/rls/internal/tlsfiles"
 )
 
 // The exit codes of rls check besides 0 (every answer OK) and 2 (a bad
@@ -134,26 +133,12 @@ func (f *checkFlags) credentials() (credentials.TransportCredentials, error) {
 	if f.caFile == "" && f.certFile == "" && f.keyFile == "" {
 		return insecure.NewCredentials(), nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f.caFile != "" {
-		pem, err := os.ReadFile(f.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", f.caFile)
-		}
-	}
 	if (f.certFile == "") != (f.keyFile == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
-	if f.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-cert: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
+	cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: f.caFile, Cert: f.certFile, Key: f.keyFile})
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
 	}
 	return credentials.NewTLS(cfg), nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/tlsfiles"
 	"github.com/rlsproject/rls/internal/xdsconfig"
 )
 
@@ -339,7 +340,7 @@ func compatConfigSource(e *compatEnv, o *options) {
 		}
 	}
 	if e.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
-		cfg, err := xdsconfig.ClientTLS(xdsconfig.TLSFiles{
+		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{
 			CA:         e.str("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
 			Cert:       e.str("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
 			Key:        e.str("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),

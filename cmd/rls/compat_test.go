@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +19,7 @@ import (
 	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/testpki"
+	"github.com/rlsproject/rls/internal/tlsfiles"
 	"github.com/rlsproject/rls/internal/xdsconfig/xdstest"
 )
 
@@ -68,18 +66,9 @@ func httpGet(t *testing.T, url string) (int, string) {
 // when cert is set.
 func tlsClient(t *testing.T, addr, caFile, cert, key string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	pem, err := os.ReadFile(caFile)
+	cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: caFile, Cert: cert, Key: key})
 	if err != nil {
 		t.Fatal(err)
-	}
-	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
-	cfg.RootCAs.AppendCertsFromPEM(pem)
-	if cert != "" {
-		c, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Certificates = []tls.Certificate{c}
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {

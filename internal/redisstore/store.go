@@ -2,11 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/tlsfiles"
 )
 
 // Options configure a Store.
@@ -169,13 +168,8 @@ func New(opts Options) (*Store, error) {
 		if ro.TLSConfig == nil {
 			return nil, fmt.Errorf("redis CA file %s: the URL is not rediss://", opts.CAFile)
 		}
-		pem, err := os.ReadFile(opts.CAFile)
-		if err != nil {
+		if ro.TLSConfig.RootCAs, err = tlsfiles.LoadPool(opts.CAFile); err != nil {
 			return nil, fmt.Errorf("redis CA file: %w", err)
-		}
-		ro.TLSConfig.RootCAs = x509.NewCertPool()
-		if !ro.TLSConfig.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis CA file %s: no PEM certificate in it", opts.CAFile)
 		}
 	}
 	s := &Store{

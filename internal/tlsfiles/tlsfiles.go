@@ -1,7 +1,8 @@
 // Package tlsfiles builds server TLS configs from PEM files that are
 // re-read when they change on disk, so that certificates can be rotated
-// (cert-manager, Vault agents) without restarting the server. It knows
-// nothing about the listeners that use the configs.
+// (cert-manager, Vault agents) without restarting the server, and client
+// TLS configs whose certificate is read at every handshake. It knows
+// nothing about the connections that use the configs.
 package tlsfiles
 
 import (
@@ -80,13 +81,8 @@ func (s *Source) load() error {
 	}
 	var pool *x509.CertPool
 	if s.files.ClientCA != "" {
-		pem, err := os.ReadFile(s.files.ClientCA)
-		if err != nil {
+		if pool, err = LoadPool(s.files.ClientCA); err != nil {
 			return fmt.Errorf("TLS client CA: %w", err)
-		}
-		pool = x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("TLS client CA %s: no PEM certificate in it", s.files.ClientCA)
 		}
 	}
 	s.cert, s.pool, s.stamp = &cert, pool, stamp

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/testpki"
+	"github.com/rlsproject/rls/internal/tlsfiles"
 	"github.com/rlsproject/rls/internal/xdsconfig"
 	"github.com/rlsproject/rls/internal/xdsconfig/xdstest"
 )
@@ -115,7 +116,7 @@ var fastBackoff = xdsconfig.Backoff{Initial: 5 * time.Millisecond, Max: 20 * tim
 func TestClientFollowsConfigsOverMutualTLS(t *testing.T) {
 	pki := testpki.New(t)
 	srv := xdstest.Start(t, pki.ServerTLS(t))
-	clientTLS, err := xdsconfig.ClientTLS(xdsconfig.TLSFiles{CA: pki.CA, Cert: pki.Cert, Key: pki.Key, ServerName: "envoy-gateway"})
+	clientTLS, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: pki.CA, Cert: pki.Cert, Key: pki.Key, ServerName: "envoy-gateway"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,15 +208,15 @@ func TestClientTLS(t *testing.T) {
 	srv := xdstest.Start(t, pki.ServerTLS(t))
 	for _, tc := range []struct {
 		name  string
-		files xdsconfig.TLSFiles
+		files tlsfiles.ClientFiles
 		ok    bool
 	}{
-		{"CA and client certificate", xdsconfig.TLSFiles{CA: pki.CA, Cert: pki.Cert, Key: pki.Key}, true},
-		{"another CA", xdsconfig.TLSFiles{CA: pki.OtherCA, Cert: pki.Cert, Key: pki.Key}, false},
-		{"no client certificate", xdsconfig.TLSFiles{CA: pki.CA}, false},
-		{"a name the certificate lacks", xdsconfig.TLSFiles{CA: pki.CA, Cert: pki.Cert, Key: pki.Key, ServerName: "other"}, false},
+		{"CA and client certificate", tlsfiles.ClientFiles{CA: pki.CA, Cert: pki.Cert, Key: pki.Key}, true},
+		{"another CA", tlsfiles.ClientFiles{CA: pki.OtherCA, Cert: pki.Cert, Key: pki.Key}, false},
+		{"no client certificate", tlsfiles.ClientFiles{CA: pki.CA}, false},
+		{"a name the certificate lacks", tlsfiles.ClientFiles{CA: pki.CA, Cert: pki.Cert, Key: pki.Key, ServerName: "other"}, false},
 	} {
-		cfg, err := xdsconfig.ClientTLS(tc.files)
+		cfg, err := tlsfiles.Client(tc.files)
 		if err != nil {
 			t.Fatalf("%s: ClientTLS: %v", tc.name, err)
 		}
@@ -234,10 +235,10 @@ func TestClientTLS(t *testing.T) {
 			t.Errorf("%s: handshake error %v, want success %v", tc.name, err, tc.ok)
 		}
 	}
-	if _, err := xdsconfig.ClientTLS(xdsconfig.TLSFiles{Cert: pki.Cert}); err == nil {
+	if _, err := tlsfiles.Client(tlsfiles.ClientFiles{Cert: pki.Cert}); err == nil {
 		t.Errorf("ClientTLS with a certificate and no key: no error")
 	}
-	if _, err := xdsconfig.ClientTLS(xdsconfig.TLSFiles{CA: "/nonexistent/ca.crt"}); err == nil {
+	if _, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: "/nonexistent/ca.crt"}); err == nil {
 		t.Errorf("ClientTLS with a missing CA file: no error")
 	}
 }
