@@ -101,6 +101,19 @@ func Expiry(l *descriptors.Limit, st *State) int64 {
 	return algorithmOf(l).expiry(l, st)
 }
 
+// Capacity is the most hits that l can ever admit at once: its limit, or a
+// token bucket's burst (none when it refills nothing). More hits are denied
+// whatever the wait (Result.Never).
+func Capacity(l *descriptors.Limit) uint64 {
+	switch {
+	case l.Algorithm != descriptors.TokenBucket:
+		return uint64(l.RequestsPerUnit)
+	case l.RequestsPerUnit == 0:
+		return 0
+	}
+	return uint64(l.Burst)
+}
+
 // window returns the limit's window in microseconds (≥ 1 for a valid limit).
 func window(l *descriptors.Limit) int64 { return l.Window.Microseconds() }
 

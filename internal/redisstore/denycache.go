@@ -96,7 +96,7 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 	for i := range items {
 		d := c.m[bases[i]]
 		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: d.resetAt.Sub(now)}
-		if neverPasses(&items[i]) {
+		if items[i].Hits > engine.Capacity(items[i].Limit) {
 			// More hits than the limit (a fixed window, the one algorithm
 			// answered for more hits than the denial's): no wait admits them.
 			results[i].RetryAfter, results[i].Never = 0, true
@@ -152,11 +152,10 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 	at := toMicro(sent)
 	for i := range items {
 		it, r := &items[i], &results[i]
-		// A denial with no reset ahead, or of hits the limit can never admit
-		// (whose retry the engine puts a window after each ask), would never
-		// hold.
+		// A denial with no reset or retry ahead would never hold; one that
+		// never passes (Never) has no retry either.
 		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 || r.Reset <= 0 || r.Remaining != 0 ||
-			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow || neverPasses(it) {
+			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow {
 			continue
 		}
 		if c.noticedSince(epoch, bases[i]) {
@@ -177,16 +176,6 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 			rpu: l.RequestsPerUnit, burst: l.Burst, window: l.Window,
 		}
 	}
-}
-
-// neverPasses reports whether the item's hits exceed what its limit can
-// ever admit: its retry is then a window after each ask, no fixed instant.
-func neverPasses(it *engine.Item) bool {
-	l := it.Limit
-	if l.Algorithm == descriptors.TokenBucket {
-		return it.Hits > uint64(l.Burst) || l.RequestsPerUnit == 0
-	}
-	return it.Hits > uint64(l.RequestsPerUnit)
 }
 
 // countedDenied reports whether a count-denied item of the request charged

@@ -270,7 +270,7 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 					r := results[k]
 					v := &verdicts[k]
 					v.Admitted = d.Refund || de.Hits <= r.Remaining
-					v.Never = !v.Admitted && de.Hits > capacity(l)
+					v.Never = !v.Admitted && de.Hits > engine.Capacity(l)
 					le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset.String(), Admits: v.Admitted, Never: v.Never}
 					if !v.Admitted && !l.Shadow {
 						de.Code = OverLimit.String()
@@ -288,17 +288,6 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 		}
 	}
 	return ex
-}
-
-// capacity is the most hits that l can ever admit at once.
-func capacity(l *descriptors.Limit) uint64 {
-	switch {
-	case l.Algorithm != descriptors.TokenBucket:
-		return uint64(l.RequestsPerUnit)
-	case l.RequestsPerUnit == 0:
-		return 0
-	}
-	return uint64(l.Burst)
 }
 
 // replacersOf returns, for each limit name that the limits of nodes

@@ -55,12 +55,8 @@ func (s *Service) impossible(cur *loaded, dom *descriptors.Domain, items []engin
 		for i := range items {
 			if r := &results[i]; r.Never && !items[i].Shadow {
 				l := items[i].Limit
-				capacity := l.RequestsPerUnit
-				if l.Algorithm == descriptors.TokenBucket {
-					capacity = l.Burst
-				}
 				s.log.Warn("a request asks more hits than a limit can ever admit: denied, with no Retry-After",
-					"domain", dom.Name, "limit", l.Label, "hits", items[i].Hits, "capacity", capacity, "algorithm", l.Algorithm.String())
+					"domain", dom.Name, "limit", l.Label, "hits", items[i].Hits, "capacity", engine.Capacity(l), "algorithm", l.Algorithm.String())
 				return
 			}
 		}
