@@ -5,45 +5,20 @@ import (
 	"github.com/rlsproject/rls/internal/engine"
 )
 
-// never reports whether a denied request can never pass as it is: an item
-// outside the quota groups never admits its hits (engine.Result.Never), or
-// the quota groups alone deny it and each of them holds such an item.
-// Shadow items never deny, so they do not count.
+// never reports whether a denied request can never pass as it is: with
+// every item that a wait could lift counted as admitted (all but the
+// engine.Result.Never ones), the all-or-nothing rule still denies it.
 func never(items []engine.Item, results []engine.Result) bool {
-	quotaOnly, groups := true, false
-	for i := range items {
-		it, r := &items[i], &results[i]
-		if it.Group != 0 {
-			groups = true
-		}
-		if it.Shadow || r.Admitted || it.Group != 0 {
-			continue
-		}
-		if r.Never {
-			return true
-		}
-		quotaOnly = false // a denial that a wait lifts
+	var buf [8]engine.Result
+	lifted := buf[:0]
+	if len(results) > len(buf) {
+		lifted = make([]engine.Result, 0, len(results))
 	}
-	if !quotaOnly || !groups {
-		return false
+	for _, r := range results {
+		lifted = append(lifted, engine.Result{Admitted: r.Admitted || !r.Never})
 	}
-	for i := range items {
-		if g := items[i].Group; g != 0 && !groupNever(items, results, g) {
-			return false
-		}
-	}
-	return true
-}
-
-// groupNever reports whether quota group g holds a non-shadow item that
-// never admits.
-func groupNever(items []engine.Item, results []engine.Result, g int32) bool {
-	for i := range items {
-		if items[i].Group == g && !items[i].Shadow && results[i].Never {
-			return true
-		}
-	}
-	return false
+	admitted, _ := engine.Admit(items, lifted)
+	return !admitted
 }
 
 // impossible counts a request that can never pass, and logs it at a

@@ -102,6 +102,13 @@ func TestNeverAmongDescriptors(t *testing.T) {
 			retry: "60",
 		},
 		{
+			// A wait lifts the plain denial, but not the groups'.
+			name:  "a descriptor waits and every quota group never passes",
+			setup: []*Request{{Domain: "api", Descriptors: []Descriptor{hits(desc("api_key", "a3"), 2)}}},
+			req:   &Request{Domain: "api", Descriptors: []Descriptor{desc("api_key", "a3"), hits(desc("quota", "q5"), 2), hits(desc("quota", "q6"), 2)}},
+			never: true,
+		},
+		{
 			name:  "every quota group never passes",
 			req:   &Request{Domain: "api", Descriptors: []Descriptor{hits(desc("quota", "q3"), 2), hits(desc("quota", "q4"), 2)}},
 			never: true,
