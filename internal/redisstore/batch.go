@@ -44,7 +44,7 @@ type batcher struct {
 	timeout   time.Duration
 	bound     time.Duration          // pipelineBound
 	late      func(c *call, r reply) // a reply whose caller stopped waiting
-	unknown   func(c *call, err error)
+	unknown   func(node string, err error)
 
 	scripts, roundTrips atomic.Uint64
 
@@ -77,22 +77,21 @@ type call struct {
 	node  string // the node's address for its clock ("" on a single node)
 	keys  []string
 	args  []any // the request's arguments (see wire.go)
-	mode  string
 	items int
 	done  chan struct{} // closed when answered
 	state atomic.Int32
 	// written by whoever answers, before done is closed
-	reply any
+	reply reply
 	err   error
 }
 
 // answer delivers reply or err to the caller, unless it has already been
 // answered or abandoned; it reports whether it did.
-func (c *call) answer(reply any, err error) bool {
+func (c *call) answer(r reply, err error) bool {
 	if !c.state.CompareAndSwap(pending, answered) {
 		return false
 	}
-	c.reply, c.err = reply, err
+	c.reply, c.err = r, err
 	close(c.done)
 	return true
 }
@@ -107,7 +106,7 @@ func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, 
 		timeout:   timeout,
 		bound:     bound,
 		late:      func(*call, reply) {},
-		unknown:   func(*call, error) {},
+		unknown:   func(string, error) {},
 		stop:      make(chan struct{}),
 	}
 	for range workers {
@@ -128,16 +127,16 @@ var errClosed = errors.New("redis store closed")
 // deadline and grace: it may or may not have been decided.
 var errNoReply = errors.New("redis: no reply within the store timeout")
 
-// do decides one request (keys, args, of n items in mode) on node and
+// do decides one request (keys, args, of n items) on node and
 // returns the script's reply for it.
-func (b *batcher) do(ctx context.Context, node, mode string, n int, keys []string, args []any) (any, error) {
-	c := &call{ctx: ctx, node: node, keys: keys, args: args, mode: mode, items: n, done: make(chan struct{})}
+func (b *batcher) do(ctx context.Context, node string, n int, keys []string, args []any) (reply, error) {
+	c := &call{ctx: ctx, node: node, keys: keys, args: args, items: n, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("redis: queueing: %w", ctx.Err())
+		return reply{}, fmt.Errorf("redis: queueing: %w", ctx.Err())
 	case <-b.stop:
-		return nil, errClosed
+		return reply{}, errClosed
 	}
 	select {
 	case <-c.done:
@@ -146,7 +145,7 @@ func (b *batcher) do(ctx context.Context, node, mode string, n int, keys []strin
 		if c.state.CompareAndSwap(pending, abandoned) {
 			// Not sent yet, it never will be; sent, its reply will be
 			// late and given back.
-			return nil, fmt.Errorf("redis: %w", ctx.Err())
+			return reply{}, fmt.Errorf("redis: %w", ctx.Err())
 		}
 		<-c.done // answered meanwhile
 		return c.reply, c.err
@@ -189,7 +188,7 @@ func (b *batcher) send(batch []*call) {
 			continue
 		}
 		if err := c.ctx.Err(); err != nil {
-			c.answer(nil, fmt.Errorf("redis: %w", err))
+			c.answer(reply{}, fmt.Errorf("redis: %w", err))
 			continue
 		}
 		live = append(live, c)
@@ -203,7 +202,7 @@ func (b *batcher) send(batch []*call) {
 	// The callers stop waiting at their deadline plus grace.
 	wait := time.AfterFunc(b.timeout+b.grace(), func() {
 		for _, c := range batch {
-			c.answer(nil, errNoReply)
+			c.answer(reply{}, errNoReply)
 		}
 	})
 	defer wait.Stop()
@@ -270,21 +269,22 @@ func (b *batcher) send(batch []*call) {
 		for j, c := range sc.calls {
 			if err != nil {
 				if mayHaveRun(err) {
-					b.unknown(c, err)
+					b.unknown(c.node, err)
 				}
-				c.answer(nil, fmt.Errorf("redis: %w", err))
+				c.answer(reply{}, fmt.Errorf("redis: %w", err))
 				continue
 			}
-			if r, perr := parseReply(replies[j]); perr == nil {
-				if b.clock != nil && j == 0 {
-					b.clock.sample(c.node, r.now, sent, recv)
-				}
-				if !c.answer(replies[j], nil) {
-					b.late(c, r)
-				}
+			r, perr := parseReply(replies[j])
+			if perr != nil {
+				c.answer(reply{}, perr)
 				continue
 			}
-			c.answer(replies[j], nil) // readReply says what is wrong with it
+			if b.clock != nil && j == 0 {
+				b.clock.sample(c.node, r.now, sent, recv)
+			}
+			if !c.answer(r, nil) {
+				b.late(c, r)
+			}
 		}
 	}
 }

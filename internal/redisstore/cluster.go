@@ -272,12 +272,12 @@ func (s *Store) chargeReleased(ctx context.Context, p *nodePart, results []engin
 		}
 	}
 	after := make([]engine.Result, len(items))
-	reply, err := s.b.do(ctx, p.addr, modeCharge, len(items), []string{bases[0]}, args)
+	reply, err := s.b.do(ctx, p.addr, len(items), []string{bases[0]}, args)
 	if err == nil {
 		_, err = readReply(reply, items, after, nil)
 	}
 	if err != nil {
-		s.unknown(&call{node: p.addr}, fmt.Errorf("charging count-denied hits after a release: %w", err))
+		s.unknown(p.addr, fmt.Errorf("charging count-denied hits after a release: %w", err))
 		return err
 	}
 	for k, i := range idx {

@@ -368,7 +368,7 @@ func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine
 			return false, fmt.Errorf("redis: reading the clock of Redis %s: %w", node, err)
 		}
 	}
-	reply, err := s.b.do(ctx, node, mode, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), s.now(), items, bases))
+	reply, err := s.b.do(ctx, node, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), s.now(), items, bases))
 	if err != nil {
 		return false, err
 	}
@@ -391,14 +391,14 @@ func (s *Store) late(c *call, r reply) {
 	undo := r.undo(c.items)
 	bases := callBases(c)
 	if undo == nil {
-		s.unknown(c, errors.New("a reply came after its caller stopped waiting, decided too early to carry its undo log"))
+		s.unknown(c.node, errors.New("a reply came after its caller stopped waiting, decided too early to carry its undo log"))
 		return
 	}
 	s.releasing.Add(1)
 	go func() {
 		defer s.releasing.Done()
 		if err := s.release(c.keys[0], undo, bases); err != nil {
-			s.unknown(c, fmt.Errorf("giving back a late decision: %w", err))
+			s.unknown(c.node, fmt.Errorf("giving back a late decision: %w", err))
 			return
 		}
 		s.givenBack.Add(1)
@@ -407,11 +407,11 @@ func (s *Store) late(c *call, r reply) {
 
 // unknown counts a request whose consumption, if any, could not be told
 // or given back, and logs it at a bounded rate.
-func (s *Store) unknown(c *call, err error) {
+func (s *Store) unknown(node string, err error) {
 	n := s.indeterminate.Add(1)
 	s.faultLog.Do(func() {
 		s.log.Warn("redis: a request may have consumed without rls answering it (counted in rls_redis_indeterminate_total)",
-			"node", c.node, "error", err, "indeterminate_so_far", n)
+			"node", node, "error", err, "indeterminate_so_far", n)
 	})
 }
 

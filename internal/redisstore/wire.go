@@ -231,6 +231,7 @@ type reply struct {
 	vals    []any
 }
 
+// parseReply splits the reply of one request, as the batch worker reads it.
 func parseReply(r any) (reply, error) {
 	vals, ok := r.([]any)
 	if !ok || len(vals) < replyHead {
@@ -254,17 +255,13 @@ func (r reply) undo(n int) []any {
 // readReply writes the results of the decide function's reply for one
 // request and returns whether it was admitted; rest, when not nil, gets
 // what follows the items (the undo log, the view).
-func readReply(r any, items []engine.Item, results []engine.Result, rest *[]any) (bool, error) {
-	rep, err := parseReply(r)
-	if err != nil {
-		return false, err
-	}
+func readReply(rep reply, items []engine.Item, results []engine.Result, rest *[]any) (bool, error) {
 	if rep.verdict == verdictExpired {
 		return false, errExpired
 	}
 	vals := rep.vals
 	if len(vals) < replyHead+replyItemFields*len(items) {
-		return false, fmt.Errorf("redis: unexpected decide reply %v", r)
+		return false, fmt.Errorf("redis: unexpected decide reply %v", vals)
 	}
 	num := func(i int) int64 {
 		n, _ := vals[i].(int64)
