@@ -75,17 +75,6 @@ local function write_string(key, value, expires)
   kv[key] = value
 end
 
--- A window counter's expiry: a count weighs for span windows of w from
--- its window's start, a previous count for one.
-local function window_expiry(start, count, prev, w, span)
-  if count > 0 then
-    return start + span * w
-  elseif prev > 0 then
-    return start + w
-  end
-  return 0
-end
-
 -- window_load loads a window counter's state (see window_read) into the
 -- counter's arrays, its window rolled to the one starting at ws (shift: a
 -- count of the window just before weighs as the previous one, as in a

@@ -155,6 +155,17 @@ local function window_value(start, prev)
   return fmt(start) .. ':' .. fmt(prev)
 end
 
+-- A window counter's expiry: a count weighs for span windows of w from
+-- its window's start, a previous count for one.
+local function window_expiry(start, count, prev, w, span)
+  if count > 0 then
+    return start + span * w
+  elseif prev > 0 then
+    return start + w
+  end
+  return 0
+end
+
 -- A sliding log is a sorted set of entries scored by their instant,
 -- members "<instant>-<seq>/<hits>", and the member LOG_TOTAL whose score is
 -- minus one minus the hits of the entries (below every instant, so range

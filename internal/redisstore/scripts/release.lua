@@ -24,7 +24,12 @@
 local function release_entry(_, args)
   bind()
   local now = instant_of(args[1])
-  local logs = {} -- the sliding logs changed, whose totals are counted again at the end
+  local logs, logged = {}, {} -- the sliding logs changed, whose totals are counted again at the end
+  local function changed_log(key)
+    if not logged[key] then
+      logs[#logs + 1], logged[key] = key, true
+    end
+  end
 
   local i = 2
   while i <= #args do
@@ -41,12 +46,7 @@ local function release_entry(_, args)
       elseif s == start + w then
         prev = max(0, prev - delta)
       end
-      local expires = 0
-      if count > 0 then
-        expires = s + span * w
-      elseif prev > 0 then
-        expires = s + w
-      end
+      local expires = window_expiry(s, count, prev, w, span)
       if s ~= start and s ~= start + w then
         -- that window is over: nothing is left to give back
       elseif expires > now then
@@ -75,7 +75,7 @@ local function release_entry(_, args)
       for j = 1, count do
         call('ZREM', key, args[i + 2 + j])
       end
-      logs[#logs + 1] = key
+      changed_log(key)
       i = i + 3 + count
     elseif op == UNDO_ZADD then
       local w, count = tonumber(args[i + 2]), tonumber(args[i + 3])
@@ -88,12 +88,12 @@ local function release_entry(_, args)
         end
       end
       if newest > 0 then
-        local want = max(1, idiv(newest + w - now + 999, 1000))
-        if call('PTTL', key) < want then
-          call('PEXPIRE', key, fmt(want))
+        local want = ttl_ms(newest + w, now)
+        if call('PTTL', key) < tonumber(want) then
+          call('PEXPIRE', key, want)
         end
       end
-      logs[#logs + 1] = key
+      changed_log(key)
       i = i + 4 + count
     elseif op == UNDO_PUBLISH then
       freed(key)
