@@ -313,10 +313,10 @@ func compatConfigSource(e *compatEnv, o *options) {
 		Server: e.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
 		NodeID: e.str("CONFIG_GRPC_XDS_NODE_ID", "default"),
 		Backoff: xdsconfig.Backoff{
-			Initial:      e.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second),
-			Max:          e.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", 60*time.Second),
-			RandomFactor: e.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5),
-			Jitter:       e.boolean("XDS_CLIENT_BACKOFF_JITTER", true),
+			Initial:      e.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", xdsconfig.DefaultBackoff.Initial),
+			Max:          e.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", xdsconfig.DefaultBackoff.Max),
+			RandomFactor: e.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", xdsconfig.DefaultBackoff.RandomFactor),
+			Jitter:       e.boolean("XDS_CLIENT_BACKOFF_JITTER", xdsconfig.DefaultBackoff.Jitter),
 		},
 		MaxMsgSize: e.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0),
 	}

@@ -273,7 +273,7 @@ func (d *daemon) load() (*descriptors.Config, error) {
 // watch signals changed (without blocking) when the config's files change,
 // until ctx is done.
 func (d *daemon) watch(ctx context.Context, changed chan<- struct{}) {
-	err := configwatch.WatchWith(ctx, d.o.config, configwatch.Options{Limits: d.o.configLimits, Log: d.log}, func() {
+	err := configwatch.Watch(ctx, d.o.config, configwatch.Options{Limits: d.o.configLimits, Log: d.log}, func() {
 		select {
 		case changed <- struct{}{}:
 		default:

@@ -32,14 +32,7 @@ func validate(args []string, stdout io.Writer) error {
 	}
 	cfg, err := descriptors.LoadWith(limits, fs.Args()...)
 	if err != nil {
-		var list descriptors.ErrorList
-		if errors.As(err, &list) {
-			for _, e := range list {
-				fmt.Fprintln(stdout, e.Error())
-			}
-		} else {
-			fmt.Fprintln(stdout, err.Error())
-		}
+		printProblems(stdout, err)
 		return errSilent
 	}
 	for _, d := range cfg.Domains() {

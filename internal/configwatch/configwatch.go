@@ -32,7 +32,7 @@ const (
 	DefaultMaxWait = 2 * time.Second
 )
 
-// Options tune WatchWith. The zero value gives the defaults.
+// Options tune Watch. The zero value gives the defaults.
 type Options struct {
 	// Quiet is how long the files must be left alone before they are
 	// checked (DefaultQuiet).
@@ -73,16 +73,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Watch is WatchWith with the quiet period and log given and the other
-// options at their defaults.
-func Watch(ctx context.Context, path string, quiet time.Duration, log *slog.Logger, onChange func()) error {
-	return WatchWith(ctx, path, Options{Quiet: quiet, Log: log}, onChange)
-}
-
-// WatchWith calls onChange each time the content under path changes, at
+// Watch calls onChange each time the content under path changes, at
 // most once per check, until ctx ends. It returns when ctx ends (nil) or
 // when the watch cannot be set up (path missing, no inotify).
-func WatchWith(ctx context.Context, path string, opts Options, onChange func()) error {
+func Watch(ctx context.Context, path string, opts Options, onChange func()) error {
 	opts = opts.withDefaults()
 	st, err := os.Stat(path)
 	if err != nil {

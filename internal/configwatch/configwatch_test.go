@@ -277,7 +277,7 @@ func TestFingerprint(t *testing.T) {
 }
 
 func TestWatchMissingPath(t *testing.T) {
-	err := Watch(context.Background(), filepath.Join(t.TempDir(), "nope.yaml"), time.Millisecond, slog.New(slog.DiscardHandler), func() {})
+	err := Watch(context.Background(), filepath.Join(t.TempDir(), "nope.yaml"), Options{Quiet: time.Millisecond, Log: slog.New(slog.DiscardHandler)}, func() {})
 	if err == nil {
 		t.Error("Watch(missing file) = nil, want an error")
 	}

@@ -116,7 +116,7 @@ type watch struct {
 // nothing.
 const guard = 30 * time.Second
 
-// startWatch runs WatchWith on path with testOpts, a fake clock and a
+// startWatch runs Watch on path with testOpts, a fake clock and a
 // recorder, and returns once the watch is set up.
 func startWatch(t *testing.T, path string) *watch {
 	t.Helper()
@@ -136,19 +136,19 @@ func startWatch(t *testing.T, path string) *watch {
 	opts.Log = slog.New(slog.NewTextHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- WatchWith(ctx, path, opts, func() { w.changes <- struct{}{} }) }()
+	go func() { done <- Watch(ctx, path, opts, func() { w.changes <- struct{}{} }) }()
 	select {
 	case <-w.rec.ready:
 	case err := <-done:
 		cancel()
-		t.Fatalf("WatchWith(%s) = %v before it started", path, err)
+		t.Fatalf("Watch(%s) = %v before it started", path, err)
 	case <-time.After(guard):
-		t.Fatalf("WatchWith(%s) not started within %v", path, guard)
+		t.Fatalf("Watch(%s) not started within %v", path, guard)
 	}
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("WatchWith returned %v, want nil after cancel", err)
+			t.Errorf("Watch returned %v, want nil after cancel", err)
 		}
 	})
 	return w
