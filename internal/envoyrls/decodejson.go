@@ -1,8 +1,6 @@
 package envoyrls
 
 import (
-	"fmt"
-
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -10,19 +8,28 @@ import (
 )
 
 // DecodeJSON decodes a RateLimitRequest in proto3 JSON, as POST /json
-// takes it, into a service.Request: the body's shape is scanned first
-// (an *service.InvalidError when it is out of bounds), then protojson
-// decodes it. For endpoints other than /json that take the same body
+// takes it, into a service.Request: the body's shape is scanned first,
+// then protojson decodes it (an *service.InvalidError when either fails). For endpoints other than /json that take the same body
 // (POST /debug/explain); the request is not validated further.
 func DecodeJSON(body []byte) (*service.Request, error) {
+	in, err := decodeJSON(body)
+	if err != nil {
+		return nil, err
+	}
+	var r request
+	r.fromProto(in)
+	return &r.req, nil
+}
+
+// decodeJSON scans the body's shape and decodes it; either failure is an
+// *service.InvalidError.
+func decodeJSON(body []byte) (*rlsv3.RateLimitRequest, error) {
 	if err := checkJSONShape(body); err != nil {
 		return nil, err
 	}
 	var in rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &in); err != nil {
-		return nil, fmt.Errorf("bad RateLimitRequest: %w", err)
+		return nil, &service.InvalidError{Field: "body", Msg: "bad RateLimitRequest: " + err.Error()}
 	}
-	var r request
-	r.fromProto(&in)
-	return &r.req, nil
+	return &in, nil
 }

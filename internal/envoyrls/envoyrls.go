@@ -9,10 +9,11 @@ package envoyrls
 import (
 	"context"
 	"errors"
-	"google.golang.org/protobuf/types/known/structpb"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -105,21 +106,25 @@ func (s *Server) decide(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3
 	return s.conv.toProto(resp), nil
 }
 
-// grpcStatus converts an error of the service to a gRPC status error.
-func grpcStatus(err error) error {
+// errorCode classifies an error of the service: the one mapping behind the
+// gRPC status (grpcStatus) and the HTTP status (HTTPStatus) of an answer.
+func errorCode(err error) codes.Code {
 	var inv *service.InvalidError
 	switch {
 	case errors.As(err, &inv):
-		return status.Error(codes.InvalidArgument, inv.Error())
+		return codes.InvalidArgument
 	case errors.Is(err, service.ErrStoreUnavailable):
-		return status.Error(codes.Unavailable, err.Error())
+		return codes.Unavailable
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return codes.DeadlineExceeded
 	}
-	return status.Error(codes.Internal, err.Error())
+	return codes.Internal
 }
+
+// grpcStatus converts an error of the service to a gRPC status error.
+func grpcStatus(err error) error { return status.Error(errorCode(err), err.Error()) }
 
 // request is a converted request with the backing array of its entries,
 // reused through a pool.

@@ -1,15 +1,12 @@
 package envoyrls
 
 import (
-	"context"
-	"errors"
 	"io"
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/rlsproject/rls/internal/service"
 )
 
 // maxJSONBody bounds the body of POST /json. The bound holds while the body
@@ -30,18 +27,14 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if err := checkJSONShape(body); err != nil {
-		http.Error(w, err.Error(), httpStatus(err))
-		return
-	}
-	var in rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &in); err != nil {
-		http.Error(w, "bad RateLimitRequest: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	resp, err := s.decide(r.Context(), &in)
+	in, err := decodeJSON(body)
 	if err != nil {
-		http.Error(w, err.Error(), httpStatus(err))
+		http.Error(w, err.Error(), HTTPStatus(err))
+		return
+	}
+	resp, err := s.decide(r.Context(), in)
+	if err != nil {
+		http.Error(w, err.Error(), HTTPStatus(err))
 		return
 	}
 	out, err := protojson.Marshal(resp)
@@ -56,19 +49,18 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-// httpStatus maps an error of the service to an HTTP status, as grpcStatus
+// HTTPStatus maps an error of the service to an HTTP status, as grpcStatus
 // maps it to a gRPC code. Unlike envoyproxy/ratelimit (400 for everything),
 // a store failure is a 5xx.
-func httpStatus(err error) int {
-	var inv *service.InvalidError
-	switch {
-	case errors.As(err, &inv):
+func HTTPStatus(err error) int {
+	switch errorCode(err) {
+	case codes.InvalidArgument:
 		return http.StatusBadRequest
-	case errors.Is(err, service.ErrStoreUnavailable):
+	case codes.Unavailable:
 		return http.StatusServiceUnavailable
-	case errors.Is(err, context.Canceled):
+	case codes.Canceled:
 		return 499 // client closed request
-	case errors.Is(err, context.DeadlineExceeded):
+	case codes.DeadlineExceeded:
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError

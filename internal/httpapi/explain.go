@@ -72,12 +72,7 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 		ex, err = h.Explain.Explain(r.Context(), req)
 	}
 	if err != nil {
-		status := http.StatusInternalServerError
-		var inv *service.InvalidError
-		if errors.As(err, &inv) {
-			status = http.StatusBadRequest
-		}
-		http.Error(w, err.Error(), status)
+		http.Error(w, err.Error(), envoyrls.HTTPStatus(err))
 		return
 	}
 	var out bytes.Buffer
