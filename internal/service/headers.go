@@ -69,11 +69,9 @@ func (r *Response) RetryAfter() int64 {
 	return max(1, CeilSeconds(longest))
 }
 
-// binding returns the status that the single-valued headers describe: when
-// over limit, the denying status that never admits, else the one that waits
-// longest; otherwise the status
-// with the least remaining (ties: the longest window). Shadow limits are
-// never shown to clients. nil when no status has a limit.
+// binding returns the status that the single-valued headers describe: the
+// one whose limit binds (bindKey) among the statuses with a limit; shadow
+// limits are never shown to clients. nil when no status has a limit.
 func (r *Response) binding() *Status {
 	var b *Status
 	for i := range r.Statuses {
@@ -81,26 +79,7 @@ func (r *Response) binding() *Status {
 		if st.Limit == nil || st.Limit.Shadow {
 			continue
 		}
-		switch {
-		case b == nil:
-			b = st
-		case (st.Code == OverLimit) != (b.Code == OverLimit):
-			if st.Code == OverLimit {
-				b = st
-			}
-		case st.Code == OverLimit:
-			if st.Never != b.Never {
-				if st.Never {
-					b = st
-				}
-			} else if st.ResetAfter > b.ResetAfter {
-				b = st
-			}
-		case st.Remaining != b.Remaining:
-			if st.Remaining < b.Remaining {
-				b = st
-			}
-		case st.Limit.Window > b.Limit.Window:
+		if b == nil || st.bindKey().over(b.bindKey()) {
 			b = st
 		}
 	}

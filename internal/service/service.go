@@ -500,30 +500,48 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Reques
 }
 
 // binds reports whether item it (with result r) is more binding than the
-// limit that st holds so far: a denying non-shadow limit beats the others
-// (one that never admits, else the one denying longest wins), then the
-// least remaining, then the longest window. Shadow limits bind only a
-// descriptor that has nothing else.
+// limit that st holds so far (see bindKey).
 func binds(st *Status, it *engine.Item, r *engine.Result) bool {
 	if st.Limit == nil {
 		return true
 	}
-	curShadow, newShadow := st.Limit.Shadow, it.Shadow
-	if curShadow != newShadow {
-		return curShadow
+	deny := !r.Admitted && !it.Shadow
+	k := bindKey{shadow: it.Shadow, deny: deny, never: deny && r.Never, wait: r.Reset, remaining: r.Remaining, window: it.Limit.Window}
+	if deny && !r.Never {
+		k.wait = r.RetryAfter
 	}
-	curDeny, newDeny := st.Code == OverLimit, !r.Admitted && !it.Shadow
-	if curDeny != newDeny {
-		return newDeny
+	return k.over(st.bindKey())
+}
+
+// bindKey is what decides which limit binds a descriptor (its status) or a
+// response (its single-valued headers): a denying non-shadow limit beats
+// the others (one that never admits, else the one that waits longest),
+// then the least remaining, then the longest window. Shadow limits bind
+// only what has nothing else.
+type bindKey struct {
+	shadow, deny, never bool
+	wait                time.Duration // until the retry when denying, else the reset
+	remaining           uint64
+	window              time.Duration
+}
+
+func (st *Status) bindKey() bindKey {
+	return bindKey{shadow: st.Limit.Shadow, deny: st.Code == OverLimit, never: st.Never, wait: st.ResetAfter, remaining: uint64(st.Remaining), window: st.Limit.Window}
+}
+
+// over reports whether k binds rather than b.
+func (k bindKey) over(b bindKey) bool {
+	switch {
+	case k.shadow != b.shadow:
+		return b.shadow
+	case k.deny != b.deny:
+		return k.deny
+	case k.deny && k.never != b.never:
+		return k.never
+	case k.deny:
+		return k.wait > b.wait
+	case k.remaining != b.remaining:
+		return k.remaining < b.remaining
 	}
-	if newDeny {
-		if r.Never != st.Never {
-			return r.Never
-		}
-		return !r.Never && r.RetryAfter > st.ResetAfter
-	}
-	if r.Remaining != uint64(st.Remaining) {
-		return r.Remaining < uint64(st.Remaining)
-	}
-	return it.Limit.Window > st.Limit.Window
+	return k.window > b.window
 }
