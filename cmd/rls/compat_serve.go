@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/xdsconfig"
 )
 
@@ -63,11 +63,7 @@ func (d *daemon) startCompat(ctx context.Context, reg *prometheus.Registry) (err
 	}()
 	debug := http.NewServeMux()
 	debug.HandleFunc("GET /rlconfig", d.rlconfig)
-	debug.HandleFunc("/debug/pprof/", pprof.Index)
-	debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	httpapi.RegisterPprof(debug, nil)
 	if err := d.serveExtra("DEBUG_HOST:DEBUG_PORT", c.debugAddr, debug); err != nil {
 		return err
 	}

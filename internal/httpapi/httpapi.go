@@ -94,12 +94,25 @@ func New(opts Options) http.Handler {
 	if h.Explain != nil {
 		mux.Handle("POST /debug/explain", h.debug(http.HandlerFunc(h.explain)))
 	}
-	mux.Handle("/debug/pprof/", h.debug(http.HandlerFunc(pprof.Index)))
-	mux.Handle("/debug/pprof/cmdline", h.debug(http.HandlerFunc(pprof.Cmdline)))
-	mux.Handle("/debug/pprof/profile", h.debug(http.HandlerFunc(pprof.Profile)))
-	mux.Handle("/debug/pprof/symbol", h.debug(http.HandlerFunc(pprof.Symbol)))
-	mux.Handle("/debug/pprof/trace", h.debug(http.HandlerFunc(pprof.Trace)))
+	RegisterPprof(mux, h.debug)
 	return mux
+}
+
+// RegisterPprof serves net/http/pprof's handlers under /debug/pprof/ on
+// mux, each through guard (nil: none).
+func RegisterPprof(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	if guard == nil {
+		guard = func(h http.Handler) http.Handler { return h }
+	}
+	for path, f := range map[string]http.HandlerFunc{
+		"/debug/pprof/":        pprof.Index,
+		"/debug/pprof/cmdline": pprof.Cmdline,
+		"/debug/pprof/profile": pprof.Profile,
+		"/debug/pprof/symbol":  pprof.Symbol,
+		"/debug/pprof/trace":   pprof.Trace,
+	} {
+		mux.Handle(path, guard(f))
+	}
 }
 
 type handler struct {
