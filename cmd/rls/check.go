@@ -60,9 +60,7 @@ command line.
 flags:
 `)
 	fs, _ := newCheckFlagSet()
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	printFlags(w, fs, names, false)
+	printFlags(w, fs, nil, false)
 }
 
 // check sends RateLimitRequests to a running rls and prints the answers.

@@ -74,9 +74,7 @@ what it has left and when it resets. Nothing is consumed. Exit status: 0 when rl
 flags:
 `)
 	fs, _ := newExplainFlagSet()
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	printFlags(w, fs, names, false)
+	printFlags(w, fs, nil, false)
 }
 
 // explain asks a running rls's /debug/explain and prints the answer.

@@ -129,10 +129,13 @@ that starts with - goes after --: rls validate -- -odd.yaml
 `)
 }
 
-// printFlags writes, for each flag of fs named in names, a line with the
-// flag, its argument, its RLS_ variable (when env) and its default, then
-// its help, indented.
+// printFlags writes, for each flag of fs named in names (nil: every flag,
+// in order), a line with the flag, its argument, its RLS_ variable (when
+// env) and its default, then its help, indented.
 func printFlags(w io.Writer, fs *flag.FlagSet, names []string, env bool) {
+	if names == nil {
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	}
 	for _, name := range names {
 		f := fs.Lookup(name)
 		if f == nil {
