@@ -98,7 +98,7 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 	clock := storetest.NewClock(storetest.T0)
 	mem := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: time.Hour}) // no sweeps: counters are forgotten when touched, as Redis forgets them
 	defer mem.Close()
-	red := newStore(t, Options{URL: srv.URL(), Now: clock.Now, Prefix: fmt.Sprintf("diff%d:", seed), DenyCache: denyCache})
+	red := newStore(t, Options{URL: srv.URL(), Now: clock.Now, Prefix: fmt.Sprintf("diff%d:%s:", seed, t.Name()), DenyCache: denyCache}) // a replayed seed runs every subtest with it
 
 	windows := []time.Duration{time.Second, 2 * time.Second, time.Minute, time.Hour}
 	var limits []*descriptors.Limit

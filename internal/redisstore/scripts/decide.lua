@@ -837,6 +837,7 @@ local function decide(a)
   local mode, instant = argv[head + REQUEST_MODE], argv[head + REQUEST_INSTANT]
   local deadline, undo_after = argv[head + REQUEST_DEADLINE], argv[head + REQUEST_UNDO_AFTER]
   local next_a = a + REQUEST_HEAD + ITEM_FIELDS * tonumber(argv[head + REQUEST_ITEMS])
+  pad_for(instant)
   if instant ~= '' then
     now = tonumber(instant)
   else

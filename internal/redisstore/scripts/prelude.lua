@@ -113,11 +113,24 @@ local function instant_of(arg)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- ttl_ms returns the milliseconds from now to the instant us (at least 1).
--- Expiries are relative (PX, PEXPIRE) rather than absolute: the instant may
--- come from the test clock, which is not Redis's.
+-- ttl_ms returns the milliseconds from now to the instant us (at least 1),
+-- plus ttl_pad. Expiries are relative (PX, PEXPIRE) rather than absolute:
+-- the instant may come from a test clock, which is not Redis's. Redis then
+-- expires keys on its own clock, and a machine slow between two steps of
+-- the test clock would lose a state the steps still need: with a test clock
+-- (pad_for) keys are kept a day longer. Expiry only collects garbage: a
+-- state past its expiry reads as no state, and a touch deletes it.
+local test_clock_pad_ms = 86400000 -- not part of the wire contract
+local ttl_pad = 0
+
 local function ttl_ms(us, now)
-  return fmt(max(1, idiv(us - now + 999, 1000)))
+  return fmt(max(1, idiv(us - now + 999, 1000)) + ttl_pad)
+end
+
+-- pad_for sets ttl_pad for the clock of an instant argument (µs: a test
+-- clock, or "" for Redis TIME).
+local function pad_for(arg)
+  ttl_pad = arg ~= '' and test_clock_pad_ms or 0
 end
 
 -- freed announces that hits of the counter base were given back, on the

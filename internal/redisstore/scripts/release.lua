@@ -23,6 +23,7 @@
 -- release_entry is the FCALL entry point.
 local function release_entry(_, args)
   bind()
+  pad_for(args[1])
   local now = instant_of(args[1])
   local logs, logged = {}, {} -- the sliding logs changed, whose totals are counted again at the end
   local function changed_log(key)
