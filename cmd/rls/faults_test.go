@@ -176,16 +176,25 @@ func TestSlowNetworkPolicies(t *testing.T) {
 			s := startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", "redis://"+proxy.Addr()+"/0",
 				"--redis-prefix", tc.policy+":", "--store-timeout", "10ms", "--on-store-error", tc.policy)
 			rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
-			// A look while the network is sound: asked again until answered
-			// (on a machine busy with other tests, even a sound round trip
-			// can miss a 10 ms deadline).
+			// A look while the network is sound: asked again until Redis
+			// decided it (on a machine busy with other tests, even a sound
+			// round trip can miss a 10 ms deadline, and the policy answers:
+			// allow with no current limit, deny with OVER_LIMIT).
 			look := func(what string) {
 				t.Helper()
 				var resp *rlsv3.RateLimitResponse
-				s.waitUntil(t, what+": a look answered", func() bool {
+				s.waitUntil(t, what+": a look decided by Redis", func() bool {
 					var err error
 					resp, err = askBounded(rl, everyAlgorithmRequest(0))
-					return err == nil
+					if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+						return false
+					}
+					for _, st := range resp.Statuses {
+						if st.CurrentLimit == nil {
+							return false
+						}
+					}
+					return true
 				})
 				for i, st := range resp.Statuses {
 					if st.LimitRemaining != 100 {
