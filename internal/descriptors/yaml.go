@@ -362,43 +362,49 @@ var integerText = regexp.MustCompile(`^[-+]?[0-9][0-9_]*$`)
 // number returns f's value as a whole number in [0, max]; null is 0.
 func (p *parser) number(f field, max uint64) (uint64, bool) {
 	v := p.resolve(f.v)
-	if v.Kind == yaml.ScalarNode {
-		switch v.ShortTag() {
-		case "!!null":
-			return 0, true
+	if isNull(v) {
+		return 0, true
+	}
+	x, problem := WholeNumber(v, max)
+	if problem != "" {
+		p.errorf(v, "%s %s", f.key, problem)
+		return 0, false
+	}
+	return x, true
+}
+
+// WholeNumber reads scalar n as a config file's whole number in [0, max]:
+// as yaml.v3 reads an !!int, underscores dropped, then Go's syntax (0x, 0o,
+// 0b, a leading 0 for octal). Otherwise problem says why, to follow the
+// field's name ("must not be negative, got -1").
+func WholeNumber(n *yaml.Node, max uint64) (v uint64, problem string) {
+	if n.Kind == yaml.ScalarNode {
+		switch n.ShortTag() {
 		case "!!int":
-			// As yaml.v3 reads an !!int: underscores dropped, then Go's
-			// syntax (0x, 0o, 0b, a leading 0 for octal).
-			plain := strings.ReplaceAll(v.Value, "_", "")
+			plain := strings.ReplaceAll(n.Value, "_", "")
 			if x, err := strconv.ParseInt(plain, 0, 64); err == nil {
 				if x < 0 {
-					p.errorf(v, "%s must not be negative, got %d", f.key, x)
-					return 0, false
+					return 0, fmt.Sprintf("must not be negative, got %d", x)
 				}
 				if uint64(x) > max {
-					p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
-					return 0, false
+					return 0, fmt.Sprintf("%d is out of range (at most %d)", x, max)
 				}
-				return uint64(x), true
+				return uint64(x), ""
 			}
 			if x, err := strconv.ParseUint(plain, 0, 64); err == nil {
-				p.errorf(v, "%s %d is out of range (at most %d)", f.key, x, max)
-				return 0, false
+				return 0, fmt.Sprintf("%d is out of range (at most %d)", x, max)
 			}
 		case "!!float":
 			// yaml.v3 reads an integer too large for 64 bits as a float.
-			if integerText.MatchString(v.Value) {
-				if strings.HasPrefix(v.Value, "-") {
-					p.errorf(v, "%s must not be negative, got %s", f.key, v.Value)
-				} else {
-					p.errorf(v, "%s %s is out of range (at most %d)", f.key, v.Value, max)
+			if integerText.MatchString(n.Value) {
+				if strings.HasPrefix(n.Value, "-") {
+					return 0, "must not be negative, got " + n.Value
 				}
-				return 0, false
+				return 0, fmt.Sprintf("%s is out of range (at most %d)", n.Value, max)
 			}
 		}
 	}
-	p.errorf(v, "%s must be a whole number, got %s", f.key, describe(v))
-	return 0, false
+	return 0, "must be a whole number, got " + describe(n)
 }
 
 // uint32Field is number for the uint32 fields of a limit.

@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -224,14 +223,15 @@ func (p *parser) str(n *yaml.Node, what string) string {
 	return s
 }
 
+// number reads n as a config file's whole number in [0, max]
+// (descriptors.WholeNumber): 1_000 and 0x10 as in a limit.
 func (p *parser) number(n *yaml.Node, what string, max uint64) (uint64, bool) {
-	s, ok := p.scalar(n, what)
-	if !ok {
+	if _, ok := p.scalar(n, what); !ok {
 		return 0, false
 	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || v > max {
-		p.errorf(n, "%s: %q is not a whole number from 0 to %d", what, s, max)
+	v, problem := descriptors.WholeNumber(n, max)
+	if problem != "" {
+		p.errorf(n, "%s %s", what, problem)
 		return 0, false
 	}
 	return v, true

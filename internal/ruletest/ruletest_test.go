@@ -92,10 +92,10 @@ tests:
         statuses: [{limit: remote_address/1s, remaining: 1}]
   - name: more than the bucket holds never passes
     steps:
-      - descriptors: [{entries: key=k, hits: 6}]
+      - descriptors: [{entries: key=k, hits: 0x6}]
         expect: OVER_LIMIT
         headers: {Retry-After: null}
-      - descriptors: [{entries: key=k, hits: 5}]
+      - descriptors: [{entries: key=k, hits: 0_5}]
         expect: OK
       - descriptors: [{entries: key=k, hits: 5, refund: true}]
         expect: OK
@@ -203,6 +203,7 @@ func TestBadFiles(t *testing.T) {
 		"descriptors_and_http.yaml": {"6:15: a step has descriptors or http, not both"},
 		"duplicate_name.yaml":       {`5:5: duplicate test name "same" (first at line 3)`},
 		"empty.yaml":                {"1:1: empty test file (want tests:)"},
+		"hits_negative.yaml":        {"5:46: descriptors[0].hits must not be negative, got -1"},
 		"hits_on_http.yaml":         {"6:15: hits: an http step counts 1 hit per descriptor"},
 		"no_domain.yaml":            {"4:9: a step needs a domain (on the step, its test or the file)"},
 		"no_expect.yaml":            {"5:9: a step needs expect: OK or expect: OVER_LIMIT"},
