@@ -33,23 +33,12 @@ func (d *Domain) ExplainHTTPDescriptors(r HTTPRequest) []HTTPTrace {
 	}
 	out := make([]HTTPTrace, 0, len(d.HTTPDescriptors))
 	for i, h := range d.HTTPDescriptors {
-		tr := HTTPTrace{Index: i, Line: h.Line, Column: h.Column, Action: -1}
-		var entries []Entry
-		for j, a := range h.actions {
-			e, ok := a.entry(r)
-			if ok {
-				entries = append(entries, e)
-				continue
-			}
-			if a.SkipIfAbsent {
-				continue
-			}
-			tr.Action, tr.ActionName, tr.Reason = j, a.Kind.String(), a.whyNot(r)
-			entries = nil
-			break
-		}
-		switch {
-		case tr.Action >= 0:
+		tr := HTTPTrace{Index: i, Line: h.Line, Column: h.Column}
+		entries, failed := h.apply(r)
+		switch tr.Action = failed; {
+		case failed >= 0:
+			a := h.actions[failed]
+			tr.ActionName, tr.Reason = a.Kind.String(), a.whyNot(r)
 		case len(entries) == 0:
 			tr.Reason = "every action was skipped (skip_if_absent): no entries"
 		default:

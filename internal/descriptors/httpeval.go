@@ -28,27 +28,33 @@ func (d *Domain) BuildHTTPDescriptors(r HTTPRequest, dst [][]Entry) [][]Entry {
 		return dst
 	}
 	for _, h := range d.HTTPDescriptors {
-		var entries []Entry
-		complete := true
-		for _, a := range h.actions {
-			e, ok := a.entry(r)
-			if !ok {
-				if a.SkipIfAbsent {
-					continue
-				}
-				complete = false
-				break
-			}
-			if entries == nil {
-				entries = make([]Entry, 0, len(h.actions))
-			}
-			entries = append(entries, e)
-		}
-		if complete && len(entries) > 0 {
+		if entries, failed := h.apply(r); failed < 0 && len(entries) > 0 {
 			dst = append(dst, entries)
 		}
 	}
 	return dst
+}
+
+// apply runs h's actions on r: the entries they produce, in action order,
+// and failed, the index of the action that could not produce its entry and
+// so drops the descriptor (-1 when none did; an action with skip_if_absent
+// never fails). The one rule of BuildHTTPDescriptors and
+// ExplainHTTPDescriptors.
+func (h *HTTPDescriptor) apply(r HTTPRequest) (entries []Entry, failed int) {
+	for i, a := range h.actions {
+		e, ok := a.entry(r)
+		if !ok {
+			if a.SkipIfAbsent {
+				continue
+			}
+			return nil, i
+		}
+		if entries == nil {
+			entries = make([]Entry, 0, len(h.actions))
+		}
+		entries = append(entries, e)
+	}
+	return entries, -1
 }
 
 // entry produces a's entry for r, or false when it cannot.
