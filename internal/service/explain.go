@@ -241,28 +241,29 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 		if results == nil {
 			de.Code = "" // unknown without the state
 		}
-		var limits []*descriptors.Limit
 		if d.Override != nil {
-			limits = []*descriptors.Limit{overrideLimit(d.Override)}
 			de.Match = Match{Result: "override", Message: "the request's limit override applies; the config is not consulted"}
 		} else {
 			de.Match = explainMatch(dom, d.Entries)
 			if node != nil {
-				limits, de.QuotaMode = node.Limits, node.QuotaMode
+				de.QuotaMode = node.QuotaMode
 			}
 		}
+		limits := d.limits(node)
 		de.Limits = make([]LimitExplanation, 0, len(limits))
 		for _, l := range limits {
 			le := explainLimit(dom, l)
-			switch {
-			case l.Name != "" && replaced[l.Name]:
+			switch useOf(l, replaced) {
+			case replacedUse:
 				le.Applies, le.ReplacedBy = "replaced", replacers[l.Name]
-			case l.Unlimited:
+			case unlimitedUse:
 				le.Applies = "unlimited"
-			default:
+			case enforcedUse:
 				if l.Shadow {
 					le.Applies = "shadow"
 				}
+				// buildItems made the items of the enforced limits in
+				// this order.
 				it := sc.items[k]
 				it.Hits, it.Refund = de.Hits, d.Refund
 				judged[k] = it

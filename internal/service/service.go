@@ -340,21 +340,14 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
 		st.Code = OK
-		var limits []*descriptors.Limit
 		node := sc.nodes[i]
-		switch {
-		case d.Override != nil:
-			limits = []*descriptors.Limit{overrideLimit(d.Override)}
-		case node != nil:
-			limits = node.Limits
-		}
 		first := len(items)
 		unlimited := false
-		for _, l := range limits {
-			if l.Name != "" && replaced[l.Name] {
+		for _, l := range d.limits(node) {
+			switch useOf(l, replaced) {
+			case replacedUse:
 				continue
-			}
-			if l.Unlimited {
+			case unlimitedUse:
 				unlimited = true
 				continue
 			}
@@ -396,6 +389,40 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 			items[i].Desc = keys[sc.spans[span][0]:sc.spans[span][1]]
 		}
 	}
+}
+
+// limits are the limits that apply to d, which matched node (nil when it
+// matched none): its override's, or node's.
+func (d *Descriptor) limits(node *descriptors.Descriptor) []*descriptors.Limit {
+	switch {
+	case d.Override != nil:
+		return []*descriptors.Limit{overrideLimit(d.Override)}
+	case node != nil:
+		return node.Limits
+	}
+	return nil
+}
+
+// limitUse is what a request does with one of its limits.
+type limitUse uint8
+
+const (
+	enforcedUse  limitUse = iota // an item is made of it
+	replacedUse                  // another limit of the request replaces it by name
+	unlimitedUse                 // unlimited: nothing to count
+)
+
+// useOf says what a request whose limits replace the names in replaced
+// does with l. The one rule of which limits become items, for decisions
+// and explanations.
+func useOf(l *descriptors.Limit, replaced map[string]bool) limitUse {
+	switch {
+	case l.Name != "" && replaced[l.Name]:
+		return replacedUse
+	case l.Unlimited:
+		return unlimitedUse
+	}
+	return enforcedUse
 }
 
 func (s *Service) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
