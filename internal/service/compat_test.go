@@ -168,3 +168,43 @@ func TestReferenceAnswers(t *testing.T) {
 		t.Errorf("QUOTA_MODE, the only descriptor over: %v, want OVER_LIMIT", got)
 	}
 }
+
+// A reload deletes the reference's series of the stats keys it drops, its
+// value sets' included, and keeps those of the keys it keeps.
+func TestReferenceStatsReload(t *testing.T) {
+	svc, reg := newReferenceService(t, Reference{Stats: &ReferenceStats{}})
+	ask(t, svc, 1, desc("k", "x"))
+	ask(t, svc, 1, desc("svc", "b"))
+	for _, v := range []string{"/api/a", "/api/b", "/api/c"} {
+		ask(t, svc, 1, desc("path", v))
+	}
+	cfg, err := descriptors.Parse("ref.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
+		t.Fatal(err)
+	}
+	ask(t, svc, 1, desc("k", "x"))
+	for _, tc := range []struct {
+		key1 string
+		want float64 // 0: no series
+	}{{"k", 2}, {"svc_b", 0}, {"path_/api/a", 0}, {OtherSeries, 1}} {
+		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", tc.key1, ""); err != nil || c != tc.want {
+			t.Errorf("after the reload: total_hits{key1=%q} = %v (%v), want %v", tc.key1, c, err, tc.want)
+		}
+	}
+	// The domain's _other series goes with the domain.
+	other, err := descriptors.Parse("other.yaml", []byte("domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Reload(func() (*descriptors.Config, error) { return other, nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, key1 := range []string{"k", OtherSeries} {
+		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", key1, ""); err != nil || c != 0 {
+			t.Errorf("domain d dropped: total_hits{domain=d,key1=%q} = %v (%v), want no series", key1, c, err)
+		}
+	}
+}

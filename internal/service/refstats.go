@@ -2,8 +2,10 @@ package service
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,22 +31,64 @@ type ReferenceStats struct {
 // (the key, and the configured value or wildcard pattern, per level), and
 // from request values only where the reference puts them (detailed_metric,
 // value_to_metric, request overrides), at most maxValues label sets per
-// configured stats key, the rest counted under key1="_other". Safe for
-// concurrent use.
+// configured stats key, the rest counted under key1="_other". As
+// rls_decisions_total, a stats key's series are made when it first counts
+// and deleted when a reload drops it. Safe for concurrent use.
 type refStats struct {
 	ratio                                float64
 	maxValues                            int
 	total, over, near, within, shadow    *prometheus.CounterVec // domain, key1, key2
 	globalShadow, loadSuccess, loadError prometheus.Counter
-	mu                                   sync.Mutex
-	values                               map[string]map[string]bool // request-valued label sets by configured stats key
+
+	// mu orders the making of series against their deletion by a reload
+	// (as metrics.mu).
+	mu     sync.Mutex
+	fixed  map[refKey]*refFixed  // the current config's stats keys without request values
+	values map[string]*refValues // the current config's stats keys with request values, by refValuesKey
+}
+
+// refKey is the labels of one set of the reference's series.
+type refKey struct{ domain, key1, key2 string }
+
+// refSeries are the counters of one refKey.
+type refSeries struct{ total, over, near, within, shadow prometheus.Counter }
+
+// refFixed is a stats key whose labels come from the config alone.
+type refFixed struct {
+	key     refKey
+	series  atomic.Pointer[refSeries]
+	removed bool // guarded by refStats.mu: a reload dropped key
+}
+
+// refValues are the series of a stats key with request values: at most
+// maxValues label sets, then the domain's _other series.
+type refValues struct {
+	domain  string
+	mu      sync.RWMutex
+	series  map[string]*refSeries // by the request's label parts, joined by NUL
+	keys    []refKey              // of series, to delete them
+	removed bool                  // guarded by refStats.mu and mu
+}
+
+// refConfig is what a loaded config's requests count into.
+type refConfig struct {
+	byLimit  []*refNode            // by Limit.Index
+	override map[string]*refValues // by domain
+}
+
+// refNode is the stats key of a configured node: fixed, or values (then
+// the node's levels say which hold request values).
+type refNode struct {
+	fixed  *refFixed
+	values *refValues
+	node   *descriptors.Descriptor
 }
 
 func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *refStats {
 	if maxValues <= 0 {
 		maxValues = DefaultMaxValueSeries
 	}
-	r := &refStats{ratio: o.NearLimitRatio, maxValues: maxValues, values: make(map[string]map[string]bool)}
+	r := &refStats{ratio: o.NearLimitRatio, maxValues: maxValues, fixed: make(map[refKey]*refFixed), values: make(map[string]*refValues)}
 	if r.ratio <= 0 {
 		r.ratio = 0.8
 	}
@@ -66,15 +110,139 @@ func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *r
 	return r
 }
 
+// vecs are the counter vectors of a refSeries, in its field order.
+func (rs *refStats) vecs() [5]*prometheus.CounterVec {
+	return [5]*prometheus.CounterVec{rs.total, rs.over, rs.near, rs.within, rs.shadow}
+}
+
+// makeSeries returns the counters of k.
+func (rs *refStats) makeSeries(k refKey) *refSeries {
+	c := func(v *prometheus.CounterVec) prometheus.Counter { return v.WithLabelValues(k.domain, k.key1, k.key2) }
+	return &refSeries{total: c(rs.total), over: c(rs.over), near: c(rs.near), within: c(rs.within), shadow: c(rs.shadow)}
+}
+
+func (rs *refStats) deleteSeries(k refKey) {
+	for _, v := range rs.vecs() {
+		v.DeleteLabelValues(k.domain, k.key1, k.key2)
+	}
+}
+
+// forConfig returns the stats keys of cfg's limits and overrides, keeping
+// the series of the keys that the previous config had too, and deletes the
+// series of the keys that cfg has not.
+func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rc := &refConfig{byLimit: make([]*refNode, len(cfg.Limits())), override: make(map[string]*refValues, len(cfg.Domains()))}
+	fixed := make(map[refKey]*refFixed)
+	values := make(map[string]*refValues)
+	valuesOf := func(key, domain string) *refValues {
+		v := values[key]
+		if v == nil {
+			if v = rs.values[key]; v == nil {
+				v = &refValues{domain: domain, series: make(map[string]*refSeries)}
+			}
+			values[key] = v
+		}
+		return v
+	}
+	for _, d := range cfg.Domains() {
+		rc.override[d.Name] = valuesOf(d.Name, d.Name)
+		nodes := make(map[*descriptors.Descriptor]*refNode)
+		walk(d.Descriptors, func(l *descriptors.Limit) {
+			n := nodes[l.Descriptor]
+			if n == nil {
+				n = &refNode{node: l.Descriptor}
+				if key, withValues := refStatsKey(d.Name, l.Descriptor); withValues {
+					n.values = valuesOf(key, d.Name)
+				} else {
+					k := fixedKey(d.Name, l.Descriptor)
+					if n.fixed = fixed[k]; n.fixed == nil {
+						if n.fixed = rs.fixed[k]; n.fixed == nil {
+							n.fixed = &refFixed{key: k}
+						}
+						fixed[k] = n.fixed
+					}
+				}
+				nodes[l.Descriptor] = n
+			}
+			rc.byLimit[l.Index] = n
+		})
+	}
+	for k, f := range rs.fixed {
+		if fixed[k] == nil {
+			f.removed = true
+			rs.deleteSeries(k)
+		}
+	}
+	for key, v := range rs.values {
+		if values[key] == v {
+			continue
+		}
+		v.mu.Lock()
+		v.removed = true
+		for _, k := range v.keys {
+			if k.key1 != OtherSeries {
+				rs.deleteSeries(k)
+			}
+		}
+		v.series, v.keys = nil, nil
+		v.mu.Unlock()
+	}
+	// A domain's _other series is shared by its stats keys with values: it
+	// goes with the domain.
+	for _, v := range rs.values {
+		if cfg.Domain(v.domain) == nil {
+			rs.deleteSeries(refKey{v.domain, OtherSeries, ""})
+		}
+	}
+	rs.fixed, rs.values = fixed, values
+	return rc
+}
+
+// refStatsKey says whether node n's stats key holds request values
+// (detailed_metric, or value_to_metric at a level), and names the
+// configured key that bounds them: the domain and, per level, the key and
+// configured value.
+func refStatsKey(domain string, n *descriptors.Descriptor) (key string, withValues bool) {
+	parts := []string{domain}
+	for l := n; l != nil; l = l.Parent {
+		withValues = withValues || n.DetailedMetric || l.ValueToMetric
+		parts = append(parts, configuredPart(l))
+	}
+	slices.Reverse(parts[1:])
+	return strings.Join(parts, "\x00"), withValues
+}
+
+// fixedKey is the labels of node n's stats key when it holds no request
+// values.
+func fixedKey(domain string, n *descriptors.Descriptor) refKey {
+	var parts []string
+	for l := n; l != nil; l = l.Parent {
+		parts = append(parts, configuredPart(l))
+	}
+	slices.Reverse(parts)
+	return refKey{domain, parts[0], strings.Join(parts[1:], ".")}
+}
+
+// configuredPart is a level's part of a stats key: the key, then "_" and
+// the configured value (a wildcard's pattern) when there is one.
+func configuredPart(n *descriptors.Descriptor) string {
+	if n.Value != "" {
+		return n.Key + "_" + n.Value
+	}
+	return n.Key
+}
+
 // record counts the verdict r on item it of a request descriptor with
-// entries, which matched node (nil for a request override), in domain.
+// entries, in domain, against rc.
 // The counter's state before and after the hits is read from the verdict:
 // admitted, the limit less what remains is the count after; denied, before.
-func (rs *refStats) record(domain string, node *descriptors.Descriptor, entries []descriptors.Entry, it *engine.Item, r *engine.Result) {
+func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.Entry, it *engine.Item, r *engine.Result) {
 	if it.Refund {
 		return
 	}
-	key1, key2 := rs.labels(domain, node, entries)
+	series := rs.series(rc, domain, entries, it)
 	lim := uint64(it.Limit.RequestsPerUnit)
 	near := uint64(math.Floor(float64(lim) * rs.ratio))
 	hits := it.Hits
@@ -86,87 +254,112 @@ func (rs *refStats) record(domain string, node *descriptors.Descriptor, entries 
 		before = lim - min(r.Remaining, lim)
 		after = before + hits
 	}
-	rs.total.WithLabelValues(domain, key1, key2).Add(float64(hits))
+	series.total.Add(float64(hits))
 	if after > lim {
 		overHits := hits
 		if before < lim {
 			overHits = after - lim
 			if d := lim - max(near, before); d > 0 {
-				rs.near.WithLabelValues(domain, key1, key2).Add(float64(d))
+				series.near.Add(float64(d))
 			}
 		}
-		rs.over.WithLabelValues(domain, key1, key2).Add(float64(overHits))
+		series.over.Add(float64(overHits))
 		if it.Shadow {
-			rs.shadow.WithLabelValues(domain, key1, key2).Add(float64(overHits))
+			series.shadow.Add(float64(overHits))
 		}
 		return
 	}
-	rs.within.WithLabelValues(domain, key1, key2).Add(float64(hits))
+	series.within.Add(float64(hits))
 	if after > near {
-		rs.near.WithLabelValues(domain, key1, key2).Add(float64(after - max(near, before)))
+		series.near.Add(float64(after - max(near, before)))
 	}
 }
 
-// labels returns key1 and key2 of the reference's stats key for entries
-// that matched node: per level the key, then "_" and the configured value
-// (a wildcard's pattern) when there is one, or the request's value at
-// every level under detailed_metric, at a level with value_to_metric, and
-// for a request override.
-func (rs *refStats) labels(domain string, node *descriptors.Descriptor, entries []descriptors.Entry) (string, string) {
-	parts := make([]string, 0, len(entries))
-	var config []string // the same key without request values
-	fromRequest := node == nil
-	var levels [MaxEntries]*descriptors.Descriptor
-	for n := node; n != nil; n = n.Parent {
-		levels[n.Depth] = n
-	}
-	for i, e := range entries {
-		if node == nil {
-			part := e.Key
+// discardSeries count what a dropped stats key's late requests decide:
+// nothing.
+var discardSeries = &refSeries{total: discard, over: discard, near: discard, within: discard, shadow: discard}
+
+// series returns the counters that item it of a request descriptor with
+// entries counts into.
+func (rs *refStats) series(rc *refConfig, domain string, entries []descriptors.Entry, it *engine.Item) *refSeries {
+	if it.Limit.Index < 0 || it.Limit.Index >= len(rc.byLimit) {
+		// A request override: the request's key and values.
+		parts := make([]string, len(entries))
+		for i, e := range entries {
+			parts[i] = e.Key
 			if e.Value != "" {
-				part += "_" + e.Value
+				parts[i] += "_" + e.Value
 			}
-			parts = append(parts, part)
-			continue
 		}
-		n := levels[i]
-		configured := n.Key
-		if n.Value != "" {
-			configured += "_" + n.Value
-		}
-		config = append(config, configured)
-		if node.DetailedMetric || n.ValueToMetric {
-			fromRequest = true
-			parts = append(parts, n.Key+"_"+e.Value)
-			continue
-		}
-		parts = append(parts, configured)
+		return rs.valueSeries(rc.override[domain], parts)
 	}
-	if fromRequest && !rs.admit(domain, config, parts) {
-		return OtherSeries, ""
+	n := rc.byLimit[it.Limit.Index]
+	if n.fixed != nil {
+		if s := n.fixed.series.Load(); s != nil {
+			return s
+		}
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		if n.fixed.removed {
+			return discardSeries
+		}
+		if s := n.fixed.series.Load(); s != nil {
+			return s
+		}
+		s := rs.makeSeries(n.fixed.key)
+		n.fixed.series.Store(s)
+		return s
 	}
-	return parts[0], strings.Join(parts[1:], ".")
+	// Per level: the key and the request's value under detailed_metric or
+	// value_to_metric, the configured part otherwise.
+	var levels [MaxEntries]*descriptors.Descriptor
+	for l := n.node; l != nil; l = l.Parent {
+		levels[l.Depth] = l
+	}
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		l := levels[i]
+		if n.node.DetailedMetric || l.ValueToMetric {
+			parts[i] = l.Key + "_" + e.Value
+		} else {
+			parts[i] = configuredPart(l)
+		}
+	}
+	return rs.valueSeries(n.values, parts)
 }
 
-// admit reports whether the request-valued label set parts of configured
-// stats key config (nil for overrides: one budget per domain) has a
-// series, making room for it while there are fewer than maxValues.
-func (rs *refStats) admit(domain string, config, parts []string) bool {
-	ck := domain + "\x00" + strings.Join(config, "\x00")
-	pk := strings.Join(parts, "\x00")
-	rs.mu.Lock()
+// valueSeries returns the series of label parts in v (v's domain's _other
+// series once v has maxValues), making them when needed.
+func (rs *refStats) valueSeries(v *refValues, parts []string) *refSeries {
+	if v == nil {
+		return discardSeries
+	}
+	id := strings.Join(parts, "\x00")
+	v.mu.RLock()
+	s := v.series[id]
+	v.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	rs.mu.Lock() // before v.mu, as in the reload
 	defer rs.mu.Unlock()
-	set := rs.values[ck]
-	if set[pk] {
-		return true
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.removed {
+		return discardSeries
 	}
-	if len(set) >= rs.maxValues {
-		return false
+	if s := v.series[id]; s != nil {
+		return s
 	}
-	if set == nil {
-		set = make(map[string]bool)
-		rs.values[ck] = set
+	k := refKey{v.domain, parts[0], strings.Join(parts[1:], ".")}
+	if len(v.series) >= rs.maxValues {
+		id, k = "", refKey{v.domain, OtherSeries, ""}
+		if s := v.series[id]; s != nil {
+			return s
+		}
 	}
-	set[pk] = true
-	return true
+	s = rs.makeSeries(k)
+	v.series[id] = s
+	v.keys = append(v.keys, k)
+	return s
 }

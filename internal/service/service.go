@@ -114,6 +114,7 @@ type loaded struct {
 	counters []*limitMetrics          // by Limit.Index
 	override map[string]*limitMetrics // by domain name
 	domains  map[string]*domainSeries // by domain name
+	ref      *refConfig               // nil unless Reference.Stats
 }
 
 // New returns a service with no config: requests are answered as for
@@ -148,6 +149,9 @@ func (s *Service) SetConfig(cfg *descriptors.Config) {
 	l := &loaded{cfg: cfg}
 	l.counters, l.override = s.m.forConfig(cfg)
 	l.domains = s.dm.forConfig(cfg)
+	if s.refStats != nil {
+		l.ref = s.refStats.forConfig(cfg)
+	}
 	s.current.Store(l)
 	s.m.domains.Set(float64(len(cfg.Domains())))
 	s.m.limits.Set(float64(len(cfg.Limits())))
@@ -506,7 +510,7 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Reques
 		}
 		sc.label = c.count(verdict, req.Descriptors[sc.owner[i]].Entries, sc.label)
 		if s.refStats != nil {
-			s.refStats.record(dom.Name, sc.nodes[sc.owner[i]], req.Descriptors[sc.owner[i]].Entries, it, r)
+			s.refStats.record(cur.ref, dom.Name, req.Descriptors[sc.owner[i]].Entries, it, r)
 		}
 		if withLimits {
 			st.Limits = append(st.Limits, it.Limit)

@@ -495,7 +495,14 @@ func TestCheckHTTP(t *testing.T) {
 	}
 }
 
-func BenchmarkShouldRateLimit(b *testing.B) {
+func BenchmarkShouldRateLimit(b *testing.B) { benchmarkShouldRateLimit(b, Reference{}) }
+
+// With envoyproxy/ratelimit's per-limit stats, as compat mode counts them.
+func BenchmarkShouldRateLimitReferenceStats(b *testing.B) {
+	benchmarkShouldRateLimit(b, Reference{Stats: &ReferenceStats{}})
+}
+
+func benchmarkShouldRateLimit(b *testing.B, ref Reference) {
 	cfg, err := descriptors.Parse("test.yaml", []byte(`
 domain: api
 descriptors:
@@ -510,7 +517,7 @@ descriptors:
 	}
 	ms := memstore.New(memstore.Options{})
 	defer ms.Close()
-	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry()})
+	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry(), Reference: ref})
 	svc.SetConfig(cfg)
 	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1")}}
 	ctx := context.Background()
