@@ -13,6 +13,7 @@ func build(srcs []source, ref ReferenceOptions) (*Config, error) {
 	c := &Config{domains: make(map[string]*Domain)}
 	var order []*Domain // load order: files, then documents
 	var all ErrorList
+	merged := make(map[*Domain]map[Entry]bool) // for mergeDomain
 	for _, src := range srcs {
 		if src.err != nil {
 			msg := "cannot read: " + src.err.Error()
@@ -35,7 +36,7 @@ func build(srcs []source, ref ReferenceOptions) (*Config, error) {
 				continue // reported
 			}
 			if first, dup := c.domains[d.Name]; dup && ref.MergeDomains {
-				errs = append(errs, mergeDomain(first, d)...)
+				errs = append(errs, mergeDomain(first, d, merged)...)
 				continue
 			} else if dup {
 				errs = append(errs, &Error{File: src.name, Line: d.nameLine, Column: d.nameCol,

@@ -2,7 +2,6 @@ package descriptors
 
 import (
 	"fmt"
-	"slices"
 )
 
 // ReferenceOptions load config files as envoyproxy/ratelimit does where it
@@ -42,16 +41,26 @@ func (p *parser) ignoredReferenceKey(f field, lv level) {
 
 // mergeDomain adds the descriptors (and http_descriptors) of d, a later
 // definition of the same domain, to first, and returns the problems: a
-// top-level descriptor that both define.
-func mergeDomain(first, d *Domain) []*Error {
+// top-level descriptor that both define. top holds the key and value of
+// first's top-level descriptors (made on the first merge), so that many
+// documents of one domain merge in linear time.
+func mergeDomain(first, d *Domain, top map[*Domain]map[Entry]bool) []*Error {
+	seen := top[first]
+	if seen == nil {
+		seen = make(map[Entry]bool, len(first.Descriptors)+len(d.Descriptors))
+		for _, o := range first.Descriptors {
+			seen[Entry{o.Key, o.Value}] = true
+		}
+		top[first] = seen
+	}
 	var errs []*Error
 	for _, n := range d.Descriptors {
-		i := slices.IndexFunc(first.Descriptors, func(o *Descriptor) bool { return o.Key == n.Key && o.Value == n.Value })
-		if i >= 0 {
+		if seen[Entry{n.Key, n.Value}] {
 			errs = append(errs, &Error{File: d.File, Line: n.Line, Column: n.Column,
 				Msg: fmt.Sprintf("duplicate descriptor %q in domain %q, which %s defines too (merged domains may not repeat a top-level descriptor)", n.Path, d.Name, first.File)})
 			continue
 		}
+		seen[Entry{n.Key, n.Value}] = true
 		first.Descriptors = append(first.Descriptors, n)
 	}
 	first.HTTPDescriptors = append(first.HTTPDescriptors, d.HTTPDescriptors...)
