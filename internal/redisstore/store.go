@@ -238,12 +238,9 @@ func (s *Store) Close() error {
 
 // Ping checks that Redis answers: in cluster mode, every master.
 func (s *Store) Ping(ctx context.Context) error {
-	if s.cluster != nil {
-		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return c.Ping(ctx).Err()
-		})
-	}
-	return s.client.Ping(ctx).Err()
+	return eachNode(ctx, s.client, func(ctx context.Context, _ string, node redis.Cmdable) error {
+		return node.Ping(ctx).Err()
+	})
 }
 
 // Warm readies the store before its first requests: it connects every
@@ -251,29 +248,34 @@ func (s *Store) Ping(ctx context.Context) error {
 // each node's clock and loads the function library, so that the first
 // requests do not spend their deadlines on it. It returns the first error.
 func (s *Store) Warm(ctx context.Context) error {
-	warm := func(ctx context.Context, addr string, c *redis.Client) error {
+	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node redis.Cmdable) error {
 		var wg sync.WaitGroup
 		errs := make([]error, s.opts.Workers)
 		for i := range s.opts.Workers {
-			wg.Go(func() { errs[i] = c.Ping(ctx).Err() })
+			wg.Go(func() { errs[i] = node.Ping(ctx).Err() })
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
 		if s.clock != nil {
-			if err := s.readNodeClock(ctx, addr, c); err != nil {
+			if err := s.readNodeClock(ctx, addr, node); err != nil {
 				return err
 			}
 		}
-		return c.FunctionLoadReplace(ctx, lib.source).Err()
-	}
-	if s.cluster != nil {
-		return s.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return warm(ctx, node.Options().Addr, node)
+		return node.FunctionLoadReplace(ctx, lib.source).Err()
+	})
+}
+
+// eachNode runs fn on every master of a cluster client, or on the one node
+// of another client (its address then ""), and returns the first error.
+func eachNode(ctx context.Context, client redis.UniversalClient, fn func(ctx context.Context, addr string, node redis.Cmdable) error) error {
+	if c, ok := client.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return fn(ctx, node.Options().Addr, node)
 		})
 	}
-	return warm(ctx, "", s.client.(*redis.Client))
+	return fn(ctx, "", client)
 }
 
 // Stats returns the store's counters.
@@ -438,14 +440,10 @@ func (s *Store) sampleClocks() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(s.releaseCtx, clockPeriod)
-		if s.cluster == nil {
-			s.readNodeClock(ctx, "", s.client)
-		} else {
-			s.cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-				s.readNodeClock(ctx, node.Options().Addr, node)
-				return nil
-			})
-		}
+		eachNode(ctx, s.client, func(ctx context.Context, addr string, node redis.Cmdable) error {
+			s.readNodeClock(ctx, addr, node)
+			return nil // the other nodes still
+		})
 		cancel()
 	}
 }

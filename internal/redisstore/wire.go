@@ -62,14 +62,9 @@ func newLibrary(prelude, decide, release string) library {
 // load loads the library on Redis: on every master of a cluster. Loading
 // it again is harmless (REPLACE, same source).
 func (lib library) load(ctx context.Context, client redis.UniversalClient) error {
-	var err error
-	if c, ok := client.(*redis.ClusterClient); ok {
-		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return node.FunctionLoadReplace(ctx, lib.source).Err()
-		})
-	} else {
-		err = client.FunctionLoadReplace(ctx, lib.source).Err()
-	}
+	err := eachNode(ctx, client, func(ctx context.Context, _ string, node redis.Cmdable) error {
+		return node.FunctionLoadReplace(ctx, lib.source).Err()
+	})
 	if err != nil {
 		return fmt.Errorf("redis: loading the rls function library: %w", err)
 	}
