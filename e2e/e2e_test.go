@@ -117,19 +117,25 @@ func TestDockerEngineProbe(t *testing.T) {
 		}
 	})
 
+	// The probe's context: 100 ms for the mute engine, whose answer is the
+	// context's end; 10 s for the others, which answer without waiting it
+	// out (100 ms for an engine's /_ping was too tight for a machine slowed
+	// by the race detector and other tests).
+	const mutePatience, patience = 100 * time.Millisecond, 10 * time.Second
 	tests := []struct {
 		name, host string
+		timeout    time.Duration
 		wantErr    string // "" for an engine found
 	}{
-		{"engine", "unix://" + engine, ""},
-		{"no socket", "unix://" + filepath.Join(dir, "none.sock"), "no such file"},
-		{"mute engine", "unix://" + mute, "context deadline exceeded"},
-		{"ssh", "ssh://user@host", `scheme "ssh" is not probed`},
+		{"engine", "unix://" + engine, patience, ""},
+		{"no socket", "unix://" + filepath.Join(dir, "none.sock"), patience, "no such file"},
+		{"mute engine", "unix://" + mute, mutePatience, "context deadline exceeded"},
+		{"ssh", "ssh://user@host", patience, `scheme "ssh" is not probed`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("DOCKER_HOST", tt.host)
-			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), tt.timeout)
 			defer cancel()
 			_, err := dockerEngine(ctx)
 			switch {
