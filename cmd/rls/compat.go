@@ -416,9 +416,9 @@ func compatRedis(e *compatEnv, o *options) {
 	addr := e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
 	auth := e.str("REDIS_AUTH", "")
 	useTLS := e.boolean("REDIS_TLS", false)
-	o.redisCA = e.str("REDIS_TLS_CACERT", "")
-	if e.str("REDIS_TLS_CLIENT_CERT", "") != "" || e.str("REDIS_TLS_CLIENT_KEY", "") != "" {
-		e.refuse("REDIS_TLS_CLIENT_CERT", "client certificates to Redis are not supported yet; use REDIS_AUTH")
+	ca, cert, key := e.str("REDIS_TLS_CACERT", ""), e.str("REDIS_TLS_CLIENT_CERT", ""), e.str("REDIS_TLS_CLIENT_KEY", "")
+	if useTLS { // without REDIS_TLS the reference reads none of them
+		o.redisCA, o.redisCert, o.redisKey = ca, cert, key
 	}
 	if n := e.integer("REDIS_POOL_SIZE", 10); n > 0 {
 		o.redisPoolSize = n

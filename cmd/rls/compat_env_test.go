@@ -38,6 +38,7 @@ func TestCompatArgs(t *testing.T) {
 // The reference's defaults and variables become rls's settings.
 func TestCompatFromEnvMapping(t *testing.T) {
 	o, err := compatFromEnv([]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "REDIS_AUTH=u:p", "REDIS_TLS=true",
+		"REDIS_TLS_CACERT=/certs/ca.crt", "REDIS_TLS_CLIENT_CERT=/certs/tls.crt", "REDIS_TLS_CLIENT_KEY=/certs/tls.key",
 		"CACHE_KEY_PREFIX=eg:", "LOCAL_CACHE_SIZE_IN_BYTES=1048576", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true",
 		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "SHADOW_MODE=true", "QUOTA_MODE=true",
 		"RESPONSE_DYNAMIC_METADATA=true", "LOG_LEVEL=debug", "LOG_FORMAT=json", "RUNTIME_ROOT=/srv", "RUNTIME_SUBDIRECTORY=rl",
@@ -54,6 +55,8 @@ func TestCompatFromEnvMapping(t *testing.T) {
 		{"debug address", o.compat.debugAddr, "0.0.0.0:6070"},
 		{"store", o.store, "redis"},
 		{"Redis URL", o.redisURL, "rediss://u:p@redis:6379/0"},
+		{"Redis CA", o.redisCA, "/certs/ca.crt"},
+		{"Redis client certificate", o.redisCert + " " + o.redisKey, "/certs/tls.crt /certs/tls.key"},
 		{"key prefix", o.redisPrefix, "eg:"},
 		{"pool", o.redisPoolSize, 7},
 		{"deny cache", o.denyCache, true},

@@ -31,6 +31,8 @@ type options struct {
 	redisCluster    []string
 	redisPrefix     string
 	redisCA         string
+	redisCert       string
+	redisKey        string
 	redisPoolSize   int
 	storeTimeout    time.Duration
 	onStoreError    service.StoreErrorPolicy
@@ -144,6 +146,8 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.cluster, "redis-cluster", "", "comma-separated `host:port` seeds of a Redis Cluster; when set, cluster mode")
 	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "`prefix` of every Redis key (several rls deployments can share one Redis)")
 	fs.StringVar(&o.redisCA, "redis-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss:// with a private CA)")
+	fs.StringVar(&o.redisCert, "redis-cert", "", "PEM `file` of a client certificate to present to Redis (rediss://, Redis's tls-auth-clients); re-read at every connection")
+	fs.StringVar(&o.redisKey, "redis-key", "", "PEM `file` of the key of --redis-cert")
 	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis `connections` per node (0: 10 per CPU)")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "how long Redis has to decide a request once rls sends it (rls waits half as long again for the reply; a caller's earlier deadline wins); then --on-store-error decides")
 	fs.StringVar(&f.onErr, "on-store-error", "error", "what a request gets when the store fails or times out (`policy`): error (gRPC UNAVAILABLE, HTTP 503: the proxy's failure mode decides), allow (OK) or deny (OVER_LIMIT)")

@@ -336,6 +336,8 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 		URL:          o.redisURL,
 		ClusterSeeds: o.redisCluster,
 		CAFile:       o.redisCA,
+		CertFile:     o.redisCert,
+		KeyFile:      o.redisKey,
 		Prefix:       o.redisPrefix,
 		PoolSize:     o.redisPoolSize,
 		Timeout:      o.storeTimeout,

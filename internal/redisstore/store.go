@@ -29,6 +29,11 @@ type Options struct {
 	// CAFile is a PEM file of the CAs that sign the servers' certificates,
 	// for rediss:// with a private CA; empty means the system's roots.
 	CAFile string
+	// CertFile and KeyFile, when set, are PEM files of a client certificate
+	// that rls presents to Redis (mutual TLS: Redis's tls-auth-clients),
+	// read again at every handshake so that a rotated certificate is used
+	// from the next connection on.
+	CertFile, KeyFile string
 	// Prefix starts every key; default "rls:".
 	Prefix string
 	// PoolSize is the number of connections per node; 0 means go-redis's
@@ -164,13 +169,16 @@ func New(opts Options) (*Store, error) {
 	if opts.PoolSize > 0 {
 		ro.PoolSize = opts.PoolSize
 	}
-	if opts.CAFile != "" {
+	if opts.CAFile != "" || opts.CertFile != "" || opts.KeyFile != "" {
 		if ro.TLSConfig == nil {
-			return nil, fmt.Errorf("redis CA file %s: the URL is not rediss://", opts.CAFile)
+			return nil, errors.New("redis TLS files (CA, client certificate): the URL is not rediss://")
 		}
-		if ro.TLSConfig.RootCAs, err = tlsfiles.LoadPool(opts.CAFile); err != nil {
-			return nil, fmt.Errorf("redis CA file: %w", err)
+		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: opts.CAFile, Cert: opts.CertFile, Key: opts.KeyFile, ServerName: ro.TLSConfig.ServerName})
+		if err != nil {
+			return nil, fmt.Errorf("redis TLS: %w", err)
 		}
+		cfg.InsecureSkipVerify = ro.TLSConfig.InsecureSkipVerify // the URL's skip_verify
+		ro.TLSConfig = cfg
 	}
 	s := &Store{
 		opts: opts,

@@ -535,6 +535,32 @@ func TestTLSAndPassword(t *testing.T) {
 	}
 }
 
+// TestTLSClientCertificate: a Redis that requires client certificates
+// (tls-auth-clients yes) answers a store that presents one signed by its
+// CA, and refuses one that presents none. A certificate without its key is
+// a start-up error.
+func TestTLSClientCertificate(t *testing.T) {
+	files := testpki.New(t)
+	srv := redistest.StartWith(t, redistest.Config{TLS: files, ClientCerts: true})
+	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	results := make([]engine.Result, 1)
+	url := "rediss://" + srv.Addr() + "/0"
+	s := newStore(t, Options{URL: url, CAFile: files.CA, CertFile: files.Cert, KeyFile: files.Key})
+	if ok, err := s.Apply(context.Background(), items, results); err != nil || !ok {
+		t.Fatalf("Apply with a client certificate: %v %v", ok, err)
+	}
+	anonymous := newStore(t, Options{URL: url, CAFile: files.CA, Timeout: time.Second})
+	if err := anonymous.Ping(context.Background()); err == nil {
+		t.Error("Ping without a client certificate succeeded")
+	}
+	if _, err := New(Options{URL: url, CAFile: files.CA, CertFile: files.Cert}); err == nil {
+		t.Error("a client certificate without its key was accepted")
+	}
+	if _, err := New(Options{URL: "redis://" + srv.Addr(), CertFile: files.Cert, KeyFile: files.Key}); err == nil {
+		t.Error("a client certificate with a redis:// URL was accepted")
+	}
+}
+
 func TestDenyCacheBounded(t *testing.T) {
 	c := newDenyCache(100)
 	c.setLive(true)

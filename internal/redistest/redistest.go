@@ -55,6 +55,9 @@ func (s *Server) URL() string { return "redis://" + s.addr + "/0" }
 type Config struct {
 	Password string
 	TLS      *testpki.PKI // testpki.New: the server's certificate and CA
+	// ClientCerts makes a TLS server require client certificates signed by
+	// the PKI's CA (tls-auth-clients yes).
+	ClientCerts bool
 }
 
 // Start starts a Redis server for the test and stops it when the test ends.
@@ -90,9 +93,13 @@ func StartWith(tb testing.TB, c Config) *Server {
 		s.args = append(s.args, "--requirepass", c.Password)
 	}
 	if c.TLS != nil {
+		authClients := "no"
+		if c.ClientCerts {
+			authClients = "yes"
+		}
 		s.args[1] = "0"
 		s.args = append(s.args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", c.TLS.Cert, "--tls-key-file", c.TLS.Key,
-			"--tls-ca-cert-file", c.TLS.CA, "--tls-auth-clients", "no")
+			"--tls-ca-cert-file", c.TLS.CA, "--tls-auth-clients", authClients)
 	}
 	s.start(bin)
 	tb.Cleanup(s.Stop)
@@ -183,7 +190,15 @@ func (s *Server) secureCommand(args ...string) (string, error) {
 	var c net.Conn
 	var err error
 	if s.tls != nil {
-		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.addr, &tls.Config{InsecureSkipVerify: true})
+		// The PKI's certificate, for a server that requires one.
+		cert, err := tls.LoadX509KeyPair(s.tls.Cert, s.tls.Key)
+		if err != nil {
+			return "", err
+		}
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.addr, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}})
+		if err != nil {
+			return "", err
+		}
 	} else {
 		c, err = net.DialTimeout("tcp", s.addr, time.Second)
 	}
