@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -199,9 +200,12 @@ func (b *batcher) send(batch []*call) {
 	}
 	sent := time.Now()
 	b.setDeadlines(batch, sent)
-	// The callers stop waiting at their deadline plus grace.
+	// The callers stop waiting at their deadline plus grace. The timer gets
+	// its own copy of the calls: Stop does not wait for a timer that has
+	// fired, and the worker clears and refills batch once send returns.
+	timed := slices.Clone(batch)
 	wait := time.AfterFunc(b.timeout+b.grace(), func() {
-		for _, c := range batch {
+		for _, c := range timed {
 			c.answer(reply{}, errNoReply)
 		}
 	})
