@@ -15,11 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -138,9 +140,19 @@ func (p *proc) waitFor(ready func() bool) error {
 	return nil
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+// freeAddr returns a loopback address whose port was free a moment ago,
+// drawn below the kernel's ephemeral range as the main module's
+// servetest.FreePort draws it (its doc says why; deploy/ is a module of its
+// own and cannot import it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.IntN(12768)))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

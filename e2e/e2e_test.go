@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/servetest"
 )
 
 // This test drives the real stack with the docker CLI (`docker compose`)
@@ -151,14 +153,13 @@ func TestDockerEngineProbe(t *testing.T) {
 // freePorts returns n TCP ports free on the loopback interface now.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
+	seen := map[int]bool{}
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for len(ports) < n {
+		if p := servetest.FreePort(t); !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
 }

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/servetest"
 )
 
 // rlsBin is the rls binary built by TestMain.
@@ -834,12 +836,7 @@ func waitFor(p *proc, ready func() bool) error {
 // freeAddr returns a loopback address whose port was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return servetest.Addr(t)
 }
 
 // hit is one request the backend received.

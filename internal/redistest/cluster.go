@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/servetest"
 )
 
 // Cluster is a Redis Cluster of redis-server processes on 127.0.0.1.
@@ -52,7 +54,7 @@ func startCluster(tb testing.TB, masters, replicas int, proxied bool) *Cluster {
 	c := &Cluster{tb: tb}
 	n := masters * (1 + replicas)
 	for range n {
-		s := &Server{dir: tb.TempDir(), port: freePort(tb), tb: tb}
+		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 		s.args = []string{
 			"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir,

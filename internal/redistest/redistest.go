@@ -21,9 +21,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/testpki"
 	"github.com/testcontainers/testcontainers-go"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+
+	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/testpki"
 )
 
 const install = "install it: apt-get install -y redis-server (Debian/Ubuntu), brew install redis (macOS); `make test` does it when run as root"
@@ -86,7 +88,7 @@ func StartWith(tb testing.TB, c Config) *Server {
 	if err != nil {
 		tb.Fatalf("redistest: no Docker engine and no redis-server in PATH; %s", install)
 	}
-	s := &Server{dir: tb.TempDir(), port: freePort(tb), tb: tb, password: c.Password, tls: c.TLS}
+	s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.Password, tls: c.TLS}
 	s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	s.args = []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}
 	if c.Password != "" {
@@ -127,16 +129,6 @@ func dockerAnswers() bool {
 	fmt.Fprintf(c, "GET /_ping HTTP/1.0\r\n\r\n")
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return err == nil && strings.Contains(line, " 200 ")
-}
-
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (s *Server) start(bin string) {

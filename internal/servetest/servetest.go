@@ -9,7 +9,9 @@ package servetest
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,10 +29,36 @@ import (
 // moment ago, for a server that must be given its address up front.
 func Addr(t testing.TB) string {
 	t.Helper()
-	l := Listen(t)
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// Ports that FreePort hands out are drawn from below the kernel's ephemeral
+// range (ip_local_port_range: 32768 and up by default), where the kernel
+// puts neither the local port of a connection nor a listener on port 0. A
+// port drawn with port 0 was free a moment ago but could be the kernel's
+// next pick for any process, and tests running beside this one made that
+// happen (rls failing with "address already in use"). Here only another
+// test drawing the same port at the same moment can take it. A Redis
+// Cluster node's bus port (port + 10000) stays below the range too.
+const (
+	firstPort = 10000
+	endPorts  = 22768
+)
+
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// server (another process, often) that must be given its port up front.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		p := firstPort + rand.IntN(endPorts-firstPort)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+			l.Close()
+			return p
+		}
+	}
+	l := Listen(t) // the range is crowded: the kernel's pick
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Listen returns a listener on a free loopback port, closed when the test
