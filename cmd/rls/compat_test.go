@@ -31,7 +31,9 @@ func launchCompat(t *testing.T, env []string, grpcAddr, httpAddr string) *server
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	args := compatArgs("/bin/ratelimit", nil)
-	go func() { s.done <- runWith(ctx, args, env, io.Discard, s.logs, hooks{}) }()
+	// A store timeout of a second: these tests count exactly, and the
+	// environment cannot set one.
+	go func() { s.done <- runWith(ctx, args, env, io.Discard, s.logs, hooks{storeTimeout: time.Second}) }()
 	t.Cleanup(func() {
 		s.stop(t)
 		if t.Failed() {

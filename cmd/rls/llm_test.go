@@ -40,7 +40,9 @@ func TestLLMTokenBudget(t *testing.T) {
 			cfg := writeFile(t, t.TempDir(), "llm.yaml", llmConfig)
 			args := []string{"--config", cfg, "--store", store}
 			if store == "redis" {
-				args = append(args, "--redis-url", redistest.Start(t).URL())
+				// A second to decide: these counts are exact, and a loaded
+				// machine misses the 10 ms default.
+				args = append(args, "--redis-url", redistest.Start(t).URL(), "--store-timeout", "1s")
 			}
 			s := startServer(t, nil, args...)
 			rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
