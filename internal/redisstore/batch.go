@@ -25,15 +25,15 @@ import (
 // an FCALL of its own in a pipeline.
 //
 // Deadlines. A call is sent with a deadline in the node's clock (see
-// redisClock): its send instant plus the store timeout, or earlier when its
-// caller's own deadline comes first (less the reply's way back, grace).
-// Past it the script decides nothing (verdict expired). Its caller waits
-// for the reply until the deadline plus grace, or its own deadline; a reply
-// that arrives after its caller stopped waiting is late: what it consumed is
-// given back with its undo log, which the script attaches to requests it
-// decides within the last undoWindow before their deadline, the only ones
-// whose replies can be late unless the way back takes longer than a whole
-// timeout. A late admitted reply without an undo log, and a call whose
+// redisClock): its send instant plus its budget, the store timeout or, when
+// its caller waits less than the timeout and its grace, the same share of
+// the caller's wait (the rest is for the reply's way back). Past it the
+// script decides nothing (verdict expired). Its caller waits for the reply
+// until the deadline plus grace, or its own deadline; a reply that arrives
+// after its caller stopped waiting is late: what it consumed is given back
+// with its undo log, which the script attaches to requests it decides
+// within the last undoSpan before their deadline, the only ones whose
+// replies can be late unless the way back takes longer than a whole budget. A late admitted reply without an undo log, and a call whose
 // reply never came (the connection failed or stayed silent), are counted as
 // indeterminate: the store cannot tell or undo what they consumed.
 type batcher struct {
@@ -53,11 +53,30 @@ type batcher struct {
 	wg   sync.WaitGroup
 }
 
-// grace is how long a caller waits for a reply past its request's deadline
-// in Redis, for the reply's way back; undoWindow is how long before its
-// deadline a decision carries its undo log.
-func (b *batcher) grace() time.Duration      { return b.timeout / 2 }
-func (b *batcher) undoWindow() time.Duration { return b.timeout / 2 }
+// For a request that Redis has budget to decide: grace is how long its
+// caller waits for the reply past the deadline, for the reply's way back;
+// undoSpan is how long before the deadline a decision carries its undo
+// log.
+func grace(budget time.Duration) time.Duration    { return budget / 2 }
+func undoSpan(budget time.Duration) time.Duration { return budget / 2 }
+
+// budget is how long Redis has to decide c, sent at sent: the store
+// timeout, or, when c's caller waits less than the timeout and its grace,
+// the same share of the caller's wait. (A caller that waits 18 ms, Envoy's
+// 20 less rls's answer margin, with a store timeout of a second, gets a
+// deadline 12 ms on; a deadline the whole timeout's grace, 500 ms, before
+// its own would be in the past, and every such request would expire.)
+func (b *batcher) budget(c *call, sent time.Time) time.Duration {
+	cd, ok := c.ctx.Deadline()
+	if !ok {
+		return b.timeout
+	}
+	full := b.timeout + grace(b.timeout)
+	if wait := cd.Sub(sent); wait < full {
+		return time.Duration(float64(wait) * float64(b.timeout) / float64(full))
+	}
+	return b.timeout
+}
 
 // pipelineBound is how long a worker waits for a pipeline's replies: far
 // past the callers' wait, so that late replies are read and given back.
@@ -204,7 +223,7 @@ func (b *batcher) send(batch []*call) {
 	// its own copy of the calls: Stop does not wait for a timer that has
 	// fired, and the worker clears and refills batch once send returns.
 	timed := slices.Clone(batch)
-	wait := time.AfterFunc(b.timeout+b.grace(), func() {
+	wait := time.AfterFunc(b.timeout+grace(b.timeout), func() {
 		for _, c := range timed {
 			c.answer(reply{}, errNoReply)
 		}
@@ -254,7 +273,7 @@ func (b *batcher) send(batch []*call) {
 			// Sent anew: their deadlines, and their callers' wait, start
 			// again (loading the library may take longer than a timeout).
 			sent = time.Now()
-			wait.Reset(b.timeout + b.grace())
+			wait.Reset(b.timeout + grace(b.timeout))
 			for _, i := range again {
 				b.setDeadlines(scripts[i].calls, sent)
 				scripts[i].args = scriptArgs(scripts[i].calls)
@@ -314,15 +333,12 @@ func (b *batcher) setDeadlines(calls []*call, sent time.Time) {
 		return
 	}
 	for _, c := range calls {
-		d := sent.Add(b.timeout)
-		if cd, ok := c.ctx.Deadline(); ok && cd.Add(-b.grace()).Before(d) {
-			d = cd.Add(-b.grace())
-		}
-		rd, ok := b.clock.toRedis(c.node, d)
+		budget := b.budget(c, sent)
+		rd, ok := b.clock.toRedis(c.node, sent.Add(budget))
 		if !ok {
 			continue // no reply of the node seen yet: Apply waits for one, so only a new node
 		}
-		setDeadline(c.args, strconv.FormatInt(rd, 10), strconv.FormatInt(rd-b.undoWindow().Microseconds(), 10))
+		setDeadline(c.args, strconv.FormatInt(rd, 10), strconv.FormatInt(rd-undoSpan(budget).Microseconds(), 10))
 	}
 }
 

@@ -76,6 +76,29 @@ func settle(t *testing.T, s *Store) {
 	s.releasing.Wait()
 }
 
+// TestShortCallerLongTimeout: a caller that waits less than the store
+// timeout and its grace gets a deadline in Redis within its own wait, and
+// its requests are decided: with a store timeout of a second and callers
+// of 50 ms, every request was refused as past its deadline when the
+// deadline was the caller's less the whole timeout's grace (500 ms).
+func TestShortCallerLongTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: time.Second})
+	items := everyAlgorithm("d/k=short-caller", 1)
+	results := make([]engine.Result, len(items))
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, err := s.Apply(ctx, items, results)
+		cancel()
+		if err != nil {
+			t.Fatalf("request %d of a 50 ms caller, store timeout 1 s: %v", i, err)
+		}
+	}
+	if st := s.Stats(); st.Expired != 0 {
+		t.Errorf("Stats() = %+v, want none expired", st)
+	}
+}
+
 // TestSlowNetworkConsumesNothing: with 15 ms added each way and a 10 ms
 // store timeout, every request reaches Redis past its deadline: each fails,
 // Redis decides none, and once the network heals every counter still has
