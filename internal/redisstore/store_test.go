@@ -561,6 +561,66 @@ func TestTLSClientCertificate(t *testing.T) {
 	}
 }
 
+// TestWindowKeysExpireTogether: a window counter's two keys (its window and
+// its count) expire at the state's expiry after every write, also when a
+// write moves the expiry and leaves a key's value as it was: a look opening
+// a window and then a hit (the window key unchanged, its expiry one window
+// later), and a window whose count equals the last one's (the count key
+// unchanged, its expiry one window later). A key left with its old expiry
+// vanished at the next boundary and the sliding window forgot its previous
+// count. The keys of a test clock live a day longer than the state's
+// expiry, which the TTLs are checked against.
+func TestWindowKeysExpireTogether(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now})
+	for _, tc := range []struct {
+		name string
+		hits []uint64 // the second window's requests (the first has one hit)
+	}{
+		{"a look opens the window, then a hit", []uint64{0, 1}},
+		{"the same count as the window before", []uint64{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock.Set(storetest.T0)
+			item := engine.Item{Desc: "d/k=" + tc.name, Limit: storetest.Limit(descriptors.SlidingWindow, 10, time.Minute, 0), Hits: 1}
+			results := make([]engine.Result, 1)
+			apply := func() {
+				t.Helper()
+				if _, err := s.Apply(context.Background(), []engine.Item{item}, results); err != nil {
+					t.Fatal(err)
+				}
+			}
+			apply()
+			clock.Set(storetest.T0.Add(90 * time.Second))
+			for _, h := range tc.hits {
+				item.Hits = h
+				apply()
+			}
+			base := s.base(&item)
+			ttl := func(key string) time.Duration {
+				out, err := redistest.Command(srv.Addr(), "PTTL", key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ms, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+				if err != nil {
+					t.Fatalf("PTTL %s = %q", key, out)
+				}
+				return time.Duration(ms) * time.Millisecond
+			}
+			// The state: the second window's count, the first's before it,
+			// weighing until the end of the window after the second.
+			want := 24*time.Hour + 3*time.Minute - 90*time.Second
+			for _, key := range []string{base, base + ":s"} {
+				if got := ttl(key); got < want-2*time.Second || got > want {
+					t.Errorf("PTTL %s = %s, want %s (a day's pad plus the state's expiry, 90 s on)", key, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestDenyCacheBounded(t *testing.T) {
 	c := newDenyCache(100)
 	c.setLive(true)

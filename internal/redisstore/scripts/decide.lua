@@ -62,14 +62,18 @@ local function need(key)
 end
 
 -- write_string sets a string key to value, expiring at the instant
--- expires, or deletes it when value is false; unless it already holds it.
-local function write_string(key, value, expires)
-  if value == kv[key] then
-    return
-  end
+-- expires, or deletes it when value is false (unless it holds nothing).
+-- same_expiry says that a key holding value expires at expires already
+-- (its value says when), so that it needs no write: a key whose expiry is
+-- not in its value must be written even when its value stays, or it would
+-- keep its old expiry.
+local function write_string(key, value, expires, same_expiry)
   if value then
+    if same_expiry and value == kv[key] then
+      return
+    end
     call('SET', key, value, 'PX', ttl_ms(expires, now))
-  else
+  elseif kv[key] ~= false then
     call('DEL', key)
   end
   kv[key] = value
@@ -121,8 +125,9 @@ local function write_window(c, w, span, undo)
       kv[key] = call('INCRBY', key, delta)
     end
   else
-    write_string(wkey, window_value(start, prev), expires)
-    write_string(key, count > 0 and fmt(count), expires)
+    -- The expiry moved: both keys are written, the same values too.
+    write_string(wkey, window_value(start, prev), expires, false)
+    write_string(key, count > 0 and fmt(count), expires, false)
   end
   if undo and delta ~= 0 then
     undo[#undo + 1] = { UNDO_WINDOW, key, fmt(start), fmt(w), span, delta }
@@ -600,7 +605,7 @@ function bucket.write(c, undo)
   if tat < tat0 then
     freed(base)
   end
-  write_string(base, tat > now and fmt(tat), tat)
+  write_string(base, tat > now and fmt(tat), tat, true) -- a TAT is its own expiry
   if undo and tat ~= tat0 then
     undo[#undo + 1] = { UNDO_TAT, base, fmt(tat0 - tat) }
   end
