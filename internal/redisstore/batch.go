@@ -200,20 +200,7 @@ func (b *batcher) work() {
 // restarted Redis, a new cluster node), nothing ran: the library is loaded
 // and those FCALLs are sent again.
 func (b *batcher) send(batch []*call) {
-	// A call whose caller gave up while it waited is not sent: nobody would
-	// read its answer, and it would consume.
-	live := batch[:0]
-	for _, c := range batch {
-		if c.state.Load() != pending {
-			continue
-		}
-		if err := c.ctx.Err(); err != nil {
-			c.answer(reply{}, fmt.Errorf("redis: %w", err))
-			continue
-		}
-		live = append(live, c)
-	}
-	batch = live
+	batch = unanswered(batch)
 	if len(batch) == 0 {
 		return
 	}
@@ -236,6 +223,7 @@ func (b *batcher) send(batch []*call) {
 		calls []*call
 		args  []any
 		cmd   *redis.Cmd
+		sent  time.Time // when its pipeline left, for the clock's samples
 	}
 	scripts := make([]script, 0, (len(batch)+b.perScript-1)/b.perScript)
 	for rest := batch; len(rest) > 0; {
@@ -243,11 +231,12 @@ func (b *batcher) send(batch []*call) {
 		rest = rest[len(calls):]
 		scripts = append(scripts, script{calls: calls, args: scriptArgs(calls)})
 	}
-	run := func(which []int) {
+	run := func(which []int, sent time.Time) {
 		pipe := b.client.Pipeline()
 		for _, i := range which {
 			sc := &scripts[i]
 			sc.cmd = pipe.FCall(ctx, lib.decide, sc.calls[0].keys, sc.args...)
+			sc.sent = sent
 		}
 		pipe.Exec(ctx) // errors are per command
 		b.roundTrips.Add(1)
@@ -257,7 +246,7 @@ func (b *batcher) send(batch []*call) {
 	for i := range all {
 		all[i] = i
 	}
-	run(all)
+	run(all, sent)
 	var again []int
 	for i := range scripts {
 		if notLoaded(scripts[i].cmd.Err()) {
@@ -266,19 +255,29 @@ func (b *batcher) send(batch []*call) {
 	}
 	if len(again) > 0 {
 		if err := lib.load(ctx, b.client); err != nil {
+			// Still Redis's "not found" first: these calls did not run,
+			// whatever the load's error (mayHaveRun).
 			for _, i := range again {
-				scripts[i].cmd.SetErr(err)
+				scripts[i].cmd.SetErr(fmt.Errorf("%w; loading the library: %w", scripts[i].cmd.Err(), err))
 			}
 		} else {
-			// Sent anew: their deadlines, and their callers' wait, start
-			// again (loading the library may take longer than a timeout).
-			sent = time.Now()
+			// Sent anew, but only the calls still waiting (the wait timer
+			// may have answered some while the library loaded): their
+			// deadlines, and their callers' wait, start again.
+			sent := time.Now()
 			wait.Reset(b.timeout + grace(b.timeout))
+			resend := again[:0]
 			for _, i := range again {
-				b.setDeadlines(scripts[i].calls, sent)
-				scripts[i].args = scriptArgs(scripts[i].calls)
+				sc := &scripts[i]
+				if sc.calls = unanswered(sc.calls); len(sc.calls) > 0 {
+					b.setDeadlines(sc.calls, sent)
+					sc.args = scriptArgs(sc.calls)
+					resend = append(resend, i)
+				}
 			}
-			run(again)
+			if len(resend) > 0 {
+				run(resend, sent)
+			}
 		}
 	}
 	recv := time.Now()
@@ -303,13 +302,32 @@ func (b *batcher) send(batch []*call) {
 				continue
 			}
 			if b.clock != nil && j == 0 {
-				b.clock.sample(c.node, r.now, sent, recv)
+				b.clock.sample(c.node, r.now, sc.sent, recv)
 			}
 			if !c.answer(r, nil) {
 				b.late(c, r)
 			}
 		}
 	}
+}
+
+// unanswered keeps, in place, the calls still to be sent: a call whose
+// caller gave up, or that was answered meanwhile (by the wait timer), is
+// not sent: nobody would read its answer, and it would consume. A call
+// whose context ended is answered with its error.
+func unanswered(calls []*call) []*call {
+	live := calls[:0]
+	for _, c := range calls {
+		if c.state.Load() != pending {
+			continue
+		}
+		if err := c.ctx.Err(); err != nil {
+			c.answer(reply{}, fmt.Errorf("redis: %w", err))
+			continue
+		}
+		live = append(live, c)
+	}
+	return live
 }
 
 // scriptArgs returns the arguments of one FCALL deciding calls.

@@ -99,6 +99,34 @@ func TestShortCallerLongTimeout(t *testing.T) {
 	}
 }
 
+// TestNoResendAfterWait: a request that found Redis without the function
+// library is sent again once the library is loaded, unless its caller was
+// answered meanwhile. With 60 ms each way and a 100 ms store timeout, the
+// caller's wait (150 ms) ends before the library is loaded (two round
+// trips, 240 ms): the request must not run then, with nobody to hear of it.
+func TestNoResendAfterWait(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartFaultProxy(t, srv.Addr())
+	s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 100 * time.Millisecond, minPipelineBound: starvedBound})
+	items := everyAlgorithm("d/k=resend", 1)
+	lookFull(t, s, items, "before the flush")
+	if _, err := redistest.Command(srv.Addr(), "FUNCTION", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	st0 := s.Stats()
+	proxy.SetLatency(60 * time.Millisecond)
+	results := make([]engine.Result, len(items))
+	if _, err := s.Apply(context.Background(), items, results); err == nil {
+		t.Fatal("answered within a wait shorter than the library's load")
+	}
+	proxy.Heal()
+	settle(t, s)
+	if st := s.Stats(); st.Indeterminate != st0.Indeterminate {
+		t.Errorf("Stats() = %+v (before: %+v), want no indeterminate outcome", st, st0)
+	}
+	lookFull(t, s, items, "after the library was loaded")
+}
+
 // TestSlowNetworkConsumesNothing: with 15 ms added each way and a 10 ms
 // store timeout, every request reaches Redis past its deadline: each fails,
 // Redis decides none, and once the network heals every counter still has
