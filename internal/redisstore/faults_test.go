@@ -196,6 +196,34 @@ func TestLateReplyGivenBack(t *testing.T) {
 	lookFull(t, s, items, "after late replies")
 }
 
+// TestCloseGivesBackLateReplies: a store closed while a late reply is on
+// its way (rls shutting down during a slow Redis) reads it and gives it
+// back before it stops: the timings of TestLateReplyGivenBack, and Close as
+// soon as the caller has its error.
+func TestCloseGivesBackLateReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartFaultProxy(t, srv.Addr())
+	s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
+	items := everyAlgorithm("d/k=close", 3)
+	lookFull(t, s, items, "before the fault")
+	proxy.SetLatency(150 * time.Millisecond)
+	proxy.SetReplyDelay(90 * time.Millisecond)
+	results := make([]engine.Result, len(items))
+	if _, err := s.Apply(context.Background(), items, results); err == nil {
+		t.Fatal("answered within the wait over 390 ms of round trip")
+	}
+	st0 := s.Stats()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.GivenBack+st.Expired == st0.GivenBack+st0.Expired || st.Indeterminate != st0.Indeterminate {
+		t.Errorf("Stats() after Close = %+v (before: %+v), want the request given back or expired, none indeterminate", st, st0)
+	}
+	proxy.Heal()
+	lookFull(t, newStore(t, Options{URL: srv.URL()}), items, "after Close")
+}
+
 // TestCutRepliesRunOnce: the connection is reset after every other reply
 // left Redis (the request ran, its caller never hears of it). No request
 // runs twice: 300 requests of 1 hit consume at most 300, on one node and

@@ -235,10 +235,13 @@ func New(opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		s.releasing.Wait() // let reservations be given back first
+		// The workers first: they read the replies in flight (for a
+		// pipeline's bound at most), and late ones are given back, as are
+		// reservations, before releases stop.
+		s.b.close()
+		s.releasing.Wait()
 		s.stopReleases()
 		s.watching.Wait()
-		s.b.close()
 		err = s.client.Close()
 	})
 	return err
