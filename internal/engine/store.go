@@ -10,7 +10,9 @@ import (
 
 // MaxHits bounds the hits of one item. Requests asking for more are rejected
 // before they reach a store, so no counter arithmetic can overflow: a counter
-// holds at most a limit (< 2^32) plus one request's hits.
+// holds at most a limit (< 2^32) plus one request's hits, or, with hits that
+// count when denied, what 2^32 such requests add (a window's count), and a
+// bucket's TAT stops MaxBucketAhead ahead of now.
 const MaxHits = math.MaxUint32
 
 // Item is one limit of one request descriptor, as a store judges it.

@@ -36,9 +36,22 @@ func (a tokenBucket) admits(l *descriptors.Limit, st *State, t int64, hits uint6
 	return st.TAT+int64(hits)*i-t <= int64(l.Burst)*i
 }
 
-func (a tokenBucket) consume(l *descriptors.Limit, st *State, _ int64, hits uint64) {
-	if l.RequestsPerUnit > 0 {
-		st.TAT += int64(hits) * a.interval(l)
+// MaxBucketAhead bounds how far ahead of now a consumption puts a bucket's
+// TAT, in µs (2^50, about 35 years): hits that count when denied push it
+// on without end, and past 2^63 µs it would wrap round to a full bucket.
+// decide.lua keeps the same bound (TB_MAX_AHEAD, where µs instants stay
+// exact doubles).
+const MaxBucketAhead = 1 << 50
+
+func (a tokenBucket) consume(l *descriptors.Limit, st *State, t int64, hits uint64) {
+	if l.RequestsPerUnit == 0 {
+		return
+	}
+	i := a.interval(l)
+	if room := max(t+MaxBucketAhead-st.TAT, 0); hits > uint64(room/i) {
+		st.TAT = max(st.TAT, t+MaxBucketAhead)
+	} else {
+		st.TAT += int64(hits) * i
 	}
 }
 

@@ -155,6 +155,10 @@ const (
 	retryNever = -1
 )
 
+// tbMaxAhead is the bound of a token bucket's TAT ahead of now, the
+// engine's.
+const tbMaxAhead = engine.MaxBucketAhead
+
 // release.lua's operations.
 const (
 	undoWindow  = "W"

@@ -55,6 +55,7 @@ func TestWireContract(t *testing.T) {
 		"VERDICT_ADMITTED":    strconv.Itoa(verdictAdmitted),
 		"VERDICT_EXPIRED":     strconv.Itoa(verdictExpired),
 		"RETRY_NEVER":         strconv.Itoa(retryNever),
+		"TB_MAX_AHEAD":        strconv.Itoa(tbMaxAhead),
 		"UNDO_WINDOW":         strconv.Quote(undoWindow),
 		"UNDO_TAT":            strconv.Quote(undoTAT),
 		"UNDO_ZREM":           strconv.Quote(undoZRem),

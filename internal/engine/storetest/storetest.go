@@ -283,6 +283,14 @@ var timelines = []timeline{
 		{at: 500 * ms, hits: 6, cd: true, ok: false, remaining: 0, reset: 1100 * ms, retry: 700 * ms},
 		{at: 1500 * ms, hits: 0, ok: true, remaining: 9, reset: 100 * ms},
 	}},
+	// Debt without end: a 1-per-hour bucket charged MaxHits denied hits
+	// again and again. The TAT stops at MaxBucketAhead ahead of now (it
+	// wrapped round past 2^63 µs to a full bucket): denied throughout.
+	{"TokenBucketDebtBounded", Limit(descriptors.TokenBucket, 1, time.Hour, 1), []step{
+		{at: 0, hits: engine.MaxHits, cd: true, ok: false, remaining: 0, reset: engine.MaxBucketAhead * us, never: true},
+		{at: sec, hits: engine.MaxHits, cd: true, ok: false, remaining: 0, reset: engine.MaxBucketAhead * us, never: true},
+		{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: engine.MaxBucketAhead*us - sec, retry: engine.MaxBucketAhead*us - sec},
+	}},
 	// Calendar windows (calendar: true): a month from the 1st, as long as
 	// it is; a leap year's February; a DST day of 23 hours; an ISO week from
 	// Monday; a year.

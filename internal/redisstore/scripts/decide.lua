@@ -559,7 +559,8 @@ end
 
 function bucket.consume(c, hits, limit)
   if limit > 0 then
-    c_tat[c] = c_tat[c] + hits * interval(c, limit)
+    local tat = c_tat[c]
+    c_tat[c] = min(tat + hits * interval(c, limit), max(tat, now + TB_MAX_AHEAD))
   end
 end
 

@@ -67,6 +67,11 @@ local VERDICT_ADMITTED = 1
 local VERDICT_EXPIRED = 2 -- past its deadline: nothing decided, nothing consumed
 local RETRY_NEVER = -1 -- an item's retry when no wait admits its hits (engine.Result.Never)
 
+-- How far ahead of now a consumption puts a token bucket's TAT, in µs
+-- (engine.MaxBucketAhead): hits that count when denied push it on without
+-- end.
+local TB_MAX_AHEAD = 1125899906842624
+
 -- release.lua's operations (the undo log written by decide.lua):
 local UNDO_WINDOW = 'W' -- key start window span delta: take delta hits off the window
                         -- that started at start (or, a window later, off the previous one)
