@@ -158,42 +158,57 @@ func TestSlowNetworkConsumesNothing(t *testing.T) {
 }
 
 // TestLateReplyGivenBack: replies that come after their callers stopped
-// waiting are given back. With a 240 ms store timeout, requests reach Redis
-// 150 ms after they leave, in the last half of their deadline (so they are
-// decided with their undo logs), and replies take 240 ms back, past the
-// callers' wait (deadline plus half a timeout: 360 ms). Each margin is 30 ms
-// (10 ms, at a third of these timings, failed 2 of 8 runs on a loaded
-// machine). While the fault lasts, the bound of Redis's clock lead (read
-// from replies that take 240 ms back) drops by as much, so some requests
-// are sent with an earlier deadline and expire instead: never later, never
-// consuming.
+// waiting are given back: admissions, and denials whose hits count when
+// denied. With a 240 ms store timeout, requests reach Redis 150 ms after
+// they leave, in the last half of their deadline (so they are decided with
+// their undo logs), and replies take 240 ms back, past the callers' wait
+// (deadline plus half a timeout: 360 ms). Each margin is 30 ms (10 ms, at a
+// third of these timings, failed 2 of 8 runs on a loaded machine). While
+// the fault lasts, the bound of Redis's clock lead (read from replies that
+// take 240 ms back) drops by as much, so some requests are sent with an
+// earlier deadline and expire instead: never later, never consuming.
 func TestLateReplyGivenBack(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := redistest.StartFaultProxy(t, srv.Addr())
-	s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
-	items := everyAlgorithm("d/k=late", 3)
-	lookFull(t, s, items, "before the fault")
+	for _, tc := range []struct {
+		name        string
+		hits        uint64
+		countDenied bool
+	}{
+		{"admitted", 3, false},
+		{"denied, its hits counted", 101, true}, // over every limit of 100
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			proxy := redistest.StartFaultProxy(t, srv.Addr())
+			s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Prefix: "late:" + tc.name + ":", Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
+			items := everyAlgorithm("d/k=late", tc.hits)
+			for i := range items {
+				items[i].CountDenied = tc.countDenied
+			}
+			lookFull(t, s, items, "before the fault")
 
-	// Outcomes of the n requests only (a look that missed its deadline has
-	// its own).
-	st0 := s.Stats()
-	proxy.SetLatency(150 * time.Millisecond)
-	proxy.SetReplyDelay(90 * time.Millisecond)
-	results := make([]engine.Result, len(items))
-	const n = 12
-	for i := range n {
-		if _, err := s.Apply(context.Background(), items, results); err == nil {
-			t.Fatalf("request %d: answered within the wait over 390 ms of round trip", i)
-		}
+			// Outcomes of the n requests only (a look that missed its
+			// deadline has its own).
+			st0 := s.Stats()
+			proxy.SetLatency(150 * time.Millisecond)
+			proxy.SetReplyDelay(90 * time.Millisecond)
+			results := make([]engine.Result, len(items))
+			const n = 12
+			for i := range n {
+				if _, err := s.Apply(context.Background(), items, results); err == nil {
+					t.Fatalf("request %d: answered within the wait over 390 ms of round trip", i)
+				}
+			}
+			proxy.Heal()
+			settle(t, s)
+			st := s.Stats()
+			givenBack, expired, indeterminate := st.GivenBack-st0.GivenBack, st.Expired-st0.Expired, st.Indeterminate-st0.Indeterminate
+			if givenBack+expired != n || givenBack == 0 || indeterminate != 0 {
+				t.Errorf("Stats() = %+v (before the requests: %+v), want %d given back or expired, some given back, none indeterminate", st, st0, n)
+			}
+			lookFull(t, s, items, "after late replies")
+		})
 	}
-	proxy.Heal()
-	settle(t, s)
-	st := s.Stats()
-	givenBack, expired, indeterminate := st.GivenBack-st0.GivenBack, st.Expired-st0.Expired, st.Indeterminate-st0.Indeterminate
-	if givenBack+expired != n || givenBack == 0 || indeterminate != 0 {
-		t.Errorf("Stats() = %+v (before the requests: %+v), want %d given back or expired, some given back, none indeterminate", st, st0, n)
-	}
-	lookFull(t, s, items, "after late replies")
 }
 
 // TestCloseGivesBackLateReplies: a store closed while a late reply is on

@@ -389,9 +389,10 @@ func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine
 }
 
 // late handles the reply of a request whose caller stopped waiting (its
-// own deadline, or the store's wait): what it consumed is given back with
-// its undo log; without one (decided well before its deadline, so the reply
-// took longer than a whole timeout on its way back) it is indeterminate.
+// own deadline, or the store's wait): what it consumed (an admission, or a
+// denial's hits that count when denied) is given back with its undo log;
+// without one (decided well before its deadline, so the reply took longer
+// than a whole timeout on its way back) it is indeterminate.
 func (s *Store) late(c *call, r reply) {
 	switch r.verdict {
 	case verdictExpired:
@@ -399,13 +400,18 @@ func (s *Store) late(c *call, r reply) {
 		return
 	case verdictAdmitted:
 	default:
-		return // denied: nothing consumed
+		if !chargesDenied(c.args, c.items) {
+			return // denied: nothing consumed
+		}
 	}
 	undo := r.undo(c.items)
 	bases := callBases(c)
-	if undo == nil {
+	switch {
+	case undo == nil:
 		s.unknown(c.node, errors.New("a reply came after its caller stopped waiting, decided too early to carry its undo log"))
 		return
+	case len(undo) == 0:
+		return // nothing written
 	}
 	s.releasing.Add(1)
 	go func() {

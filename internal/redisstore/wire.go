@@ -212,6 +212,19 @@ func requestArgs(mode, now string, at time.Time, items []engine.Item, bases []st
 	return args
 }
 
+// chargesDenied reports whether a request's arguments (of n items) ask for
+// hits that count when denied: a denial of it consumes.
+func chargesDenied(args []any, n int) bool {
+	for k := range n {
+		f := args[requestHead+k*itemFields:]
+		flags, _ := f[itemFlags-1].(int)
+		if hits, _ := f[itemHits-1].(uint64); flags&flagCountDenied != 0 && hits > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // setDeadline sets a request's deadline and undo instants (µs of Redis's
 // clock; "" for none) in its arguments.
 func setDeadline(args []any, deadline, undoAfter string) {
@@ -244,7 +257,7 @@ func parseReply(r any) (reply, error) {
 // undo returns the reply's undo log, nil when it has none, for a request
 // of n items.
 func (r reply) undo(n int) []any {
-	if r.verdict != verdictAdmitted || len(r.vals) <= replyHead+replyItemFields*n {
+	if r.verdict == verdictExpired || len(r.vals) <= replyHead+replyItemFields*n {
 		return nil
 	}
 	undo, _ := r.vals[replyHead+replyItemFields*n].([]any)

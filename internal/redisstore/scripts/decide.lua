@@ -870,8 +870,11 @@ local function decide(a)
   statuses(out)
   local reserve = mode == MODE_RESERVE and admitted
   local v = reserve and view()
+  -- The undo log: a reservation's, and, past the undo instant, any
+  -- decision's (a denial's too: its hits that count when denied were
+  -- charged), for a reply that may come after its caller stopped waiting.
   local undo
-  if reserve or (admitted and undo_after ~= '' and now > tonumber(undo_after)) then
+  if reserve or (undo_after ~= '' and now > tonumber(undo_after)) then
     undo = {}
   end
   for c = 1, nc do
