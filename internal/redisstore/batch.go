@@ -150,6 +150,11 @@ var errNoReply = errors.New("redis: no reply within the store timeout")
 // do decides one request (keys, args, of n items) on node and
 // returns the script's reply for it.
 func (b *batcher) do(ctx context.Context, node string, n int, keys []string, args []any) (reply, error) {
+	select {
+	case <-b.stop: // a closed store: a free queue slot must not win the select below
+		return reply{}, errClosed
+	default:
+	}
 	c := &call{ctx: ctx, node: node, keys: keys, args: args, items: n, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
