@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,7 @@ type nodePart struct {
 	undo     []any // what release.lua gives back
 	view     []any // per item remaining and reset µs before the request
 	err      error
+	released atomic.Bool // its reservation was given back (releaseAll)
 }
 
 // oneSlot reports whether all items are counters of one descriptor, whose
@@ -99,6 +101,9 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		for _, p := range parts {
 			if p.err == nil && p.admitted {
 				unreserve(p, results)
+				if !p.released.Load() {
+					continue // not given back (yet): its count-denied hits are still counted
+				}
 				if err := s.chargeReleased(ctx, p, results); err != nil && firstErr == nil {
 					firstErr = err
 				}
@@ -165,7 +170,11 @@ func clusterMoved(err error) bool {
 func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 	var wg sync.WaitGroup
 	for _, p := range parts {
-		if !p.admitted || len(p.undo) == 0 {
+		if !p.admitted {
+			continue
+		}
+		if len(p.undo) == 0 {
+			p.released.Store(true) // it took nothing
 			continue
 		}
 		s.releasing.Add(1)
@@ -176,6 +185,7 @@ func (s *Store) releaseAll(parts map[string]*nodePart) <-chan struct{} {
 				s.indeterminate.Add(1)
 				return
 			}
+			p.released.Store(true)
 			s.releases.Add(1)
 		})
 	}
