@@ -39,21 +39,24 @@ type LimitHeaderNames struct {
 // DefaultLimitHeaderNames are the reference's defaults.
 var DefaultLimitHeaderNames = LimitHeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
 
-// referenceAnswer applies the reference's answer-level behaviours to resp,
-// a decided answer for a request to dom whose descriptors matched nodes.
-func (s *Service) referenceAnswer(nodes []*descriptors.Descriptor, resp *Response) {
+// finishAnswer completes resp, a decided answer for a request whose
+// descriptors matched nodes: the reference's SHADOW_MODE first (an answer
+// it turns OK carries no Retry-After), then the headers of mode, then the
+// reference's other answer-level behaviours.
+func (s *Service) finishAnswer(nodes []*descriptors.Descriptor, resp *Response, mode HeaderMode) {
 	r := &s.ref
-	if r.DynamicMetadata {
-		resp.Metadata = passedMetadata(nodes, resp)
-	}
-	if r.LimitHeaders != nil {
-		resp.Headers = appendLimitHeaders(resp.Headers, r.LimitHeaders, nodes, resp)
-	}
 	if r.GlobalShadow && resp.Code == OverLimit {
 		resp.Code = OK
 		if s.refStats != nil {
 			s.refStats.globalShadow.Inc()
 		}
+	}
+	resp.Headers = appendHeaders(nil, mode, resp)
+	if r.DynamicMetadata {
+		resp.Metadata = passedMetadata(nodes, resp)
+	}
+	if r.LimitHeaders != nil {
+		resp.Headers = appendLimitHeaders(resp.Headers, r.LimitHeaders, nodes, resp)
 	}
 }
 

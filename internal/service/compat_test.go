@@ -37,6 +37,13 @@ descriptors:
 
 func newReferenceService(t *testing.T, ref Reference) (*Service, *prometheus.Registry) {
 	t.Helper()
+	return newReferenceServiceWith(t, Options{Reference: ref})
+}
+
+// newReferenceServiceWith is newReferenceService with more options; the
+// store, registry and MaxValueSeries (2) are its own.
+func newReferenceServiceWith(t *testing.T, opts Options) (*Service, *prometheus.Registry) {
+	t.Helper()
 	cfg, err := descriptors.Parse("ref.yaml", []byte(referenceConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +52,8 @@ func newReferenceService(t *testing.T, ref Reference) (*Service, *prometheus.Reg
 	ms := memstore.New(memstore.Options{Now: clock.Now})
 	t.Cleanup(func() { ms.Close() })
 	reg := prometheus.NewRegistry()
-	svc := New(Options{Store: ms, Registry: reg, Reference: ref, MaxValueSeries: 2})
+	opts.Store, opts.Registry, opts.MaxValueSeries = ms, reg, 2
+	svc := New(opts)
 	if err := svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -206,5 +214,19 @@ func TestReferenceStatsReload(t *testing.T) {
 		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", key1, ""); err != nil || c != 0 {
 			t.Errorf("domain d dropped: total_hits{domain=d,key1=%q} = %v (%v), want no series", key1, c, err)
 		}
+	}
+}
+
+// SHADOW_MODE turns an answer OK before its headers are written: an OK
+// answer carries no Retry-After (ext_authz would add it to the client's
+// successful response, and /auth would send it with a 200), and keeps the
+// limit headers.
+func TestGlobalShadowNoRetryAfter(t *testing.T) {
+	svc, _ := newReferenceServiceWith(t, Options{Reference: Reference{GlobalShadow: true}, Headers: HeadersBoth})
+	ask(t, svc, 1, desc("svc", "b"))
+	r := ask(t, svc, 1, desc("svc", "b")) // over its limit of 1 per minute
+	text := headerText(r.Headers)
+	if r.Code != OK || strings.Contains(text, "Retry-After") || !strings.Contains(text, "RateLimit: ") {
+		t.Errorf("over the limit under SHADOW_MODE: %v with headers %q; want OK, the limit headers, no Retry-After", r.Code, text)
 	}
 }

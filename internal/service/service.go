@@ -267,8 +267,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	items, owner := sc.items, sc.owner
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
-		resp.Headers = appendHeaders(nil, headers, resp)
-		s.referenceAnswer(sc.nodes, resp)
+		s.finishAnswer(sc.nodes, resp, headers)
 		return resp, nil
 	}
 
@@ -293,8 +292,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 			s.impossible(cur, dom, items, results)
 		}
 	}
-	resp.Headers = appendHeaders(nil, headers, resp)
-	s.referenceAnswer(sc.nodes, resp)
+	s.finishAnswer(sc.nodes, resp, headers)
 	for i := range items {
 		items[i] = engine.Item{} // drop references to config and strings
 	}
