@@ -33,7 +33,8 @@ import (
 // after its caller stopped waiting is late: what it consumed is given back
 // with its undo log, which the script attaches to requests it decides
 // within the last undoSpan before their deadline, the only ones whose
-// replies can be late unless the way back takes longer than a whole budget. A late admitted reply without an undo log, and a call whose
+// replies can be late unless the way back takes longer than a whole
+// budget. A late reply that consumed without an undo log, and a call whose
 // reply never came (the connection failed or stayed silent), are counted as
 // indeterminate: the store cannot tell or undo what they consumed.
 type batcher struct {
