@@ -116,6 +116,9 @@ type daemon struct {
 	grpc       *grpc.Server
 	health     *health.Server
 	http       *httpapi.Server
+	// loaded is the fingerprint of the config files taken before the first
+	// load, so that the watch reports a change made while rls started.
+	loaded [32]byte
 	// errc receives the error of a listener's server that stops serving.
 	errc chan error
 	// stop ends the goroutines that start started (readiness, watch); done
@@ -131,11 +134,12 @@ type daemon struct {
 // start loads the config, builds the store and the service, and serves
 // both listeners. On error what it started is stopped.
 func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemon, err error) {
+	loaded := configwatch.Fingerprint(o.config, o.configLimits)
 	cfg, err := initialConfig(o, log)
 	if err != nil {
 		return nil, err
 	}
-	d = &daemon{o: o, log: log, errc: make(chan error, 2), done: make(chan struct{})}
+	d = &daemon{o: o, log: log, loaded: loaded, errc: make(chan error, 2), done: make(chan struct{})}
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -281,7 +285,7 @@ func (d *daemon) load() (*descriptors.Config, error) {
 // watch signals changed (without blocking) when the config's files change,
 // until ctx is done.
 func (d *daemon) watch(ctx context.Context, changed chan<- struct{}) {
-	err := configwatch.Watch(ctx, d.o.config, configwatch.Options{Limits: d.o.configLimits, Log: d.log}, func() {
+	err := configwatch.Watch(ctx, d.o.config, configwatch.Options{Limits: d.o.configLimits, Log: d.log, Loaded: &d.loaded}, func() {
 		select {
 		case changed <- struct{}{}:
 		default:

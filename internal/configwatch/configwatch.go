@@ -47,6 +47,11 @@ type Options struct {
 	Limits descriptors.LoadOptions
 	// Log receives what the watcher does; nil discards it.
 	Log *slog.Logger
+	// Loaded is the Fingerprint of the content the caller loaded, taken
+	// before it loaded it: content that differs when the watch starts (a
+	// change while the caller started) is reported at once. Nil: the
+	// content when the watch starts is the caller's.
+	Loaded *[32]byte
 
 	clock    clock    // nil: the real one
 	observer observer // tests: nil
@@ -99,7 +104,18 @@ func Watch(ctx context.Context, path string, opts Options, onChange func()) erro
 		return fmt.Errorf("watching %s: cannot watch %s", path, w.dir)
 	}
 	opts.observer.started()
+	if opts.Loaded != nil && *opts.Loaded != w.last {
+		opts.Log.Info("config changed while starting", "path", path)
+		onChange()
+	}
 	return w.run(ctx, onChange)
+}
+
+// Fingerprint identifies the content of the config under path as Watch
+// sees it, for Options.Loaded.
+func Fingerprint(path string, limits descriptors.LoadOptions) [32]byte {
+	files, _, unreadable := descriptors.ListConfig(path)
+	return fingerprint(files, unreadable, limits.WithDefaults().MaxFileBytes)
 }
 
 // watcher is the state of one Watch. It is used by Watch's goroutine only.

@@ -282,3 +282,34 @@ func TestWatchMissingPath(t *testing.T) {
 		t.Error("Watch(missing file) = nil, want an error")
 	}
 }
+
+// TestChangedWhileStarting: content that changed between the caller's load
+// (the Fingerprint it took before) and the start of the watch is reported
+// at once, with no event after the start; the fingerprint of unchanged
+// content is the same.
+func TestChangedWhileStarting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	write(t, path, "domain: a\n")
+	loaded := Fingerprint(path, descriptors.LoadOptions{})
+	if again := Fingerprint(path, descriptors.LoadOptions{}); again != loaded {
+		t.Fatal("two fingerprints of the same content differ")
+	}
+	write(t, path, "domain: b\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Watch(ctx, path, Options{Loaded: &loaded}, func() { changes <- struct{}{} })
+	}()
+	select {
+	case <-changes:
+	case err := <-done:
+		t.Fatalf("Watch = %v before reporting the change", err)
+	case <-time.After(guard):
+		t.Fatalf("a change made before the watch started not reported within %v", guard)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch = %v, want nil after cancel", err)
+	}
+}
