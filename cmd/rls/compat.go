@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -320,12 +319,12 @@ func compatConfigSource(e *compatEnv, o *options) {
 		},
 		MaxMsgSize: e.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0),
 	}
-	if md := e.str("CONFIG_GRPC_XDS_NODE_METADATA", ""); md != "" {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(md), &m); err != nil {
-			e.fail("CONFIG_GRPC_XDS_NODE_METADATA", md, "not a JSON object")
-		} else if x.NodeMetadata, err = structpb.NewStruct(m); err != nil {
-			e.fail("CONFIG_GRPC_XDS_NODE_METADATA", md, err.Error())
+	// As the reference reads it: k1=v1,k2=v2, string values, split at the
+	// first '=', an item without one skipped.
+	x.NodeMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for _, kv := range strings.Split(e.str("CONFIG_GRPC_XDS_NODE_METADATA", ""), ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			x.NodeMetadata.Fields[k] = structpb.NewStringValue(v)
 		}
 	}
 	if hs := e.str("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ""); hs != "" {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -119,7 +120,6 @@ func TestCompatRefusedVariables(t *testing.T) {
 		{"LOG_LEVEL=loud", `LOG_LEVEL="loud"`},
 		{"NEAR_LIMIT_RATIO=2", `NEAR_LIMIT_RATIO="2"`},
 		{"GRPC_SERVER_USE_TLS=true", `needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY`},
-		{"CONFIG_GRPC_XDS_NODE_METADATA={x", `CONFIG_GRPC_XDS_NODE_METADATA="{x": not a JSON object`},
 	} {
 		env := []string{tc.env}
 		if strings.HasPrefix(tc.env, "CONFIG_GRPC") {
@@ -202,5 +202,22 @@ func TestHasSAN(t *testing.T) {
 		if got := hasSAN(cert, tc.san); got != tc.want {
 			t.Errorf("hasSAN(cert, %q) = %v, want %v", tc.san, got, tc.want)
 		}
+	}
+}
+
+// CONFIG_GRPC_XDS_NODE_METADATA is read as the reference reads it:
+// k1=v1,k2=v2, string values split at the first '=', items without one
+// skipped.
+func TestCompatNodeMetadata(t *testing.T) {
+	o, err := compatFromEnv([]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA=cluster=eg,zone=a=b,junk,empty="})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for k, v := range o.compat.xds.NodeMetadata.GetFields() {
+		got[k] = v.GetStringValue()
+	}
+	if want := map[string]string{"cluster": "eg", "zone": "a=b", "empty": ""}; !maps.Equal(got, want) {
+		t.Errorf("node metadata = %v, want %v", got, want)
 	}
 }

@@ -103,10 +103,12 @@ func TestRedisOutage(t *testing.T) {
 		t.Errorf("/readyz with Redis down = %d, want 503", got)
 	}
 	hc := healthpb.NewHealthClient(s.dial(t))
-	s.waitUntil(t, "gRPC health NOT_SERVING with Redis down", func() bool {
-		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
-		return err == nil && r.Status == healthpb.HealthCheckResponse_NOT_SERVING
-	})
+	for _, name := range []string{"envoy.service.ratelimit.v3.RateLimitService", "ratelimit"} { // rls's name, the reference's
+		s.waitUntil(t, "gRPC health of "+name+" NOT_SERVING with Redis down", func() bool {
+			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+			return err == nil && r.Status == healthpb.HealthCheckResponse_NOT_SERVING
+		})
+	}
 
 	srv.Restart()
 	failed := 0

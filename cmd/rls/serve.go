@@ -384,7 +384,9 @@ func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
 // equal to the service's readiness: NOT_SERVING while the store does not
 // answer, so that a gRPC health check sees what /readyz sees.
 func followReadiness(ctx context.Context, svc *service.Service, hs *health.Server, every time.Duration) {
-	services := []string{"", "envoy.service.ratelimit.v3.RateLimitService", "envoy.service.auth.v3.Authorization"}
+	// "ratelimit": the name envoyproxy/ratelimit's health follows, which its
+	// probes and clients ask for.
+	services := []string{"", "envoy.service.ratelimit.v3.RateLimitService", "envoy.service.auth.v3.Authorization", "ratelimit"}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
