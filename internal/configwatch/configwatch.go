@@ -3,8 +3,10 @@
 // directory above it with inotify, waits for a quiet moment (but never
 // longer than a maximum after the first event), and reports a change only
 // when the content of the YAML files differs from the last report. Atomic
-// renames, editors' temporary files, Kubernetes ConfigMap symlink swaps and
-// a directory deleted and made again or replaced by a rename are all just
+// renames, editors' temporary files, Kubernetes ConfigMap symlink swaps, a
+// symlink among the directories above swapped (envoyproxy/ratelimit's
+// RUNTIME_ROOT) and a directory deleted and made again or replaced by a
+// rename are all just
 // events that lead to a content check; a directory that was replaced is
 // watched again. It knows nothing of parsing; which files count is
 // descriptors.ListConfig's call.
@@ -132,6 +134,10 @@ type watcher struct {
 	// content says which watched directories hold config: their events
 	// count. The parent's count only for dir's own name.
 	content map[string]bool
+	// links are the ancestors of dir that are symlinks (RUNTIME_ROOT's
+	// "current", swapped to deploy a new version): an event on one counts,
+	// and the directory that holds it is watched.
+	links map[string]bool
 	last    [32]byte // fingerprint of the last report
 	wait    debounce
 }
@@ -189,7 +195,7 @@ func (w *watcher) run(ctx context.Context, onChange func()) error {
 // relevant says whether ev may change the config: an event in a directory
 // holding config, or on the config's directory itself.
 func (w *watcher) relevant(ev fsnotify.Event) bool {
-	return ev.Name == w.dir || w.content[ev.Name] || w.content[filepath.Dir(ev.Name)]
+	return ev.Name == w.dir || w.content[ev.Name] || w.content[filepath.Dir(ev.Name)] || w.links[ev.Name]
 }
 
 // check lists the config files, brings the watches in line with the
@@ -211,6 +217,15 @@ func (w *watcher) check() [32]byte {
 	}
 	if _, ok := want[w.parent]; !ok {
 		want[w.parent] = false
+	}
+	w.links = make(map[string]bool)
+	for a := filepath.Dir(w.dir); a != filepath.Dir(a); a = filepath.Dir(a) {
+		if st, err := os.Lstat(a); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			w.links[a] = true
+			if _, ok := want[filepath.Dir(a)]; !ok {
+				want[filepath.Dir(a)] = false
+			}
+		}
 	}
 	w.rewatch(want)
 	return fingerprint(files, unreadable, w.opts.Limits.MaxFileBytes)

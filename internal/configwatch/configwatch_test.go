@@ -186,6 +186,26 @@ func TestSymlinkedDirectorySwapped(t *testing.T) {
 	w.expectChange("a new file in v2", filepath.Join(link, "b.yaml"), true)
 }
 
+// TestRuntimeRootSwapped: envoyproxy/ratelimit's layout, the config
+// directory below a symlink (RUNTIME_ROOT=/srv/runtime_data/current, the
+// config in current/ratelimit/config) that a deployment points at a new
+// version: the swap of the link two levels up is seen, and so is a file
+// added in the new version.
+func TestRuntimeRootSwapped(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "v1", "ratelimit", "config", "a.yaml"), "domain: v1\n")
+	write(t, filepath.Join(root, "v2", "ratelimit", "config", "a.yaml"), "domain: v2\n")
+	link := filepath.Join(root, "current")
+	must(t, os.Symlink("v1", link))
+	config := filepath.Join(link, "ratelimit", "config")
+	w := startWatch(t, config)
+	must(t, os.Symlink("v2", link+".tmp"))
+	must(t, os.Rename(link+".tmp", link))
+	w.expectChange("RUNTIME_ROOT swapped to v2", link, true)
+	write(t, filepath.Join(root, "v2", "ratelimit", "config", "b.yaml"), "domain: b\n")
+	w.expectChange("a new file in v2", filepath.Join(config, "b.yaml"), true)
+}
+
 // TestDirectoryGoneAndBack: with the config's directory and its parent
 // deleted, no event can tell of their return: the watcher looks for them
 // every MaxWait and watches them again.
