@@ -138,8 +138,8 @@ type watcher struct {
 	// "current", swapped to deploy a new version): an event on one counts,
 	// and the directory that holds it is watched.
 	links map[string]bool
-	last    [32]byte // fingerprint of the last report
-	wait    debounce
+	last  [32]byte // fingerprint of the last report
+	wait  debounce
 }
 
 // run handles events until ctx ends.
