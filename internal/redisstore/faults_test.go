@@ -76,6 +76,15 @@ func settle(t *testing.T, s *Store) {
 	s.releasing.Wait()
 }
 
+// behindProxy returns a fault proxy in front of srv and a store through it
+// with opts (its URL set).
+func behindProxy(t *testing.T, srv *redistest.Server, opts Options) (*redistest.FaultProxy, *Store) {
+	t.Helper()
+	proxy := redistest.StartFaultProxy(t, srv.Addr())
+	opts.URL = "redis://" + proxy.Addr() + "/0"
+	return proxy, newStore(t, opts)
+}
+
 // TestShortCallerLongTimeout: a caller that waits less than the store
 // timeout and its grace gets a deadline in Redis within its own wait, and
 // its requests are decided: with a store timeout of a second and callers
@@ -106,8 +115,7 @@ func TestShortCallerLongTimeout(t *testing.T) {
 // trips, 240 ms): the request must not run then, with nobody to hear of it.
 func TestNoResendAfterWait(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := redistest.StartFaultProxy(t, srv.Addr())
-	s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 100 * time.Millisecond, minPipelineBound: starvedBound})
+	proxy, s := behindProxy(t, srv, Options{Timeout: 100 * time.Millisecond, minPipelineBound: starvedBound})
 	items := everyAlgorithm("d/k=resend", 1)
 	lookFull(t, s, items, "before the flush")
 	if _, err := redistest.Command(srv.Addr(), "FUNCTION", "FLUSH"); err != nil {
@@ -133,8 +141,7 @@ func TestNoResendAfterWait(t *testing.T) {
 // its whole limit (the 120 sequential requests).
 func TestSlowNetworkConsumesNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := redistest.StartFaultProxy(t, srv.Addr())
-	s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 10 * time.Millisecond, minPipelineBound: starvedBound})
+	proxy, s := behindProxy(t, srv, Options{Timeout: 10 * time.Millisecond, minPipelineBound: starvedBound})
 	items := everyAlgorithm("d/k=slow", 1)
 	lookFull(t, s, items, "before the fault") // and the connections are up
 
@@ -179,8 +186,7 @@ func TestLateReplyGivenBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			proxy := redistest.StartFaultProxy(t, srv.Addr())
-			s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Prefix: "late:" + tc.name + ":", Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
+			proxy, s := behindProxy(t, srv, Options{Prefix: "late:" + tc.name + ":", Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
 			items := everyAlgorithm("d/k=late", tc.hits)
 			for i := range items {
 				items[i].CountDenied = tc.countDenied
@@ -217,8 +223,7 @@ func TestLateReplyGivenBack(t *testing.T) {
 // soon as the caller has its error.
 func TestCloseGivesBackLateReplies(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := redistest.StartFaultProxy(t, srv.Addr())
-	s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
+	proxy, s := behindProxy(t, srv, Options{Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
 	items := everyAlgorithm("d/k=close", 3)
 	lookFull(t, s, items, "before the fault")
 	proxy.SetLatency(150 * time.Millisecond)
@@ -290,8 +295,7 @@ func TestCutRepliesRunOnce(t *testing.T) {
 	}
 	t.Run("single", func(t *testing.T) {
 		srv := redistest.Start(t)
-		proxy := redistest.StartFaultProxy(t, srv.Addr())
-		s := newStore(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 100 * time.Millisecond})
+		proxy, s := behindProxy(t, srv, Options{Timeout: 100 * time.Millisecond})
 		lookFull(t, s, everyAlgorithm("d/k=warm", 0), "warming up")
 		proxy.CutEveryReply(2, "FCALL")
 		check(t, s, proxy.Cuts, proxy.Heal)
