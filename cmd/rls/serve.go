@@ -221,6 +221,10 @@ func newGRPCServer(o *options, svc *service.Service, rls *envoyrls.Server, tlsSo
 	rls.Register(gs)
 	authz.New(svc, o.trustedProxies).Register(gs)
 	hs := health.NewServer()
+	// Not serving until followReadiness has asked the service (its first
+	// question may wait for a store that does not answer); grpc-go's
+	// default would say SERVING meanwhile.
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs
