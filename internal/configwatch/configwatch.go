@@ -156,6 +156,9 @@ func (w *watcher) run(ctx context.Context, onChange func()) error {
 			}
 			relevant := w.relevant(ev)
 			log.Debug("config watch event", "event", ev.String(), "relevant", relevant)
+			if _, watched := w.watched[ev.Name]; watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				w.watchAgain(ev.Name)
+			}
 			if relevant {
 				w.opts.clock.Arm(w.wait.event(w.opts.clock.Now()))
 			}
@@ -273,6 +276,24 @@ func (w *watcher) rewatch(want map[string]bool) {
 		}
 	}
 	w.content = want
+}
+
+// watchAgain watches dir again after an event said that the directory its
+// watch was on is gone, if one is there again: a directory deleted and made
+// again (with, maybe, the inode number of the old one) before a check saw
+// it gone is taken by the check for the one it watches, whose watch
+// fsnotify drops when this event comes.
+func (w *watcher) watchAgain(dir string) {
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return // gone: the next check, or the periodic look, brings it back
+	}
+	if err := w.fs.Add(dir); err != nil {
+		w.opts.Log.Warn("config watch: cannot watch a directory", "dir", dir, "error", err)
+		return
+	}
+	w.opts.Log.Info("config watch: re-watching a replaced directory", "dir", dir)
+	w.watched[dir] = st
 }
 
 // fingerprint hashes the YAML files (with their names) and the errors of

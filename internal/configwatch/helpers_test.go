@@ -204,11 +204,33 @@ func (w *watch) settle() {
 	if _, err := os.Stat(w.parent); err != nil {
 		return // gone, as the test wants: no event to wait for
 	}
-	w.settles++
-	marker := filepath.Join(w.parent, fmt.Sprintf(".settle-%d", w.settles))
-	write(w.t, marker, "")
-	if w.waitEvent(marker) {
-		w.t.Fatalf("the marker %s was taken as relevant", marker)
+	// A marker again each second until one's event comes: a directory
+	// made again where one was just deleted is watched again only when
+	// the old one's removal comes through, and a marker written before
+	// that has no event.
+	timeout := time.After(guard)
+	for {
+		w.settles++
+		marker := filepath.Join(w.parent, fmt.Sprintf(".settle-%d", w.settles))
+		write(w.t, marker, "")
+		again := time.After(time.Second)
+	wait:
+		for {
+			select {
+			case ev := <-w.rec.events:
+				if ev.name != marker {
+					continue
+				}
+				if ev.relevant {
+					w.t.Fatalf("the marker %s was taken as relevant", marker)
+				}
+				return
+			case <-again:
+				break wait
+			case <-timeout:
+				w.t.Fatalf("no event for a marker in %s within %v; log:\n%s", w.parent, guard, w.log.String())
+			}
+		}
 	}
 }
 
