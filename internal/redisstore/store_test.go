@@ -194,7 +194,9 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 			}
 		}
 	}
-	if denyCache && red.Stats().CacheHits == 0 {
+	// The hot variant must meet the cache (hundreds of answers); the other
+	// may not, by the draw (RLS_TEST_SEED=1795520413453859802: none).
+	if hot && red.Stats().CacheHits == 0 {
 		t.Error("the denial cache answered no request: the comparison did not cover it")
 	}
 	t.Logf("answered from the denial cache: %d of %d", red.Stats().CacheHits, steps)
