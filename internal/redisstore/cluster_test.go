@@ -296,7 +296,7 @@ func TestClusterDifferential(t *testing.T) {
 				step, seed, clock.Now().Sub(storetest.T0), gok, got, wok, want, describe(items))
 		}
 	}
-	t.Logf("%d of %d requests denied", denied, steps)
+	t.Logf("%d of %d requests denied, %d releases", denied, steps, cl.Stats().Releases)
 	if denied < steps/10 || cl.Stats().Releases == 0 {
 		t.Errorf("%d denied, %d releases: the comparison did not cover released reservations", denied, cl.Stats().Releases)
 	}
