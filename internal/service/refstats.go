@@ -2,7 +2,6 @@ package service
 
 import (
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,7 +80,28 @@ type refConfig struct {
 type refNode struct {
 	fixed  *refFixed
 	values *refValues
-	node   *descriptors.Descriptor
+	levels []refLevel // the node's path, from the top
+}
+
+// refLevel is one level of a stats key: its key, its part from the config
+// (the key, "_" and the configured value when there is one), and whether
+// the request's value goes in its place (detailed_metric, value_to_metric).
+type refLevel struct {
+	key, configured string
+	fromRequest     bool
+}
+
+// refLevels returns node n's levels, from the top.
+func refLevels(n *descriptors.Descriptor) []refLevel {
+	levels := make([]refLevel, n.Depth+1)
+	for l := n; l != nil; l = l.Parent {
+		part := l.Key
+		if l.Value != "" {
+			part += "_" + l.Value
+		}
+		levels[l.Depth] = refLevel{key: l.Key, configured: part, fromRequest: n.DetailedMetric || l.ValueToMetric}
+	}
+	return levels
 }
 
 func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *refStats {
@@ -152,11 +172,17 @@ func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
 		walk(d.Descriptors, func(l *descriptors.Limit) {
 			n := nodes[l.Descriptor]
 			if n == nil {
-				n = &refNode{node: l.Descriptor}
-				if key, withValues := refStatsKey(d.Name, l.Descriptor); withValues {
-					n.values = valuesOf(key, d.Name)
+				n = &refNode{levels: refLevels(l.Descriptor)}
+				configured := make([]string, len(n.levels))
+				withValues := false
+				for i, lv := range n.levels {
+					configured[i], withValues = lv.configured, withValues || lv.fromRequest
+				}
+				if withValues {
+					// The configured key bounds the request-valued sets.
+					n.values = valuesOf(d.Name+"\x00"+strings.Join(configured, "\x00"), d.Name)
 				} else {
-					k := fixedKey(d.Name, l.Descriptor)
+					k := refKey{d.Name, configured[0], strings.Join(configured[1:], ".")}
 					if n.fixed = fixed[k]; n.fixed == nil {
 						if n.fixed = rs.fixed[k]; n.fixed == nil {
 							n.fixed = &refFixed{key: k}
@@ -198,40 +224,6 @@ func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
 	}
 	rs.fixed, rs.values = fixed, values
 	return rc
-}
-
-// refStatsKey says whether node n's stats key holds request values
-// (detailed_metric, or value_to_metric at a level), and names the
-// configured key that bounds them: the domain and, per level, the key and
-// configured value.
-func refStatsKey(domain string, n *descriptors.Descriptor) (key string, withValues bool) {
-	parts := []string{domain}
-	for l := n; l != nil; l = l.Parent {
-		withValues = withValues || n.DetailedMetric || l.ValueToMetric
-		parts = append(parts, configuredPart(l))
-	}
-	slices.Reverse(parts[1:])
-	return strings.Join(parts, "\x00"), withValues
-}
-
-// fixedKey is the labels of node n's stats key when it holds no request
-// values.
-func fixedKey(domain string, n *descriptors.Descriptor) refKey {
-	var parts []string
-	for l := n; l != nil; l = l.Parent {
-		parts = append(parts, configuredPart(l))
-	}
-	slices.Reverse(parts)
-	return refKey{domain, parts[0], strings.Join(parts[1:], ".")}
-}
-
-// configuredPart is a level's part of a stats key: the key, then "_" and
-// the configured value (a wildcard's pattern) when there is one.
-func configuredPart(n *descriptors.Descriptor) string {
-	if n.Value != "" {
-		return n.Key + "_" + n.Value
-	}
-	return n.Key
 }
 
 // record counts the verdict r on item it of a request descriptor with
@@ -310,19 +302,12 @@ func (rs *refStats) series(rc *refConfig, domain string, entries []descriptors.E
 		n.fixed.series.Store(s)
 		return s
 	}
-	// Per level: the key and the request's value under detailed_metric or
-	// value_to_metric, the configured part otherwise.
-	var levels [MaxEntries]*descriptors.Descriptor
-	for l := n.node; l != nil; l = l.Parent {
-		levels[l.Depth] = l
-	}
 	parts := make([]string, len(entries))
 	for i, e := range entries {
-		l := levels[i]
-		if n.node.DetailedMetric || l.ValueToMetric {
-			parts[i] = l.Key + "_" + e.Value
+		if lv := n.levels[i]; lv.fromRequest {
+			parts[i] = lv.key + "_" + e.Value
 		} else {
-			parts[i] = configuredPart(l)
+			parts[i] = lv.configured
 		}
 	}
 	return rs.valueSeries(n.values, parts)
