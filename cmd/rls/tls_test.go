@@ -3,16 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,57 +16,17 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/rlsproject/rls/internal/testpki"
 )
-
-// testPKI is a CA that signs server and client certificates for 127.0.0.1.
-type testPKI struct {
-	caCert *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	caPEM  []byte
-	serial int64
-}
-
-func newPKI(t *testing.T) *testPKI {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rls test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testPKI{caCert: cert, caKey: key, caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), serial: 1}
-}
-
-// issue returns PEM certificate and key for cn, as a server or client cert.
-func (p *testPKI) issue(t *testing.T, cn string, client bool) (certPEM, keyPEM []byte, serial int64) {
-	t.Helper()
-	p.serial++
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	if client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), p.serial
-}
 
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	pki := newPKI(t)
+	pki := testpki.New(t)
+	caPEM, err := os.ReadFile(pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
 	write := func(name string, data []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p+".tmp", data, 0o600); err != nil {
@@ -84,15 +37,15 @@ func TestTLS(t *testing.T) {
 		}
 		return p
 	}
-	certPEM, keyPEM, firstSerial := pki.issue(t, "rls", false)
-	certFile, keyFile, caFile := write("tls.crt", certPEM), write("tls.key", keyPEM), write("ca.crt", pki.caPEM)
-	clientCert, clientKey, _ := pki.issue(t, "envoy", true)
+	certPEM, keyPEM, firstSerial := pki.Issue(t, "rls", false)
+	certFile, keyFile, caFile := write("tls.crt", certPEM), write("tls.key", keyPEM), write("ca.crt", caPEM)
+	clientCert, clientKey, _ := pki.Issue(t, "envoy", true)
 	cc, err := tls.X509KeyPair(clientCert, clientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pki.caPEM)
+	roots.AppendCertsFromPEM(caPEM)
 
 	s := launch(t, nil, "--config", "../../config/limits.yaml", "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", caFile)
 
@@ -146,7 +99,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	// Rotate the certificate on disk: new handshakes get the new one.
-	certPEM, keyPEM, secondSerial := pki.issue(t, "rls", false)
+	certPEM, keyPEM, secondSerial := pki.Issue(t, "rls", false)
 	write("tls.key", keyPEM)
 	write("tls.crt", certPEM)
 	s.waitUntil(t, "the rotated certificate is served", func() bool {

@@ -26,6 +26,10 @@ import (
 type PKI struct {
 	CA, Cert, Key string
 	OtherCA       string
+
+	caKey  *ecdsa.PrivateKey // for Issue
+	caCert *x509.Certificate
+	serial int64 // the last serial number used
 }
 
 // New writes a PKI into a temporary directory.
@@ -47,7 +51,8 @@ func New(tb testing.TB) *PKI {
 		tb.Fatal(err)
 	}
 	kder, _ := x509.MarshalECPrivateKey(key)
-	p := &PKI{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key"), OtherCA: filepath.Join(dir, "other-ca.crt")}
+	p := &PKI{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key"), OtherCA: filepath.Join(dir, "other-ca.crt"),
+		caKey: caKey, caCert: caCert, serial: 2}
 	for path, block := range map[string]*pem.Block{
 		p.CA:      {Type: "CERTIFICATE", Bytes: caDER},
 		p.Cert:    {Type: "CERTIFICATE", Bytes: der},
@@ -59,6 +64,32 @@ func New(tb testing.TB) *PKI {
 		}
 	}
 	return p
+}
+
+// Issue signs another certificate for 127.0.0.1 with p's CA, for cn, as a
+// server's (or, with client, a client's), and returns it and its key as
+// PEM, with its serial number (each Issue a new one: a rotated
+// certificate can be told from the one before).
+func (p *PKI) Issue(tb testing.TB, cn string, client bool) (certPEM, keyPEM []byte, serial int64) {
+	tb.Helper()
+	p.serial++
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	usage := x509.ExtKeyUsageServerAuth
+	if client {
+		usage = x509.ExtKeyUsageClientAuth
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), p.serial
 }
 
 func newCA(tb testing.TB, name string) (*ecdsa.PrivateKey, *x509.Certificate, []byte) {
