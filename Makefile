@@ -1,6 +1,6 @@
 # rls: `make run` serves config/limits.yaml on the embedded store; `make test`
-# runs everything that must pass (it installs redis-server and nginx first
-# when it can). Go 1.26 or newer (go.mod); deploy/ is a module of its own
+# runs everything that must pass (it installs redis-server, nginx and
+# prometheus first when it can). Go 1.26 or newer (go.mod); deploy/ is a module of its own
 # (Kubernetes, Grafana and Prometheus files and their tests) that needs 1.26.7.
 GO       ?= go
 BIN      := bin/rls
@@ -8,6 +8,7 @@ PREFIX   ?= /usr/local
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
+PROMTOOL ?= promtool
 
 .PHONY: help run build install uninstall test test-short docs-check deploy-check fuzz-smoke bench bench-accuracy soak lint fmt prereqs clean
 
@@ -39,10 +40,10 @@ uninstall: ## remove $(PREFIX)/bin/rls
 run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :8080), with rate-limit headers
 	./$(BIN) serve --config config/limits.yaml --response-headers both
 
-prereqs: ## install or name the programs the tests start (redis-server, nginx)
+prereqs: ## install or name the programs the tests start (redis-server, nginx, prometheus and promtool)
 	@./scripts/prereqs.sh
 
-test: prereqs ## everything that must pass: vet, race tests (real Redis, Redis Cluster, nginx, the README's blocks), deploy/ checks, fuzz smoke
+test: prereqs ## everything that must pass: vet, race tests (real Redis, Redis Cluster, nginx, the README's blocks), deploy/ checks (with promtool and Prometheus), fuzz smoke
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l . | grep -v '^vendor/')" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test -race -count=1 -timeout 10m ./...
@@ -57,8 +58,13 @@ docs-check: ## run the README's runnable blocks and check the docs' links
 	$(GO) test -count=1 ./docs/
 
 # deploy/ is its own Go module (its tests import Kubernetes and Prometheus
-# packages that rls itself does not need).
-deploy-check: ## check deploy/: Kubernetes manifests, Prometheus rules and the Grafana dashboard against a running rls
+# packages that rls itself does not need). promtool checks the alert rules
+# and runs their unit tests (deploy/prometheus/rls-alerts_test.yaml); the Go
+# tests then run a real Prometheus with the rules against a running rls.
+deploy-check: ## check deploy/: Kubernetes manifests, Prometheus rules (promtool, and a real Prometheus) and the Grafana dashboard against a running rls
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { echo "$(PROMTOOL) not found: make prereqs installs it (Debian/Ubuntu: apt-get install --no-install-recommends prometheus)"; exit 1; }
+	$(PROMTOOL) check rules deploy/prometheus/rls-alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/rls-alerts_test.yaml
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 test-short: ## the tests without the race detector and the fuzz smoke (Redis and nginx tests still run)

@@ -2,8 +2,9 @@
 // Kubernetes manifests (built with kustomize, decoded strictly into the
 // Kubernetes API types, their probes, ports, flags and limits run by a
 // started rls), the Prometheus alert rules (parsed as Prometheus parses
-// them) and the Grafana dashboard (every metric they query is one that a
-// started rls exports, with the memory store and with Redis).
+// them, and loaded by a real Prometheus that scrapes a started rls and
+// fires them) and the Grafana dashboard (every metric they query is one
+// that a started rls exports, with the memory store and with Redis).
 //
 // deploy/ is a Go module of its own, so that rls's module does not carry
 // Kubernetes, kustomize and Prometheus; it builds rls from the repository
@@ -126,14 +127,17 @@ func (p *proc) exited() bool {
 }
 
 // waitFor polls ready until it holds, the process exits, or waitLimit.
-func (p *proc) waitFor(ready func() bool) error {
-	deadline := time.Now().Add(waitLimit)
+func (p *proc) waitFor(ready func() bool) error { return p.waitWithin(waitLimit, ready) }
+
+// waitWithin polls ready until it holds, the process exits, or limit.
+func (p *proc) waitWithin(limit time.Duration, ready func() bool) error {
+	deadline := time.Now().Add(limit)
 	for !ready() {
 		if p.exited() {
 			return fmt.Errorf("%s exited: %v", p.name, p.err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v", p.name, waitLimit)
+			return fmt.Errorf("%s: gave up waiting after %v", p.name, limit)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -200,6 +204,14 @@ func startRLS(t *testing.T, httpAddr string, args ...string) *proc {
 // startRedis runs redis-server on a free loopback port, nothing persisted.
 func startRedis(t *testing.T) string {
 	t.Helper()
+	addr, _ := startRedisProc(t)
+	return addr
+}
+
+// startRedisProc is startRedis, with the process, for a test that stops
+// Redis itself.
+func startRedisProc(t *testing.T) (string, *proc) {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal("redis-server not found: install it (apt-get install -y redis-server); make test does this")
@@ -210,7 +222,7 @@ func startRedis(t *testing.T) string {
 		p := startProc(t, "redis", bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 		err := p.waitFor(func() bool { return redisPing(addr) == nil })
 		if err == nil {
-			return addr
+			return addr, p
 		}
 		if attempt < 3 && strings.Contains(p.output(), "Address already in use") {
 			continue
