@@ -184,18 +184,20 @@ func PolicyWindow(l *descriptors.Limit) time.Duration {
 	if l.Algorithm != descriptors.TokenBucket || l.RequestsPerUnit == 0 {
 		return l.Window
 	}
-	// ⌈B × W[µs] ÷ (R × 10⁶)⌉ in 128 bits: B × W can pass 2⁶⁴.
+	// ⌈B × W[µs] ÷ (R × 10⁶)⌉ in 128 bits: B × W can pass 2⁶⁴. The
+	// config keeps the quotient far below maxSeconds (B × W ÷ R ≤ 2⁵³ µs);
+	// beyond, the window saturates.
+	const maxSeconds = math.MaxInt64 / uint64(time.Second)
 	den := uint64(l.RequestsPerUnit) * 1e6
 	hi, lo := bits.Mul64(uint64(l.Burst), uint64(l.Window.Microseconds()))
 	if hi >= den {
-		// Beyond any bucket the config admits (burst × interval ≤ 2⁵³ µs).
-		return time.Duration(math.MaxInt64 / int64(time.Second) * int64(time.Second))
+		return time.Duration(maxSeconds) * time.Second
 	}
 	q, rem := bits.Div64(hi, lo, den)
 	if rem > 0 {
 		q++
 	}
-	return time.Duration(min(q, math.MaxInt64/uint64(time.Second))) * time.Second
+	return time.Duration(min(q, maxSeconds)) * time.Second
 }
 
 // policy returns l's policy in an answer whose result for l resets after
