@@ -93,6 +93,33 @@ descriptors:
 	}
 }
 
+// TestCheckTokenBucketLine: rls check prints current_limit, which for a
+// token bucket is its burst (the audit's {1/s, burst 3} printed "1/second
+// remaining=2"): what remains is never more than the limit printed, and
+// the unit is the shortest whole one its bucket fills within (3 s: a
+// minute), as Envoy reads it.
+func TestCheckTokenBucketLine(t *testing.T) {
+	svc := servetest.Service(t, `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 3}
+`, service.Options{})
+	cc := servetest.GRPC(t, envoyrls.New(svc).Register, append(grpcserver.Options(grpcserver.Limits{}), envoyrls.ServerCodec())...)
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"check", "--addr", cc.Target(), "-n", "4", "d", "a=1"}, nil, &out, io.Discard)
+	if exitCode(err) != checkOverLimit {
+		t.Errorf("rls check -n 4 = %v, want exit %d (the fourth is over)", err, checkOverLimit)
+	}
+	want := "1 OK: OK 3/minute remaining=2 reset=1s\n" +
+		"2 OK: OK 3/minute remaining=1 reset=2s\n" +
+		"3 OK: OK 3/minute remaining=0 reset=3s\n" +
+		"4 OVER_LIMIT: OVER_LIMIT 3/minute remaining=0 reset=1s\n"
+	if out.String() != want {
+		t.Errorf("rls check printed:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
 // TestCheckErrors: a bad command line exits 2, a request that fails 3.
 func TestCheckErrors(t *testing.T) {
 	down := servetest.Addr(t) // nothing listens there

@@ -235,13 +235,14 @@ func (c *converter) currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_
 			return v.(*rlsv3.RateLimitResponse_RateLimit)
 		}
 	}
+	rpu, unit, mult := currentLimitOf(l)
 	rl := &rlsv3.RateLimitResponse_RateLimit{
 		Name:            l.Name,
-		RequestsPerUnit: l.RequestsPerUnit,
-		Unit:            unitToProto[l.Unit],
+		RequestsPerUnit: rpu,
+		Unit:            unitToProto[unit],
 	}
-	if l.UnitMultiplier > 1 {
-		rl.UnitMultiplier = wrapperspb.UInt32(l.UnitMultiplier)
+	if mult > 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(mult)
 	}
 	if l.Index >= 0 {
 		if c.nlimits.Add(1) > maxSharedLimits {
@@ -251,6 +252,38 @@ func (c *converter) currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_
 		c.limits.Store(l, rl)
 	}
 	return rl
+}
+
+// envoyUnits are the units of current_limit, shortest first. Envoy's
+// rate-limit filter writes a status's window in X-RateLimit-Limit as its
+// unit's length alone (MONTH 30 days, YEAR 365 days), unit_multiplier
+// left out.
+var envoyUnits = [...]descriptors.Unit{descriptors.Second, descriptors.Minute, descriptors.Hour, descriptors.Day, descriptors.Week, descriptors.Month, descriptors.Year}
+
+// currentLimitOf returns what current_limit says of l: requests_per_unit,
+// unit and unit_multiplier, the limit's policy (service.Policy) in the
+// protocol's terms.
+//
+// A limit whose policy window is its configured one (every limit but a
+// token bucket whose burst fills in another time) is written as
+// configured. A token bucket's policy, burst B per fill time T, is written
+// B per the shortest unit not shorter than T, unit_multiplier 1: Envoy
+// reads the unit alone, so a unit shorter than T (SECOND × 3 for 3 s)
+// would make its X-RateLimit-Limit overstate the rate, while a longer one
+// keeps B (≥ limit_remaining) and only understates it. A bucket that takes
+// more than a year to fill is YEAR × its years, rounded up.
+func currentLimitOf(l *descriptors.Limit) (rpu uint32, unit descriptors.Unit, mult uint32) {
+	rpu, w := service.Quota(l), service.PolicyWindow(l)
+	if l.Algorithm != descriptors.TokenBucket || w == l.Window {
+		return rpu, l.Unit, l.UnitMultiplier
+	}
+	for _, u := range envoyUnits {
+		if u.Duration() >= w {
+			return rpu, u, 1
+		}
+	}
+	year := descriptors.Year.Duration()
+	return rpu, descriptors.Year, uint32(min((w+year-1)/year, 1<<32-1))
 }
 
 func (c *converter) duration(d time.Duration) *durationpb.Duration {

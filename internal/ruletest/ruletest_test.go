@@ -283,3 +283,30 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestCalendarHeadersOnTheCaseClock: a case's headers advertise the
+// calendar window of the case's instant, not of the wall clock's (the
+// service reads the case's clock too).
+func TestCalendarHeadersOnTheCaseClock(t *testing.T) {
+	f, err := Parse("t.yaml", []byte(`
+domain: cal
+start: 2024-02-10T12:00:00Z
+tests:
+  - name: February has 29 days in 2024
+    steps:
+      - descriptors: [user=alice]
+        expect: OK
+        headers: {RateLimit-Policy: '"user/1mo";q=10;w=2505600'}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := descriptors.Parse("cal.yaml", []byte("domain: cal\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 10, calendar: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if passed, _ := Run(cfg, f, &out); passed != 1 {
+		t.Errorf("Run:\n%s\nwant the case to pass", out.String())
+	}
+}

@@ -52,7 +52,7 @@ func RunCase(cfg *descriptors.Config, c *Case) Result {
 	var clk clock
 	store := memstore.New(memstore.Options{Now: clk.now, SweepEvery: time.Hour})
 	defer store.Close()
-	svc := service.New(service.Options{Store: store, Headers: service.HeadersBoth})
+	svc := service.New(service.Options{Store: store, Headers: service.HeadersBoth, Now: clk.now})
 	svc.SetConfig(cfg)
 	t := c.Start
 	for i, s := range c.Steps {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
@@ -128,9 +129,23 @@ type LimitExplanation struct {
 	// limits of this request whose replaces drop it).
 	Applies    string   `json:"applies"`
 	ReplacedBy []string `json:"replaced_by,omitempty"`
+	// Policy is how answers advertise this limit (X-RateLimit-Limit,
+	// RateLimit-Policy; see service.Policy), for the limits that count
+	// (enforced and shadow; headers never show a shadow one).
+	Policy *PolicyExplanation `json:"policy,omitempty"`
 	// State is the counter now, read with a look (hits 0), for the limits
 	// that count (enforced and shadow).
 	State *LimitState `json:"state,omitempty"`
+}
+
+// PolicyExplanation is a limit's advertised policy: Quota hits per
+// WindowSeconds. It differs from requests_per_unit per window for a token
+// bucket whose burst is not its rate (the burst per the time an empty
+// bucket takes to fill) and for a calendar window (the length of the
+// calendar window holding now).
+type PolicyExplanation struct {
+	Quota         uint32 `json:"quota"`
+	WindowSeconds int64  `json:"window_seconds"`
 }
 
 // LimitState is a limit's counter for a descriptor, now.
@@ -229,6 +244,7 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 	}
 
 	replacers := replacersOf(sc.nodes)
+	var now time.Time // read once, when a calendar limit needs it
 	// verdicts are the items' verdicts with the request's hits, judged
 	// against the state the look read.
 	verdicts := make([]engine.Result, len(sc.items))
@@ -267,6 +283,15 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 				it := sc.items[k]
 				it.Hits, it.Refund = de.Hits, d.Refund
 				judged[k] = it
+				reset := time.Duration(0)
+				if l.Calendar != nil {
+					reset = s.calendarLeft(l, &now)
+				}
+				if results != nil {
+					reset = results[k].Reset
+				}
+				p := s.policy(l, reset, &now)
+				le.Policy = &PolicyExplanation{Quota: p.Quota, WindowSeconds: int64(p.Window / time.Second)}
 				if results != nil {
 					r := results[k]
 					v := &verdicts[k]

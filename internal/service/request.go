@@ -14,10 +14,10 @@ import (
 const (
 	MaxDescriptors  = 64
 	MaxEntries      = descriptors.MaxDepth
-	maxDomainLen    = 256
-	maxKeyLen       = 256
-	maxValueLen     = 4096
-	maxRequestBytes = 64 << 10 // sum of the lengths of all strings
+	MaxDomainLen    = 256
+	MaxKeyLen       = 256
+	MaxValueLen     = 4096
+	MaxRequestBytes = 64 << 10 // the domain's length and all keys' and values'
 	MaxHits         = engine.MaxHits
 	maxOverride     = 100 * 365 * 24 * time.Hour
 )
@@ -75,13 +75,11 @@ func (req *Request) validate() error {
 			return err
 		}
 		for j, e := range d.Entries {
-			switch {
-			case e.Key == "":
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
-			case len(e.Key) > maxKeyLen:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "longer than %d bytes", maxKeyLen)
-			case len(e.Value) > maxValueLen:
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "longer than %d bytes", maxValueLen)
+			if err := CheckKey(i, j, len(e.Key)); err != nil {
+				return err
+			}
+			if err := CheckValue(i, j, len(e.Value)); err != nil {
+				return err
 			}
 			total += len(e.Key) + len(e.Value)
 		}
@@ -97,10 +95,7 @@ func (req *Request) validate() error {
 			}
 		}
 	}
-	if total > maxRequestBytes {
-		return invalid("descriptors", "%d bytes of keys and values, at most %d allowed", total, maxRequestBytes)
-	}
-	return nil
+	return CheckTotal(total, false)
 }
 
 // CheckShape checks the first things a request is checked for: its domain
@@ -113,26 +108,86 @@ func CheckShape(domain string, n int) error {
 	switch {
 	case domain == "":
 		return invalid("domain", "must not be empty")
-	case len(domain) > maxDomainLen:
-		return invalid("domain", "longer than %d bytes", maxDomainLen)
+	case len(domain) > MaxDomainLen:
+		return CheckDomainLen(len(domain))
+	}
+	return CheckDescriptorCount(n, false)
+}
+
+// The checks below are validate's, one bound each, for a transport that
+// checks a request while it reads it and stops at the first bound crossed
+// (POST /json): each returns the error that deciding the request would
+// return for that field, nil when the value is within the bound. Where
+// such a transport stops counting at the bound, atLeast says that n is
+// what it has seen so far ("65 descriptors or more").
+
+// CheckDomainLen checks the length n of a non-empty domain.
+func CheckDomainLen(n int) error {
+	if n > MaxDomainLen {
+		return invalid("domain", "longer than %d bytes", MaxDomainLen)
+	}
+	return nil
+}
+
+// CheckDescriptorCount checks the number n of descriptors of a request.
+func CheckDescriptorCount(n int, atLeast bool) error {
+	switch {
 	case n == 0:
 		return invalid("descriptors", "must not be empty")
 	case n > MaxDescriptors:
-		return invalid("descriptors", "%d descriptors, at most %d allowed", n, MaxDescriptors)
+		return invalid("descriptors", "%d descriptors%s, at most %d allowed", n, orMore(atLeast), MaxDescriptors)
 	}
 	return nil
 }
 
 // CheckEntryCount checks the number of entries n of descriptor i, as
 // deciding the request would (see CheckShape).
-func CheckEntryCount(i, n int) error {
+func CheckEntryCount(i, n int) error { return CheckEntries(i, n, false) }
+
+// CheckEntries checks the number of entries n of descriptor i.
+func CheckEntries(i, n int, atLeast bool) error {
 	switch {
 	case n == 0:
 		return invalid(fmt.Sprintf("descriptors[%d].entries", i), "must not be empty")
 	case n > MaxEntries:
-		return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, at most %d allowed", n, MaxEntries)
+		return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries%s, at most %d allowed", n, orMore(atLeast), MaxEntries)
 	}
 	return nil
+}
+
+// CheckKey checks the length n of the key of entry j of descriptor i.
+func CheckKey(i, j, n int) error {
+	switch {
+	case n == 0:
+		return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "must not be empty")
+	case n > MaxKeyLen:
+		return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "longer than %d bytes", MaxKeyLen)
+	}
+	return nil
+}
+
+// CheckValue checks the length n of the value of entry j of descriptor i.
+func CheckValue(i, j, n int) error {
+	if n > MaxValueLen {
+		return invalid(fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), "longer than %d bytes", MaxValueLen)
+	}
+	return nil
+}
+
+// CheckTotal checks total, the length of the domain and of all keys and
+// values of a request.
+func CheckTotal(total int, atLeast bool) error {
+	if total > MaxRequestBytes {
+		return invalid("descriptors", "%d bytes of keys and values%s, at most %d allowed", total, orMore(atLeast), MaxRequestBytes)
+	}
+	return nil
+}
+
+func orMore(atLeast bool) string {
+	if atLeast {
+		return " or more"
+	}
+	return ""
 }
 
 // hits returns the hits of descriptor d of req.
@@ -224,9 +279,10 @@ type Status struct {
 	// ResetAfter is, for a denying limit, the time until the request could be
 	// admitted; otherwise, or when Never, Limit's reset (engine.Result.Reset).
 	ResetAfter time.Duration
-	// Limits are all the limits judged for this descriptor (Limit among
-	// them), for headers that list every policy.
-	Limits []*descriptors.Limit
+	// Policies are all the limits judged for this descriptor (Limit among
+	// them), as the headers advertise them; filled when the answer has
+	// headers.
+	Policies []Policy
 }
 
 // Header is one response header.

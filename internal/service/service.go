@@ -76,6 +76,11 @@ type Options struct {
 	// Headers selects the rate-limit headers put in RateLimitService
 	// responses.
 	Headers HeaderMode
+	// Now reads the clock for what an answer says in absolute time: the
+	// length of the calendar window that ends at a result's reset (see
+	// Policy). It need not be the store's clock (Redis's TIME): hours of
+	// difference change nothing. nil means time.Now.
+	Now func() time.Time
 	// Registry receives the metrics; nil means no metrics are exported.
 	Registry prometheus.Registerer
 	// MaxValueSeries bounds the distinct descriptor series of one limit
@@ -97,6 +102,7 @@ type Service struct {
 	countDenied  bool
 	onStoreError StoreErrorPolicy
 	headers      HeaderMode
+	now          func() time.Time
 	log          *slog.Logger
 	errLog       rate.Sometimes
 	neverLog     rate.Sometimes
@@ -126,6 +132,7 @@ func New(opts Options) *Service {
 		countDenied:  opts.CountDeniedHits,
 		onStoreError: opts.OnStoreError,
 		headers:      opts.Headers,
+		now:          opts.Now,
 		log:          opts.Logger,
 		errLog:       rate.Sometimes{Interval: 10 * time.Second},
 		neverLog:     rate.Sometimes{Interval: 10 * time.Second},
@@ -134,6 +141,9 @@ func New(opts Options) *Service {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	s.ref = opts.Reference
 	if opts.Reference.Stats != nil {
@@ -467,15 +477,22 @@ func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item,
 	case FailDeny:
 		s.m.requestsOver.Inc()
 		resp.Code = OverLimit
+		var now time.Time
 		for i, it := range items {
 			st := &resp.Statuses[owner[i]]
+			// No result: the limit's window from now, or for a calendar
+			// limit what is left of the calendar window holding now.
+			reset := it.Limit.Window
+			if it.Limit.Calendar != nil {
+				reset = s.calendarLeft(it.Limit, &now)
+			}
 			if !it.Shadow && st.Limit == nil {
 				st.Code = OverLimit
 				st.Limit = it.Limit
-				st.ResetAfter = it.Limit.Window
+				st.ResetAfter = reset
 			}
 			if headers != HeadersOff {
-				st.Limits = append(st.Limits, it.Limit) // every policy in the headers
+				st.Policies = append(st.Policies, s.policy(it.Limit, reset, &now)) // every policy in the headers
 			}
 		}
 		resp.Headers = appendHeaders(nil, headers, resp)
@@ -492,6 +509,7 @@ func (p StoreErrorPolicy) String() string {
 // fillStatuses turns the store's results for sc.items into one status per
 // descriptor and counts the verdicts.
 func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Request, resp *Response, sc *scratch, results []engine.Result, withLimits bool) {
+	var now time.Time // read once, when a calendar limit needs it
 	for i := range sc.items {
 		it, r := &sc.items[i], &results[i]
 		st := &resp.Statuses[sc.owner[i]]
@@ -511,7 +529,7 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Reques
 			s.refStats.record(cur.ref, dom.Name, req.Descriptors[sc.owner[i]].Entries, it, r)
 		}
 		if withLimits {
-			st.Limits = append(st.Limits, it.Limit)
+			st.Policies = append(st.Policies, s.policy(it.Limit, r.Reset, &now))
 		}
 		if binds(st, it, r) {
 			st.Limit = it.Limit

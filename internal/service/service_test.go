@@ -305,7 +305,7 @@ func TestInvalidRequests(t *testing.T) {
 	longOverride.Override = &Override{RequestsPerUnit: 5, Unit: descriptors.Year, UnitMultiplier: 101}
 	bigValues := make([]Descriptor, 20)
 	for i := range bigValues {
-		bigValues[i] = desc("k", strings.Repeat("v", maxValueLen))
+		bigValues[i] = desc("k", strings.Repeat("v", MaxValueLen))
 	}
 	for _, tc := range []struct {
 		req   *Request
@@ -317,13 +317,13 @@ func TestInvalidRequests(t *testing.T) {
 		{&Request{Domain: "api", Descriptors: []Descriptor{desc("k", "v"), desc("", "v")}}, "descriptors[1].entries[0].key"},
 		{&Request{Domain: "api", Descriptors: many}, "descriptors"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{deep}}, "descriptors[0].entries"},
-		{&Request{Domain: "api", Descriptors: []Descriptor{desc("k", strings.Repeat("v", maxValueLen+1))}}, "descriptors[0].entries[0].value"},
-		{&Request{Domain: "api", Descriptors: []Descriptor{desc(strings.Repeat("k", maxKeyLen+1), "v")}}, "descriptors[0].entries[0].key"},
+		{&Request{Domain: "api", Descriptors: []Descriptor{desc("k", strings.Repeat("v", MaxValueLen+1))}}, "descriptors[0].entries[0].value"},
+		{&Request{Domain: "api", Descriptors: []Descriptor{desc(strings.Repeat("k", MaxKeyLen+1), "v")}}, "descriptors[0].entries[0].key"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{hugeHits}}, "descriptors[0].hits_addend"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{noUnit}}, "descriptors[0].limit.unit"},
 		{&Request{Domain: "api", Descriptors: []Descriptor{longOverride}}, "descriptors[0].limit.unit_multiplier"},
 		{&Request{Domain: "api", Descriptors: bigValues}, "descriptors"},
-		{&Request{Domain: strings.Repeat("d", maxDomainLen+1), Descriptors: []Descriptor{desc("k", "v")}}, "domain"},
+		{&Request{Domain: strings.Repeat("d", MaxDomainLen+1), Descriptors: []Descriptor{desc("k", "v")}}, "domain"},
 	} {
 		_, err := f.svc.ShouldRateLimit(context.Background(), tc.req)
 		var inv *InvalidError
