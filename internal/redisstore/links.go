@@ -1,0 +1,418 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// links are the connections that the pipeline workers send decisions on:
+// for every Redis node that requests go to, one connection per worker,
+// which that worker owns. A connection is set up (dialed, its TLS handshake
+// and the client's handshake made, a PING answered, the node's clock read)
+// before a worker stamps deadlines on the calls it sends there, never
+// while a call's deadline runs: not at start (Warm and Ping set every
+// worker's connection up before the store says it is ready), not when a
+// connection broke, not when a node is new. A link's client dials only
+// while it is being set up; at any other moment its dialer refuses, so no
+// pipeline dials behind a deadline.
+//
+// A node whose connection cannot be set up (refused, unreachable, a failed
+// handshake) is down: calls to it fail at once, with nothing sent, while a
+// prober owned by links sets its connections up again in the background,
+// at growing intervals (probeFirst to probeMax); the first success brings
+// the node back. In a cluster the prober also reloads the slot map, and
+// drops a node that is no longer a master.
+//
+// Safe for concurrent use; close stops the probers and closes every
+// connection.
+type links struct {
+	workers int
+	setup   time.Duration // bound on setting one connection up
+	clock   *redisClock   // nil: no clock to read (the scripts run on a test clock)
+	log     *slog.Logger
+	cluster *redis.ClusterClient // nil for a single node
+	// options returns the options of a connection to the node at addr
+	// (credentials, TLS, timeouts); a new value at each call.
+	options func(addr string) *redis.Options
+
+	ctx  context.Context // ends at close: stops the probers
+	stop context.CancelFunc
+
+	mu     sync.Mutex
+	nodes  map[string]*nodeLinks // by address ("" for a single node); guarded by mu
+	closed bool                  // guarded by mu
+
+	probers sync.WaitGroup
+	setups  atomic.Uint64 // connections set up
+}
+
+// nodeLinks are the workers' connections to one node.
+type nodeLinks struct {
+	addr  string  // the key of the node ("" for a single node)
+	name  string  // its address, for errors and logs
+	conns []*link // conns[i] is worker i's
+	// down, when set, is why no connection to the node can be set up; a
+	// prober is then running.
+	down    atomic.Pointer[error]
+	retired atomic.Bool // no longer a master of the cluster: not used again
+}
+
+// link is one worker's connection to one node: a go-redis client of one
+// connection, which dials only while armed (during setup).
+type link struct {
+	node *nodeLinks
+	// held is a lock that can wait for a context: held by the worker
+	// sending on the link, or by whoever sets it up.
+	held chan struct{}
+	// client is nil until the link is set up; guarded by held.
+	client *redis.Client
+	// ready: set up and not known to be broken since. Read without held.
+	ready atomic.Bool
+
+	mu    sync.Mutex // guards the fields below, written by the client's dialer
+	armed bool
+	conn  net.Conn // the connection the client dialed
+}
+
+// Probes of a down node: the first after probeFirst, then at intervals
+// doubling to probeMax.
+const (
+	probeFirst = 50 * time.Millisecond
+	probeMax   = time.Second
+)
+
+// errNoDial is what a link's dialer answers outside setup: the request
+// that needed a new connection was not sent.
+var errNoDial = errors.New("redis: no connection set up for this pipeline (nothing sent)")
+
+func newLinks(workers int, setup time.Duration, clock *redisClock, log *slog.Logger, cluster *redis.ClusterClient, options func(addr string) *redis.Options) *links {
+	ctx, stop := context.WithCancel(context.Background())
+	return &links{
+		workers: workers, setup: setup, clock: clock, log: log, cluster: cluster, options: options,
+		ctx: ctx, stop: stop, nodes: make(map[string]*nodeLinks),
+	}
+}
+
+// node returns the links to the node at addr, creating them (not
+// connected) the first time.
+func (ls *links) node(addr string) *nodeLinks {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	n := ls.nodes[addr]
+	if n == nil {
+		n = &nodeLinks{addr: addr, name: ls.options(addr).Addr}
+		for range ls.workers {
+			n.conns = append(n.conns, &link{node: n, held: make(chan struct{}, 1)})
+		}
+		ls.nodes[addr] = n
+	}
+	return n
+}
+
+// downErr returns the error that took the node at addr down, or nil.
+func (ls *links) downErr(addr string) error {
+	ls.mu.Lock()
+	n := ls.nodes[addr]
+	ls.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	return n.downErr()
+}
+
+func (n *nodeLinks) downErr() error {
+	if p := n.down.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (l *link) lock(ctx context.Context) error {
+	select {
+	case l.held <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *link) unlock() { <-l.held }
+
+// take returns worker's link to the node at addr, held and set up, for a
+// pipeline: set up now when it is not (before the caller stamps any
+// deadline). It fails at once when the node is down, and when the setup
+// fails (the node is then down).
+func (ls *links) take(addr string, worker int) (*link, error) {
+	n := ls.node(addr)
+	if err := n.downErr(); err != nil {
+		return nil, err
+	}
+	l := n.conns[worker]
+	l.lock(context.Background())
+	if n.retired.Load() {
+		l.unlock()
+		return nil, fmt.Errorf("redis: %s is no longer a master of the cluster (nothing sent)", n.name)
+	}
+	if err := ls.ensure(ls.ctx, l); err != nil {
+		l.unlock()
+		return nil, err
+	}
+	return l, nil
+}
+
+// give releases a link that take returned.
+func (ls *links) give(l *link) { l.unlock() }
+
+// ensure sets l up unless it is set up and its connection alive.
+// Requires l held.
+func (ls *links) ensure(ctx context.Context, l *link) error {
+	if l.ready.Load() && l.alive() {
+		return nil
+	}
+	if err := ls.connect(ctx, l); err != nil {
+		ls.markDown(l.node, err)
+		return l.node.downErr()
+	}
+	return nil
+}
+
+// broken records that l's connection failed: it is set up again before
+// its next use.
+func (l *link) broken() { l.ready.Store(false) }
+
+// alive reports whether l's connection is open with nothing unread.
+func (l *link) alive() bool {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	return c != nil && connAlive(c)
+}
+
+// connect replaces l's client with a new one and sets it up: dial, the
+// handshakes, a PING, and a reading of the node's clock, within ls.setup.
+// Requires l held.
+func (ls *links) connect(ctx context.Context, l *link) error {
+	l.ready.Store(false)
+	if l.client != nil {
+		l.client.Close()
+		l.client = nil
+	}
+	n := l.node
+	opts := ls.options(n.addr)
+	// One connection, dialed here only, kept however long it idles, never
+	// retried: see the type's doc.
+	opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns, opts.MaxActiveConns = 1, 0, 1, 1
+	opts.PipelinePoolSize = -1 // pipelines on that one connection, not a pool of their own
+	opts.ConnMaxIdleTime, opts.ConnMaxLifetime = -1, 0
+	opts.MaxRetries, opts.DialerRetries = -1, 1
+	// Maintenance notifications (Redis Enterprise) move connections by
+	// dialing anew, which a link does only in setup: off, and the round
+	// trip of their handshake saved.
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	dial := opts.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(opts)
+	}
+	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		l.mu.Lock()
+		armed := l.armed
+		l.mu.Unlock()
+		if !armed {
+			return nil, errNoDial
+		}
+		c, err := dial(ctx, network, addr)
+		if err == nil {
+			l.mu.Lock()
+			l.conn = c
+			l.mu.Unlock()
+		}
+		return c, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ls.setup)
+	defer cancel()
+	client := redis.NewClient(opts)
+	l.setArmed(true)
+	err := client.Ping(ctx).Err()
+	l.setArmed(false)
+	if err == nil && ls.clock != nil {
+		// A round trip of its own, on the connection now open, for a
+		// close bound of the node's clock.
+		sent := time.Now()
+		var t time.Time
+		if t, err = client.Time(ctx).Result(); err == nil {
+			ls.clock.sample(n.addr, t.UnixMicro(), sent, time.Now())
+		}
+	}
+	if err != nil {
+		client.Close()
+		return fmt.Errorf("redis: connecting to %s: %w", n.name, err)
+	}
+	l.client = client
+	l.ready.Store(true)
+	ls.setups.Add(1)
+	return nil
+}
+
+func (l *link) setArmed(on bool) {
+	l.mu.Lock()
+	l.armed = on
+	if on {
+		l.conn = nil
+	}
+	l.mu.Unlock()
+}
+
+// markDown records that no connection to n could be set up (err), and
+// starts its prober, unless n is down already.
+func (ls *links) markDown(n *nodeLinks, err error) {
+	err = fmt.Errorf("%w (calls to it fail at once, nothing sent, until rls reconnects in the background)", err)
+	if !n.down.CompareAndSwap(nil, &err) {
+		return
+	}
+	ls.log.Warn("redis: a node does not answer; calls to it fail at once until it does", "node", n.name, "error", err)
+	if ls.cluster != nil {
+		ls.cluster.ReloadState(ls.ctx) // a failover may have moved its slots
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return
+	}
+	ls.probers.Add(1)
+	go ls.probe(n)
+}
+
+// probe sets n's connections up again, at growing intervals, until one
+// attempt sets them all up (n is up again), n is no longer a master of the
+// cluster (n is dropped), or links close.
+func (ls *links) probe(n *nodeLinks) {
+	defer ls.probers.Done()
+	wait := probeFirst
+	for {
+		select {
+		case <-ls.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, probeMax)
+		ctx, cancel := context.WithTimeout(ls.ctx, ls.setup)
+		if ls.cluster != nil && !ls.isMaster(ctx, n.addr) {
+			cancel()
+			ls.retire(n)
+			return
+		}
+		err := ls.connectAll(ctx, n)
+		cancel()
+		if err == nil {
+			n.down.Store(nil)
+			ls.log.Info("redis: a node answers again", "node", n.name)
+			return
+		}
+		err = fmt.Errorf("%w (calls to it fail at once, nothing sent, until rls reconnects in the background)", err)
+		n.down.Store(&err)
+	}
+}
+
+// connectAll sets up every link of n that is not set up, and returns the
+// first error.
+func (ls *links) connectAll(ctx context.Context, n *nodeLinks) error {
+	for _, l := range n.conns {
+		if err := l.lock(ctx); err != nil {
+			return fmt.Errorf("redis: connecting to %s: %w", n.name, err)
+		}
+		var err error
+		if !l.ready.Load() || !l.alive() {
+			err = ls.connect(ctx, l)
+		}
+		l.unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ready sets up every worker's connection to the node at addr that is not
+// set up, for Warm and Ping: it fails at once when the node is down, and
+// when a setup fails (the node is then down).
+func (ls *links) ready(ctx context.Context, addr string) error {
+	n := ls.node(addr)
+	if err := n.downErr(); err != nil {
+		return err
+	}
+	if err := ls.connectAll(ctx, n); err != nil {
+		if ctx.Err() == nil {
+			ls.markDown(n, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// isMaster reports whether addr is a master of the cluster, by a fresh
+// slot map when the cluster answers, else the last one.
+func (ls *links) isMaster(ctx context.Context, addr string) bool {
+	var mu sync.Mutex
+	found := false
+	ls.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = true
+			mu.Unlock()
+		}
+		return nil
+	})
+	return found
+}
+
+// retire drops n, a node that left the cluster's masters: its connections
+// are closed, and a request routed to its address again gets new links.
+func (ls *links) retire(n *nodeLinks) {
+	ls.mu.Lock()
+	if ls.nodes[n.addr] == n {
+		delete(ls.nodes, n.addr)
+	}
+	ls.mu.Unlock()
+	n.retired.Store(true)
+	for _, l := range n.conns {
+		l.lock(context.Background())
+		if l.client != nil {
+			l.client.Close()
+			l.client = nil
+		}
+		l.ready.Store(false)
+		l.unlock()
+	}
+	ls.log.Info("redis: a node that did not answer is no longer a master of the cluster; dropped", "node", n.name)
+}
+
+// close stops the probers and closes every connection. The workers must
+// have stopped.
+func (ls *links) close() {
+	ls.mu.Lock()
+	ls.closed = true
+	ls.mu.Unlock()
+	ls.stop()
+	ls.probers.Wait()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, n := range ls.nodes {
+		for _, l := range n.conns {
+			l.lock(context.Background())
+			if l.client != nil {
+				l.client.Close()
+				l.client = nil
+			}
+			l.unlock()
+		}
+	}
+}
