@@ -49,27 +49,158 @@ func TestTLSFirstCallAfterReady(t *testing.T) {
 	}
 }
 
-// TestRefusedRedisFailsFast: with nothing listening at Redis's address
-// (connection refused) and a store timeout of 2 s, every call fails within
-// a tenth of the timeout, and so does Ping. go-redis dialed five times with
-// 100 ms pauses inside each call: 0.41 s per call.
-func TestRefusedRedisFailsFast(t *testing.T) {
-	s := newStore(t, Options{URL: "redis://" + servetest.Addr(t) + "/0", Timeout: 2 * time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.Warm(ctx); err == nil {
-		t.Fatal("Warm with nothing listening succeeded")
-	}
-	bound := s.opts.Timeout / 10
-	for i := range 20 {
+// refusedBound is how soon a call to a Redis that refuses connections
+// must fail, with a store timeout of 2 s: a tenth of it. go-redis dialed
+// five times with 100 ms pauses inside each call, 0.41 s; a call now
+// costs a look at the node's state (measured: see the README).
+const refusedBound = 200 * time.Millisecond
+
+// failsFast makes n calls of items to s and fails the test unless each
+// fails within refusedBound.
+func failsFast(t *testing.T, s *Store, items []engine.Item, n int, what string) {
+	t.Helper()
+	for i := range n {
 		start := time.Now()
-		_, err := s.Apply(context.Background(), oneHit("d/k=refused"), make([]engine.Result, 1))
-		if d := time.Since(start); err == nil || d > bound {
-			t.Errorf("call %d with Redis refusing connections: %v after %s; want an error well before the 2 s store timeout (within %s)", i, err, d, bound)
+		_, err := s.Apply(context.Background(), items, make([]engine.Result, len(items)))
+		if d := time.Since(start); err == nil || d > refusedBound {
+			t.Errorf("%s: call %d: %v after %s; want an error well before the 2 s store timeout (within %s)", what, i, err, d, refusedBound)
 		}
 	}
 	start := time.Now()
-	if err := s.Ping(ctx); err == nil || time.Since(start) > bound {
-		t.Errorf("Ping with Redis refusing connections: %v after %s; want an error within %s", err, time.Since(start), bound)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); err == nil || time.Since(start) > refusedBound {
+		t.Errorf("%s: Ping: %v after %s; want an error within %s", what, err, time.Since(start), refusedBound)
 	}
+}
+
+// TestRefusedRedisFailsFast: with nothing listening at Redis's address
+// from the start (connection refused) and a store timeout of 2 s, every
+// call and Ping fails well before the timeout.
+func TestRefusedRedisFailsFast(t *testing.T) {
+	s := newStore(t, Options{URL: "redis://" + servetest.Addr(t) + "/0", Timeout: 2 * time.Second})
+	failsFast(t, s, oneHit("d/k=refused"), 20, "nothing listening")
+	if st := s.Stats(); st.Indeterminate != 0 || st.Expired != 0 {
+		t.Errorf("Stats() = %+v, want nothing sent: no indeterminate or expired request", st)
+	}
+}
+
+// TestKilledRedisFailsFastAndComesBack: Redis killed mid-run (its port
+// then refuses connections): every call fails well before the 2 s store
+// timeout, nothing is sent to it, and once Redis is restarted on its port
+// the store reconnects by itself.
+func TestKilledRedisFailsFastAndComesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 2 * time.Second})
+	items := oneHit("d/k=killed")
+	if _, err := s.Apply(context.Background(), items, make([]engine.Result, 1)); err != nil {
+		t.Fatalf("before the kill: %v", err)
+	}
+	st0 := s.Stats()
+	srv.Kill()
+	failsFast(t, s, items, 20, "Redis killed")
+	if st := s.Stats(); st.Indeterminate != st0.Indeterminate {
+		t.Errorf("Stats() = %+v (before the kill: %+v), want nothing sent to the killed Redis", st, st0)
+	}
+	srv.Restart()
+	waitDecided(t, s, items, "after the restart")
+}
+
+// waitDecided asks items until Redis decides them, for 10 s at most: the
+// store reconnects in the background.
+func waitDecided(t *testing.T, s *Store, items []engine.Item, what string) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.Ping(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if _, err = s.Apply(context.Background(), items, make([]engine.Result, len(items))); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s: not decided within 10 s: %v", what, err)
+}
+
+// TestClusterKilledMasterFailsFast: a master of a cluster without replicas
+// killed: calls to its slots fail well before the 2 s store timeout, calls
+// to the other masters are decided, and once the master is restarted (it
+// rejoins with its slots) its calls are decided again without a new store.
+func TestClusterKilledMasterFailsFast(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	s := newStore(t, Options{ClusterSeeds: c.Seeds(), Timeout: 2 * time.Second})
+	l := oneHit("x")[0].Limit
+	descs := descsOnDistinctMasters(t, c, s, l, 2)
+	victim, other := oneHit(descs[0]), oneHit(descs[1])
+	for _, items := range [][]engine.Item{victim, other} {
+		if _, err := s.Apply(context.Background(), items, make([]engine.Result, 1)); err != nil {
+			t.Fatalf("before the kill: %v", err)
+		}
+	}
+	master := c.Master(c.KeySlot(s.base(&victim[0])))
+	master.Kill()
+	failsFast(t, s, victim, 20, "a master killed")
+	for i := range 5 {
+		if _, err := s.Apply(context.Background(), other, make([]engine.Result, 1)); err != nil {
+			t.Errorf("call %d to a master still up: %v", i, err)
+		}
+	}
+	master.Restart()
+	c.WaitHealthy()
+	waitDecided(t, s, victim, "after the master's restart")
+}
+
+// TestNewConnectionNotChargedToTheCall: a call whose connection was reset
+// mid-run needs a new one, whose setup takes 300 ms (a slow TLS handshake,
+// a far server), three times the store timeout: the call is decided, as
+// the connection is set up before its deadline is stamped. The pipelines
+// dialed after it: the call reached Redis past its deadline, or its caller
+// had stopped waiting. On a single node and in a cluster, with the calls
+// of a request on three masters.
+func TestNewConnectionNotChargedToTheCall(t *testing.T) {
+	const timeout, hold = 100 * time.Millisecond, 300 * time.Millisecond
+	check := func(t *testing.T, s *Store, proxies []*redistest.FaultProxy, items []engine.Item) {
+		t.Helper()
+		lookFull(t, s, items, "before the reset")
+		accepted := 0
+		for _, p := range proxies {
+			p.SetConnectDelay(hold)
+			p.ResetConnections()
+			accepted += p.Accepted()
+		}
+		st0 := s.Stats()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := s.Apply(ctx, items, make([]engine.Result, len(items))); err != nil {
+			t.Errorf("the call after its connection was reset: %v", err)
+		}
+		after := 0
+		for _, p := range proxies {
+			after += p.Accepted()
+			p.Heal()
+		}
+		if after == accepted {
+			t.Error("no connection was made after the reset: the test did not exercise a new connection")
+		}
+		if st := s.Stats(); st.Expired != st0.Expired || st.Errors != st0.Errors {
+			t.Errorf("Stats() = %+v (before: %+v), want no error, none expired", st, st0)
+		}
+	}
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t)
+		proxy, s := behindProxy(t, srv, Options{Timeout: timeout})
+		check(t, s, []*redistest.FaultProxy{proxy}, everyAlgorithm("d/k=redial", 1))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartProxiedCluster(t, 3)
+		s := newStore(t, Options{ClusterSeeds: c.Seeds(), Timeout: timeout})
+		var items []engine.Item
+		for _, d := range descsOnDistinctMasters(t, c, s, oneHit("x")[0].Limit, 3) {
+			items = append(items, everyAlgorithm(d, 1)...)
+		}
+		check(t, s, c.Proxies, items)
+	})
 }
