@@ -25,7 +25,8 @@ func oneHit(desc string) []engine.Item {
 // from go-redis's pipeline pool, which Warm had not connected: the first
 // call dialed and made its TLS handshake after its deadline in Redis's
 // clock was set, and 4 of 12 cold starts failed with "no reply within the
-// store timeout", once after /readyz said 200.
+// store timeout", once after /readyz said 200 (under the race detector,
+// 12 of 12).
 func TestTLSFirstCallAfterReady(t *testing.T) {
 	files := testpki.New(t)
 	srv := redistest.StartWith(t, redistest.Config{TLS: files})
@@ -44,6 +45,11 @@ func TestTLSFirstCallAfterReady(t *testing.T) {
 		cancel()
 		if _, err := s.Apply(context.Background(), oneHit("d/k=first"), make([]engine.Result, 1)); err != nil {
 			t.Errorf("cold start %d: the first call after ready: %v", i, err)
+		}
+		// Every worker's connection was set up by Warm, and the call
+		// set none up.
+		if n := s.links.setups.Load(); n != uint64(s.opts.Workers) {
+			t.Errorf("cold start %d: %d connections set up, want %d (one per worker, all by Warm)", i, n, s.opts.Workers)
 		}
 		s.Close()
 	}

@@ -172,15 +172,14 @@ func (ls *links) take(addr string, worker int) (*link, error) {
 // give releases a link that take returned.
 func (ls *links) give(l *link) { l.unlock() }
 
-// ensure sets l up unless it is set up and its connection alive.
-// Requires l held.
+// ensure sets l up unless it is set up and its connection alive; when
+// that fails, l's node is down. Requires l held.
 func (ls *links) ensure(ctx context.Context, l *link) error {
 	if l.ready.Load() && l.alive() {
 		return nil
 	}
 	if err := ls.connect(ctx, l); err != nil {
-		ls.markDown(l.node, err)
-		return l.node.downErr()
+		return ls.markDown(l.node, err)
 	}
 	return nil
 }
@@ -197,10 +196,16 @@ func (l *link) alive() bool {
 	return c != nil && connAlive(c)
 }
 
+// errLinksClosed is the error of a connection asked for after close.
+var errLinksClosed = errors.New("redis store closed")
+
 // connect replaces l's client with a new one and sets it up: dial, the
 // handshakes, a PING, and a reading of the node's clock, within ls.setup.
 // Requires l held.
 func (ls *links) connect(ctx context.Context, l *link) error {
+	if ls.ctx.Err() != nil {
+		return errLinksClosed // close has closed l's client, or will not see a new one
+	}
 	l.ready.Store(false)
 	if l.client != nil {
 		l.client.Close()
@@ -271,12 +276,13 @@ func (l *link) setArmed(on bool) {
 	l.mu.Unlock()
 }
 
-// markDown records that no connection to n could be set up (err), and
-// starts its prober, unless n is down already.
-func (ls *links) markDown(n *nodeLinks, err error) {
-	err = fmt.Errorf("%w (calls to it fail at once, nothing sent, until rls reconnects in the background)", err)
+// markDown records that no connection to n could be set up (err), starts
+// its prober unless n is down already, and returns the error that calls to
+// n get meanwhile.
+func (ls *links) markDown(n *nodeLinks, err error) error {
+	err = downError(err)
 	if !n.down.CompareAndSwap(nil, &err) {
-		return
+		return err
 	}
 	ls.log.Warn("redis: a node does not answer; calls to it fail at once until it does", "node", n.name, "error", err)
 	if ls.cluster != nil {
@@ -284,16 +290,22 @@ func (ls *links) markDown(n *nodeLinks, err error) {
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.closed {
-		return
+	if !ls.closed {
+		ls.probers.Add(1)
+		go ls.probe(n)
 	}
-	ls.probers.Add(1)
-	go ls.probe(n)
+	return err
 }
 
-// probe sets n's connections up again, at growing intervals, until one
-// attempt sets them all up (n is up again), n is no longer a master of the
-// cluster (n is dropped), or links close.
+// downError is the error of the calls to a node that is down, whose last
+// connection failed with err.
+func downError(err error) error {
+	return fmt.Errorf("%w (calls to it fail at once, nothing sent, until rls reconnects in the background)", err)
+}
+
+// probe sets every connection to n up anew, at growing intervals, until
+// an attempt sets them all up (n is up again), n is no longer a master of
+// the cluster (n is dropped), or links close.
 func (ls *links) probe(n *nodeLinks) {
 	defer ls.probers.Done()
 	wait := probeFirst
@@ -310,27 +322,30 @@ func (ls *links) probe(n *nodeLinks) {
 			ls.retire(n)
 			return
 		}
-		err := ls.connectAll(ctx, n)
+		err := ls.connectAll(ctx, n, true)
 		cancel()
 		if err == nil {
 			n.down.Store(nil)
 			ls.log.Info("redis: a node answers again", "node", n.name)
 			return
 		}
-		err = fmt.Errorf("%w (calls to it fail at once, nothing sent, until rls reconnects in the background)", err)
+		err = downError(err)
 		n.down.Store(&err)
 	}
 }
 
-// connectAll sets up every link of n that is not set up, and returns the
-// first error.
-func (ls *links) connectAll(ctx context.Context, n *nodeLinks) error {
+// connectAll sets up every link of n: anew with all, else those not set
+// up. It returns the first error.
+func (ls *links) connectAll(ctx context.Context, n *nodeLinks, all bool) error {
 	for _, l := range n.conns {
+		if !all && l.ready.Load() {
+			continue // its worker checks it before each use
+		}
 		if err := l.lock(ctx); err != nil {
 			return fmt.Errorf("redis: connecting to %s: %w", n.name, err)
 		}
 		var err error
-		if !l.ready.Load() || !l.alive() {
+		if all || !l.ready.Load() {
 			err = ls.connect(ctx, l)
 		}
 		l.unlock()
@@ -349,11 +364,11 @@ func (ls *links) ready(ctx context.Context, addr string) error {
 	if err := n.downErr(); err != nil {
 		return err
 	}
-	if err := ls.connectAll(ctx, n); err != nil {
-		if ctx.Err() == nil {
-			ls.markDown(n, err)
+	if err := ls.connectAll(ctx, n, false); err != nil {
+		if ctx.Err() != nil || errors.Is(err, errLinksClosed) {
+			return err // the caller's wait, not the node
 		}
-		return err
+		return ls.markDown(n, err)
 	}
 	return nil
 }
@@ -398,14 +413,16 @@ func (ls *links) retire(n *nodeLinks) {
 // close stops the probers and closes every connection. The workers must
 // have stopped.
 func (ls *links) close() {
+	ls.stop() // from here on connect sets nothing up: every client is in a node below
 	ls.mu.Lock()
 	ls.closed = true
-	ls.mu.Unlock()
-	ls.stop()
-	ls.probers.Wait()
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	nodes := make([]*nodeLinks, 0, len(ls.nodes))
 	for _, n := range ls.nodes {
+		nodes = append(nodes, n)
+	}
+	ls.mu.Unlock()
+	ls.probers.Wait()
+	for _, n := range nodes {
 		for _, l := range n.conns {
 			l.lock(context.Background())
 			if l.client != nil {
