@@ -26,11 +26,15 @@ import (
 // pipeline dials behind a deadline.
 //
 // A node whose connection cannot be set up (refused, unreachable, a failed
-// handshake) is down: calls to it fail at once, with nothing sent, while a
-// prober owned by links sets its connections up again in the background,
-// at growing intervals (probeFirst to probeMax); the first success brings
-// the node back. In a cluster the prober also reloads the slot map, and
-// drops a node that is no longer a master.
+// handshake) is down, and a prober owned by links sets its connections up
+// again in the background: at growing intervals (probeFirst to probeMax)
+// while nobody calls, and at once (at most once per probeGap) when a call
+// asks. A call to a node that is down asks, waits for that attempt at most
+// downWait, and fails unless it brought the node back, with nothing sent:
+// a node that refuses connections answers the attempt in about a
+// millisecond, and a node that came back serves the call that noticed. In
+// a cluster the prober also reloads the slot map, and drops a node that is
+// no longer a master.
 //
 // Safe for concurrent use; close stops the probers and closes every
 // connection.
@@ -64,6 +68,13 @@ type nodeLinks struct {
 	// prober is then running.
 	down    atomic.Pointer[error]
 	retired atomic.Bool // no longer a master of the cluster: not used again
+	// kick asks the node's prober for an attempt now (1-buffered).
+	kick chan struct{}
+
+	mu sync.Mutex
+	// next is closed when the prober's next attempt (one not started yet)
+	// ends; guarded by mu.
+	next chan struct{}
 }
 
 // link is one worker's connection to one node: a go-redis client of one
@@ -84,10 +95,14 @@ type link struct {
 }
 
 // Probes of a down node: the first after probeFirst, then at intervals
-// doubling to probeMax.
+// doubling to probeMax, or sooner when a call asks, but never within
+// probeGap of the last. A call to a node that is down waits downWait at
+// most for the attempt it asked for.
 const (
 	probeFirst = 50 * time.Millisecond
 	probeMax   = time.Second
+	probeGap   = 5 * time.Millisecond
+	downWait   = 30 * time.Millisecond
 )
 
 // errNoDial is what a link's dialer answers outside setup: the request
@@ -109,7 +124,7 @@ func (ls *links) node(addr string) *nodeLinks {
 	defer ls.mu.Unlock()
 	n := ls.nodes[addr]
 	if n == nil {
-		n = &nodeLinks{addr: addr, name: ls.options(addr).Addr}
+		n = &nodeLinks{addr: addr, name: ls.options(addr).Addr, kick: make(chan struct{}, 1), next: make(chan struct{})}
 		for range ls.workers {
 			n.conns = append(n.conns, &link{node: n, held: make(chan struct{}, 1)})
 		}
@@ -127,6 +142,53 @@ func (ls *links) downErr(addr string) error {
 		return nil
 	}
 	return n.downErr()
+}
+
+// up returns nil when the node at addr is up, or comes back by the
+// attempt that up asks its prober for (one that starts after up is
+// called), within downWait (or ctx); else the error that keeps it down.
+func (ls *links) up(ctx context.Context, addr string) error {
+	ls.mu.Lock()
+	n := ls.nodes[addr]
+	ls.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	ended := n.nextAttempt()
+	if n.down.Load() == nil {
+		return nil
+	}
+	select {
+	case n.kick <- struct{}{}:
+	default: // asked already
+	}
+	wait := time.NewTimer(downWait)
+	defer wait.Stop()
+	select {
+	case <-ended:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	return n.downErr()
+}
+
+// nextAttempt returns a channel closed when the prober's next attempt,
+// one that has not started yet, ends: an attempt in flight may have
+// dialed before the node came back.
+func (n *nodeLinks) nextAttempt() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.next
+}
+
+// startAttempt returns the channel to close when the attempt starting now
+// ends.
+func (n *nodeLinks) startAttempt() chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	this := n.next
+	n.next = make(chan struct{})
+	return this
 }
 
 func (n *nodeLinks) downErr() error {
@@ -303,34 +365,55 @@ func downError(err error) error {
 	return fmt.Errorf("%w (calls to it fail at once, nothing sent, until rls reconnects in the background)", err)
 }
 
-// probe sets every connection to n up anew, at growing intervals, until
-// an attempt sets them all up (n is up again), n is no longer a master of
-// the cluster (n is dropped), or links close.
+// probe sets every connection to n up anew, at growing intervals or when
+// a call asks, until an attempt sets them all up (n is up again), n is no
+// longer a master of the cluster (n is dropped), or links close.
 func (ls *links) probe(n *nodeLinks) {
 	defer ls.probers.Done()
 	wait := probeFirst
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var last time.Time // when the last attempt ended
 	for {
 		select {
 		case <-ls.ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-timer.C:
+		case <-n.kick:
 		}
-		wait = min(2*wait, probeMax)
+		if rest := probeGap - time.Since(last); rest > 0 {
+			select {
+			case <-ls.ctx.Done():
+				return
+			case <-time.After(rest):
+			}
+		}
+		select {
+		case <-n.kick: // this attempt answers it too
+		default:
+		}
+		ended := n.startAttempt()
 		ctx, cancel := context.WithTimeout(ls.ctx, ls.setup)
 		if ls.cluster != nil && !ls.isMaster(ctx, n.addr) {
 			cancel()
 			ls.retire(n)
+			close(ended)
 			return
 		}
 		err := ls.connectAll(ctx, n, true)
 		cancel()
 		if err == nil {
 			n.down.Store(nil)
+			close(ended)
 			ls.log.Info("redis: a node answers again", "node", n.name)
 			return
 		}
 		err = downError(err)
 		n.down.Store(&err)
+		close(ended)
+		last = time.Now()
+		wait = min(2*wait, probeMax)
+		timer.Reset(wait)
 	}
 }
 
@@ -357,11 +440,12 @@ func (ls *links) connectAll(ctx context.Context, n *nodeLinks, all bool) error {
 }
 
 // ready sets up every worker's connection to the node at addr that is not
-// set up, for Warm and Ping: it fails at once when the node is down, and
-// when a setup fails (the node is then down).
+// set up, for Warm and Ping: it fails when the node is down (and does not
+// come back within downWait), and when a setup fails (the node is then
+// down).
 func (ls *links) ready(ctx context.Context, addr string) error {
 	n := ls.node(addr)
-	if err := n.downErr(); err != nil {
+	if err := ls.up(ctx, addr); err != nil {
 		return err
 	}
 	if err := ls.connectAll(ctx, n, false); err != nil {

@@ -409,8 +409,8 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 // single node) and writes their results. In modeReserve it also returns the
 // rest of the reply (the undo log and the unconsumed statuses) through rest.
 func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine.Item, bases []string, results []engine.Result, rest *[]any) (bool, error) {
-	if err := s.links.downErr(node); err != nil {
-		return false, err // at once: nothing to wait for
+	if err := s.links.up(ctx, node); err != nil {
+		return false, err // nothing sent
 	}
 	reply, err := s.b.do(ctx, node, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), s.now(), items, bases))
 	if err != nil {
