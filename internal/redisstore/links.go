@@ -28,13 +28,14 @@ import (
 // A node whose connection cannot be set up (refused, unreachable, a failed
 // handshake) is down, and a prober owned by links sets its connections up
 // again in the background: at growing intervals (probeFirst to probeMax)
-// while nobody calls, and at once (at most once per probeGap) when a call
-// asks. A call to a node that is down asks, waits for that attempt at most
-// downWait, and fails unless it brought the node back, with nothing sent:
-// a node that refuses connections answers the attempt in about a
-// millisecond, and a node that came back serves the call that noticed. In
-// a cluster the prober also reloads the slot map, and drops a node that is
-// no longer a master.
+// while nobody calls, and at once (at most one attempt per probeGap) when
+// a call asks. A call to a node that is down asks for an attempt that
+// starts after it asked, waits for it at most downWait, and fails unless
+// it brought the node back, with nothing sent: a node that refuses
+// connections answers the attempt in about a millisecond, and a node that
+// came back serves the first call after it (calls that come together
+// share one attempt). In a cluster the prober also reloads the slot map,
+// and drops a node that is no longer a master.
 //
 // Safe for concurrent use; close stops the probers and closes every
 // connection.
@@ -70,6 +71,8 @@ type nodeLinks struct {
 	retired atomic.Bool // no longer a master of the cluster: not used again
 	// kick asks the node's prober for an attempt now (1-buffered).
 	kick chan struct{}
+	// failed is when the last attempt to connect failed (UnixNano).
+	failed atomic.Int64
 
 	mu sync.Mutex
 	// next is closed when the prober's next attempt (one not started yet)
@@ -96,12 +99,12 @@ type link struct {
 
 // Probes of a down node: the first after probeFirst, then at intervals
 // doubling to probeMax, or sooner when a call asks, but never within
-// probeGap of the last. A call to a node that is down waits downWait at
-// most for the attempt it asked for.
+// probeGap of the last failure. A call to a node that is down waits
+// downWait at most for the attempt it asked for.
 const (
 	probeFirst = 50 * time.Millisecond
 	probeMax   = time.Second
-	probeGap   = 5 * time.Millisecond
+	probeGap   = time.Millisecond
 	downWait   = 30 * time.Millisecond
 )
 
@@ -343,6 +346,7 @@ func (l *link) setArmed(on bool) {
 // n get meanwhile.
 func (ls *links) markDown(n *nodeLinks, err error) error {
 	err = downError(err)
+	n.failed.Store(time.Now().UnixNano())
 	if !n.down.CompareAndSwap(nil, &err) {
 		return err
 	}
@@ -373,7 +377,6 @@ func (ls *links) probe(n *nodeLinks) {
 	wait := probeFirst
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	var last time.Time // when the last attempt ended
 	for {
 		select {
 		case <-ls.ctx.Done():
@@ -381,7 +384,7 @@ func (ls *links) probe(n *nodeLinks) {
 		case <-timer.C:
 		case <-n.kick:
 		}
-		if rest := probeGap - time.Since(last); rest > 0 {
+		if rest := probeGap - time.Since(time.Unix(0, n.failed.Load())); rest > 0 {
 			select {
 			case <-ls.ctx.Done():
 				return
@@ -410,8 +413,8 @@ func (ls *links) probe(n *nodeLinks) {
 		}
 		err = downError(err)
 		n.down.Store(&err)
+		n.failed.Store(time.Now().UnixNano())
 		close(ended)
-		last = time.Now()
 		wait = min(2*wait, probeMax)
 		timer.Reset(wait)
 	}
