@@ -216,8 +216,7 @@ func (b *batcher) send(worker int, batch []*call) {
 	if len(batch) == 0 {
 		return
 	}
-	first := batch[0].node
-	if !slices.ContainsFunc(batch, func(c *call) bool { return c.node != first }) {
+	if oneNode(batch) {
 		b.sendNode(worker, batch)
 		return
 	}
@@ -234,6 +233,16 @@ func (b *batcher) send(worker int, batch []*call) {
 		wg.Go(func() { b.sendNode(worker, byNode[node]) })
 	}
 	wg.Wait()
+}
+
+// oneNode reports whether calls all go to one node.
+func oneNode(calls []*call) bool {
+	for _, c := range calls {
+		if c.node != calls[0].node {
+			return false
+		}
+	}
+	return true
 }
 
 // sendNode runs calls, all to one node, in one pipeline of FCALLs on

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,9 +54,12 @@ type links struct {
 	ctx  context.Context // ends at close: stops the probers
 	stop context.CancelFunc
 
+	// nodes are the links by node address ("" for a single node): read by
+	// every call without a lock or an allocation, replaced (under mu) when
+	// a node is first seen or dropped.
+	nodes  atomic.Pointer[map[string]*nodeLinks]
 	mu     sync.Mutex
-	nodes  map[string]*nodeLinks // by address ("" for a single node); guarded by mu
-	closed bool                  // guarded by mu
+	closed bool // guarded by mu
 
 	probers sync.WaitGroup
 	setups  atomic.Uint64 // connections set up
@@ -92,9 +97,10 @@ type link struct {
 	// ready: set up and not known to be broken since. Read without held.
 	ready atomic.Bool
 
-	mu    sync.Mutex // guards the fields below, written by the client's dialer
-	armed bool
-	conn  net.Conn // the connection the client dialed
+	mu     sync.Mutex // guards the fields below, written by the client's dialer
+	armed  bool
+	conn   net.Conn        // the connection the client dialed
+	socket syscall.RawConn // conn's socket, nil when it cannot be looked at
 }
 
 // Probes of a down node: the first after probeFirst, then at intervals
@@ -114,33 +120,44 @@ var errNoDial = errors.New("redis: no connection set up for this pipeline (nothi
 
 func newLinks(workers int, setup time.Duration, clock *redisClock, log *slog.Logger, cluster *redis.ClusterClient, options func(addr string) *redis.Options) *links {
 	ctx, stop := context.WithCancel(context.Background())
-	return &links{
+	ls := &links{
 		workers: workers, setup: setup, clock: clock, log: log, cluster: cluster, options: options,
-		ctx: ctx, stop: stop, nodes: make(map[string]*nodeLinks),
+		ctx: ctx, stop: stop,
 	}
+	ls.nodes.Store(&map[string]*nodeLinks{})
+	return ls
 }
 
 // node returns the links to the node at addr, creating them (not
 // connected) the first time.
 func (ls *links) node(addr string) *nodeLinks {
+	if n := ls.known(addr); n != nil {
+		return n
+	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	n := ls.nodes[addr]
-	if n == nil {
-		n = &nodeLinks{addr: addr, name: ls.options(addr).Addr, kick: make(chan struct{}, 1), next: make(chan struct{})}
-		for range ls.workers {
-			n.conns = append(n.conns, &link{node: n, held: make(chan struct{}, 1)})
-		}
-		ls.nodes[addr] = n
+	old := *ls.nodes.Load()
+	if n := old[addr]; n != nil {
+		return n
 	}
+	n := &nodeLinks{addr: addr, name: ls.options(addr).Addr, kick: make(chan struct{}, 1), next: make(chan struct{})}
+	for range ls.workers {
+		n.conns = append(n.conns, &link{node: n, held: make(chan struct{}, 1)})
+	}
+	m := maps.Clone(old)
+	m[addr] = n
+	ls.nodes.Store(&m)
 	return n
+}
+
+// known returns the links to the node at addr, or nil when none were made.
+func (ls *links) known(addr string) *nodeLinks {
+	return (*ls.nodes.Load())[addr]
 }
 
 // downErr returns the error that took the node at addr down, or nil.
 func (ls *links) downErr(addr string) error {
-	ls.mu.Lock()
-	n := ls.nodes[addr]
-	ls.mu.Unlock()
+	n := ls.known(addr)
 	if n == nil {
 		return nil
 	}
@@ -151,9 +168,7 @@ func (ls *links) downErr(addr string) error {
 // attempt that up asks its prober for (one that starts after up is
 // called), within downWait (or ctx); else the error that keeps it down.
 func (ls *links) up(ctx context.Context, addr string) error {
-	ls.mu.Lock()
-	n := ls.nodes[addr]
-	ls.mu.Unlock()
+	n := ls.known(addr)
 	if n == nil {
 		return nil
 	}
@@ -256,9 +271,9 @@ func (l *link) broken() { l.ready.Store(false) }
 // alive reports whether l's connection is open with nothing unread.
 func (l *link) alive() bool {
 	l.mu.Lock()
-	c := l.conn
+	c, socket := l.conn, l.socket
 	l.mu.Unlock()
-	return c != nil && connAlive(c)
+	return c != nil && socketAlive(socket)
 }
 
 // errLinksClosed is the error of a connection asked for after close.
@@ -301,8 +316,9 @@ func (ls *links) connect(ctx context.Context, l *link) error {
 		}
 		c, err := dial(ctx, network, addr)
 		if err == nil {
+			socket := socketOf(c)
 			l.mu.Lock()
-			l.conn = c
+			l.conn, l.socket = c, socket
 			l.mu.Unlock()
 		}
 		return c, err
@@ -336,7 +352,7 @@ func (l *link) setArmed(on bool) {
 	l.mu.Lock()
 	l.armed = on
 	if on {
-		l.conn = nil
+		l.conn, l.socket = nil, nil
 	}
 	l.mu.Unlock()
 }
@@ -397,7 +413,7 @@ func (ls *links) probe(n *nodeLinks) {
 		}
 		ended := n.startAttempt()
 		ctx, cancel := context.WithTimeout(ls.ctx, ls.setup)
-		if ls.cluster != nil && !ls.isMaster(ctx, n.addr) {
+		if ls.cluster != nil && ls.notMaster(ctx, n.addr) {
 			cancel()
 			ls.retire(n)
 			close(ended)
@@ -460,28 +476,28 @@ func (ls *links) ready(ctx context.Context, addr string) error {
 	return nil
 }
 
-// isMaster reports whether addr is a master of the cluster, by a fresh
-// slot map when the cluster answers, else the last one.
-func (ls *links) isMaster(ctx context.Context, addr string) bool {
-	var mu sync.Mutex
-	found := false
-	ls.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+// notMaster reports whether the cluster says that addr is not one of its
+// masters, by a fresh slot map when the cluster answers, else the last
+// one; false when it cannot tell.
+func (ls *links) notMaster(ctx context.Context, addr string) bool {
+	var found atomic.Bool
+	err := ls.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
 		if c.Options().Addr == addr {
-			mu.Lock()
-			found = true
-			mu.Unlock()
+			found.Store(true)
 		}
 		return nil
 	})
-	return found
+	return err == nil && !found.Load()
 }
 
 // retire drops n, a node that left the cluster's masters: its connections
 // are closed, and a request routed to its address again gets new links.
 func (ls *links) retire(n *nodeLinks) {
 	ls.mu.Lock()
-	if ls.nodes[n.addr] == n {
-		delete(ls.nodes, n.addr)
+	if old := *ls.nodes.Load(); old[n.addr] == n {
+		m := maps.Clone(old)
+		delete(m, n.addr)
+		ls.nodes.Store(&m)
 	}
 	ls.mu.Unlock()
 	n.retired.Store(true)
@@ -503,10 +519,7 @@ func (ls *links) close() {
 	ls.stop() // from here on connect sets nothing up: every client is in a node below
 	ls.mu.Lock()
 	ls.closed = true
-	nodes := make([]*nodeLinks, 0, len(ls.nodes))
-	for _, n := range ls.nodes {
-		nodes = append(nodes, n)
-	}
+	nodes := *ls.nodes.Load()
 	ls.mu.Unlock()
 	ls.probers.Wait()
 	for _, n := range nodes {
