@@ -393,6 +393,7 @@ func (ls *links) probe(n *nodeLinks) {
 	wait := probeFirst
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	var checked time.Time // when the cluster last said n is a master
 	for {
 		select {
 		case <-ls.ctx.Done():
@@ -413,11 +414,16 @@ func (ls *links) probe(n *nodeLinks) {
 		}
 		ended := n.startAttempt()
 		ctx, cancel := context.WithTimeout(ls.ctx, ls.setup)
-		if ls.cluster != nil && ls.notMaster(ctx, n.addr) {
-			cancel()
-			ls.retire(n)
-			close(ended)
-			return
+		// The slot map is read again at most once per probeFirst: calls ask
+		// for attempts up to once a millisecond.
+		if ls.cluster != nil && time.Since(checked) >= probeFirst {
+			if ls.notMaster(ctx, n.addr) {
+				cancel()
+				ls.retire(n)
+				close(ended)
+				return
+			}
+			checked = time.Now()
 		}
 		err := ls.connectAll(ctx, n, true)
 		cancel()
@@ -437,25 +443,38 @@ func (ls *links) probe(n *nodeLinks) {
 }
 
 // connectAll sets up every link of n: anew with all, else those not set
-// up. It returns the first error.
+// up. The first goes alone (a node that refuses costs one dial), the
+// others then together. It returns the first error.
 func (ls *links) connectAll(ctx context.Context, n *nodeLinks, all bool) error {
+	var todo []*link
 	for _, l := range n.conns {
-		if !all && l.ready.Load() {
-			continue // its worker checks it before each use
+		if all || !l.ready.Load() { // a link set up is checked by its worker before each use
+			todo = append(todo, l)
 		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	connect := func(l *link) error {
 		if err := l.lock(ctx); err != nil {
 			return fmt.Errorf("redis: connecting to %s: %w", n.name, err)
 		}
-		var err error
-		if all || !l.ready.Load() {
-			err = ls.connect(ctx, l)
+		defer l.unlock()
+		if !all && l.ready.Load() {
+			return nil // set up meanwhile
 		}
-		l.unlock()
-		if err != nil {
-			return err
-		}
+		return ls.connect(ctx, l)
 	}
-	return nil
+	if err := connect(todo[0]); err != nil {
+		return err
+	}
+	errs := make([]error, len(todo))
+	var wg sync.WaitGroup
+	for i, l := range todo[1:] {
+		wg.Go(func() { errs[i] = connect(l) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // ready sets up every worker's connection to the node at addr that is not
