@@ -171,9 +171,8 @@ func New(opts Options) (*Store, error) {
 	ro.MinRetryBackoff, ro.MaxRetryBackoff = -1, -1
 	// One dial per connection attempt: go-redis's default is 5, 100 ms
 	// apart, inside the call that needed the connection. A Redis that
-	// refuses connections must cost a call nothing (links: calls to a node
-	// that cannot be connected fail at once), and reconnecting is done in
-	// the background.
+	// refuses connections must cost a call next to nothing (see links),
+	// and reconnecting is done in the background.
 	ro.DialerRetries = 1
 	ro.ContextTimeoutEnabled = true
 	if opts.PoolSize > 0 {
@@ -229,7 +228,7 @@ func New(opts Options) (*Store, error) {
 	s.faultLog = rate.Sometimes{Interval: 10 * time.Second}
 	// A connection's setup (dial, handshakes, PING, TIME: about five round
 	// trips) gets the dial's timeout and a pipeline's bound.
-	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, nodeOptions(*ro, s.cluster != nil))
+	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, nodeOptions(s.client, *ro))
 	s.b = newBatcher(s.links, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
 	s.b.late, s.b.unknown = s.late, s.unknown
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
@@ -291,33 +290,36 @@ func (s *Store) Warm(ctx context.Context) error {
 // eachNode runs fn on every master of a cluster client, or on the one node
 // of another client (its address then ""), and returns the first error.
 func eachNode(ctx context.Context, client redis.UniversalClient, fn func(ctx context.Context, addr string, node *redis.Client) error) error {
-	if c, ok := client.(*redis.ClusterClient); ok {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			return fn(ctx, node.Options().Addr, node)
 		})
+	case *redis.Client:
+		return fn(ctx, "", c)
+	default:
+		return fmt.Errorf("redisstore: a %T is neither a cluster's client nor one node's", client)
 	}
-	return fn(ctx, "", singleNode(client))
 }
 
-// singleNode returns the client of a store on one node (not a cluster).
-func singleNode(client redis.UniversalClient) *redis.Client {
-	c, ok := client.(*redis.Client)
-	if !ok {
-		panic(fmt.Sprintf("redisstore: a single node's client is a %T, not a *redis.Client", client))
+// nodeOptions returns the options of a connection to a node (by its
+// address, "" for the one node of a store that is not a cluster), for the
+// pipelines' own connections (links): one node's are its client's, dialer
+// included (a Sentinel client's finds the master), read here before the
+// client is used; a cluster node's are ro, the URL's, with the node's
+// address and database 0, as the cluster client makes them.
+func nodeOptions(client redis.UniversalClient, ro redis.Options) func(addr string) *redis.Options {
+	if c, ok := client.(*redis.Client); ok {
+		one := *c.Options()
+		one.PushNotificationProcessor = nil // the client's own; a link's client makes its own
+		return func(string) *redis.Options {
+			o := one
+			return &o
+		}
 	}
-	return c
-}
-
-// nodeOptions returns the options of a connection to a node (its address,
-// "" for the one node of a store that is not a cluster), as the store's
-// clients connect to it: ro, the URL's options, with a cluster node's
-// address and database 0.
-func nodeOptions(ro redis.Options, cluster bool) func(addr string) *redis.Options {
 	return func(addr string) *redis.Options {
 		o := ro
-		if cluster {
-			o.Addr, o.DB = addr, 0
-		}
+		o.Addr, o.DB = addr, 0
 		return &o
 	}
 }
