@@ -94,7 +94,7 @@ func TestRefusedRedisFailsFast(t *testing.T) {
 // TestKilledRedisFailsFastAndComesBack: Redis killed mid-run (its port
 // then refuses connections): every call fails well before the 2 s store
 // timeout, nothing is sent to it, and once Redis is restarted on its port
-// the store reconnects by itself.
+// the store reconnects by itself, with no call asking it to.
 func TestKilledRedisFailsFastAndComesBack(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL(), Timeout: 2 * time.Second})
@@ -109,6 +109,11 @@ func TestKilledRedisFailsFastAndComesBack(t *testing.T) {
 		t.Errorf("Stats() = %+v (before the kill: %+v), want nothing sent to the killed Redis", st, st0)
 	}
 	srv.Restart()
+	for deadline := time.Now().Add(10 * time.Second); s.links.downErr("") != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis restarted, no call: still down 10 s later: %v", s.links.downErr(""))
+		}
+	}
 	waitDecided(t, s, items, "after the restart")
 }
 

@@ -444,7 +444,7 @@ func (ls *links) probe(n *nodeLinks) {
 
 // connectAll sets up every link of n: anew with all, else those not set
 // up. The first goes alone (a node that refuses costs one dial), the
-// others then together. It returns the first error.
+// others then together. It returns their errors.
 func (ls *links) connectAll(ctx context.Context, n *nodeLinks, all bool) error {
 	var todo []*link
 	for _, l := range n.conns {
