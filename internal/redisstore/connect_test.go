@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,4 +216,37 @@ func TestNewConnectionNotChargedToTheCall(t *testing.T) {
 		}
 		check(t, s, c.Proxies, items)
 	})
+}
+
+// TestNoConnectionUnderLoad: 64 concurrent callers of 20 calls each on a
+// warmed store open no connection for their pipelines: every worker sends
+// on the connection Warm set up. go-redis's pipeline pool grew under load,
+// dialing inside the calls that found it empty.
+func TestNoConnectionUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL()})
+	warmed := s.links.setups.Load()
+	if warmed != uint64(s.opts.Workers) {
+		t.Fatalf("Warm set up %d connections, want one per worker (%d)", warmed, s.opts.Workers)
+	}
+	errs := make(chan error, 64*20)
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 20 {
+				_, err := s.Apply(context.Background(), oneHit(fmt.Sprintf("d/k=%d-%d", g, i)), make([]engine.Result, 1))
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a call under load: %v", err)
+		}
+	}
+	if n := s.links.setups.Load(); n != warmed {
+		t.Errorf("%d connections set up under load after Warm's %d, want none", n-warmed, warmed)
+	}
 }
