@@ -22,7 +22,14 @@ import (
 // function takes several requests (up to perScript) and decides them one
 // after the other, so Redis pays a call's fixed cost once for all of them.
 // In a cluster, where each call goes to the node of its keys, every call is
-// an FCALL of its own in a pipeline.
+// an FCALL of its own in a pipeline, and a worker sends the calls of each
+// node on its own connection to that node, concurrently.
+//
+// Connections. Each worker sends on connections of its own (links), set up
+// before the worker stamps the deadlines of the calls it sends on them: a
+// dial, a TLS handshake, a reconnection are never part of a call's budget.
+// A call to a node that cannot be connected fails at once, with nothing
+// sent.
 //
 // Deadlines. A call is sent with a deadline in the node's clock (see
 // redisClock): its send instant plus its budget, the store timeout or, when
@@ -38,7 +45,7 @@ import (
 // reply never came (the connection failed or stayed silent), are counted as
 // indeterminate: the store cannot tell or undo what they consumed.
 type batcher struct {
-	client    redis.UniversalClient
+	links     *links
 	queue     chan *call
 	maxBatch  int
 	perScript int
@@ -95,7 +102,7 @@ const (
 
 type call struct {
 	ctx   context.Context
-	node  string // the node's address for its clock ("" on a single node)
+	node  string // the node's address, for its clock and links ("" on a single node)
 	keys  []string
 	args  []any // the request's arguments (see wire.go)
 	items int
@@ -117,9 +124,9 @@ func (c *call) answer(r reply, err error) bool {
 	return true
 }
 
-func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, timeout, bound time.Duration, clock *redisClock) *batcher {
+func newBatcher(links *links, maxBatch, perScript, workers int, timeout, bound time.Duration, clock *redisClock) *batcher {
 	b := &batcher{
-		client:    client,
+		links:     links,
 		queue:     make(chan *call, 16*maxBatch),
 		maxBatch:  maxBatch,
 		perScript: perScript,
@@ -130,8 +137,8 @@ func newBatcher(client redis.UniversalClient, maxBatch, perScript, workers int, 
 		unknown:   func(string, error) {},
 		stop:      make(chan struct{}),
 	}
-	for range workers {
-		b.wg.Go(b.work)
+	for i := range workers {
+		b.wg.Go(func() { b.work(i) })
 	}
 	return b
 }
@@ -178,7 +185,8 @@ func (b *batcher) do(ctx context.Context, node string, n int, keys []string, arg
 	}
 }
 
-func (b *batcher) work() {
+// work is worker number worker: it sends batches on its own links.
+func (b *batcher) work(worker int) {
 	batch := make([]*call, 0, b.maxBatch)
 	for {
 		select {
@@ -196,26 +204,72 @@ func (b *batcher) work() {
 				break fill
 			}
 		}
-		b.send(batch)
+		b.send(worker, batch)
 		clear(batch)
 	}
 }
 
-// send runs a batch in one pipeline of FCALLs, each deciding up to
-// perScript calls; when a node does not have the function library (a
-// restarted Redis, a new cluster node), nothing ran: the library is loaded
-// and those FCALLs are sent again.
-func (b *batcher) send(batch []*call) {
+// send sends a batch: the calls of each node on worker's link to it, the
+// nodes concurrently.
+func (b *batcher) send(worker int, batch []*call) {
 	batch = unanswered(batch)
 	if len(batch) == 0 {
 		return
 	}
+	if oneNode(batch) {
+		b.sendNode(worker, batch)
+		return
+	}
+	var nodes []string
+	byNode := make(map[string][]*call)
+	for _, c := range batch {
+		if _, ok := byNode[c.node]; !ok {
+			nodes = append(nodes, c.node)
+		}
+		byNode[c.node] = append(byNode[c.node], c)
+	}
+	var wg sync.WaitGroup
+	for _, node := range nodes {
+		wg.Go(func() { b.sendNode(worker, byNode[node]) })
+	}
+	wg.Wait()
+}
+
+// oneNode reports whether calls all go to one node.
+func oneNode(calls []*call) bool {
+	for _, c := range calls {
+		if c.node != calls[0].node {
+			return false
+		}
+	}
+	return true
+}
+
+// sendNode runs calls, all to one node, in one pipeline of FCALLs on
+// worker's link to the node, each deciding up to perScript calls. The link
+// is set up first, if need be, and only then are the deadlines stamped.
+// When the node does not have the function library (a restarted Redis, a
+// new cluster node), nothing ran: the library is loaded and those FCALLs
+// are sent again.
+func (b *batcher) sendNode(worker int, calls []*call) {
+	l, err := b.links.take(calls[0].node, worker)
+	if err != nil {
+		for _, c := range calls {
+			c.answer(reply{}, err) // nothing sent
+		}
+		return
+	}
+	defer b.links.give(l)
+	// Answered or abandoned while the link was set up: not sent.
+	if calls = unanswered(calls); len(calls) == 0 {
+		return
+	}
 	sent := time.Now()
-	b.setDeadlines(batch, sent)
+	b.setDeadlines(calls, sent)
 	// The callers stop waiting at their deadline plus grace. The timer gets
 	// its own copy of the calls: Stop does not wait for a timer that has
-	// fired, and the worker clears and refills batch once send returns.
-	timed := slices.Clone(batch)
+	// fired, and the worker clears and refills its batch once send returns.
+	timed := slices.Clone(calls)
 	wait := time.AfterFunc(b.timeout+grace(b.timeout), func() {
 		for _, c := range timed {
 			c.answer(reply{}, errNoReply)
@@ -231,14 +285,14 @@ func (b *batcher) send(batch []*call) {
 		cmd   *redis.Cmd
 		sent  time.Time // when its pipeline left, for the clock's samples
 	}
-	scripts := make([]script, 0, (len(batch)+b.perScript-1)/b.perScript)
-	for rest := batch; len(rest) > 0; {
+	scripts := make([]script, 0, (len(calls)+b.perScript-1)/b.perScript)
+	for rest := calls; len(rest) > 0; {
 		calls := rest[:min(len(rest), b.perScript)]
 		rest = rest[len(calls):]
 		scripts = append(scripts, script{calls: calls, args: scriptArgs(calls)})
 	}
 	run := func(which []int, sent time.Time) {
-		pipe := b.client.Pipeline()
+		pipe := l.client.Pipeline()
 		for _, i := range which {
 			sc := &scripts[i]
 			sc.cmd = pipe.FCall(ctx, lib.decide, sc.calls[0].keys, sc.args...)
@@ -260,7 +314,7 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 	if len(again) > 0 {
-		if err := lib.load(ctx, b.client); err != nil {
+		if err := l.client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
 			// Still Redis's "not found" first: these calls did not run,
 			// whatever the load's error (mayHaveRun).
 			for _, i := range again {
@@ -293,6 +347,9 @@ func (b *batcher) send(batch []*call) {
 		replies, ok := result.([]any)
 		if err == nil && (!ok || len(replies) != len(sc.calls)) {
 			err = fmt.Errorf("unexpected decide reply %v", result)
+		}
+		if err != nil && !isRedisError(err) {
+			l.broken() // the connection failed, or its state is unknown: set up again before its next use
 		}
 		for j, c := range sc.calls {
 			if err != nil {
@@ -369,8 +426,15 @@ func (b *batcher) setDeadlines(calls []*call, sent time.Time) {
 // mayHaveRun reports whether a call that failed with err may have been
 // decided: it was sent, and no reply says what happened (a timeout, a
 // broken connection). An error reply from Redis means the script did not
-// decide (a moved slot, an unknown function, a refused argument).
+// decide (a moved slot, an unknown function, a refused argument); so does
+// a link's refusal to dial (errNoDial: nothing was sent).
 func mayHaveRun(err error) bool {
+	return !isRedisError(err) && !errors.Is(err, errNoDial)
+}
+
+// isRedisError reports whether err is an error reply of Redis: the
+// connection carried a whole reply and stays usable.
+func isRedisError(err error) bool {
 	var rerr redis.Error
-	return !errors.As(err, &rerr)
+	return errors.As(err, &rerr)
 }

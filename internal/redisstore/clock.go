@@ -103,11 +103,3 @@ func (c *redisClock) toRedis(addr string, t time.Time) (int64, bool) {
 	}
 	return c.micros(t) + lead, true
 }
-
-// known reports whether node addr has been sampled.
-func (c *redisClock) known(addr string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.nodes[addr]
-	return n != nil && n.seen
-}

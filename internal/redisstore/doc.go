@@ -7,7 +7,10 @@
 // requests share round trips (pipelining) and, on a single node, FCALLs: one
 // call decides up to PerScript requests one after the other, each whole, so
 // that Redis pays a call's fixed cost (TIME, its tables) once for all of
-// them.
+// them. Each pipeline has a connection of its own to each node, set up
+// before the deadlines of the requests it carries are stamped; a node that
+// cannot be connected fails its requests at once, with nothing sent, and is
+// reconnected in the background (links.go).
 //
 // The scripts mirror the engine's algorithms section by section; the wire
 // contract between Go and Lua (argument and reply layouts, codes) is named

@@ -36,8 +36,10 @@ type Options struct {
 	CertFile, KeyFile string
 	// Prefix starts every key; default "rls:".
 	Prefix string
-	// PoolSize is the number of connections per node; 0 means go-redis's
-	// default (10 per CPU).
+	// PoolSize is the number of connections per node for all but the
+	// decisions (reading clocks, pings, giving back, loading the library);
+	// 0 means go-redis's default (10 per CPU). The decisions' pipelines
+	// have one connection per worker per node of their own (see links).
 	PoolSize int
 	// Timeout is how long Redis has to decide a request once it is sent
 	// (default 10ms): past it the script decides nothing, and the caller
@@ -97,6 +99,7 @@ type Store struct {
 	cluster *redis.ClusterClient // nil for a single node
 	opts    Options
 	b       *batcher
+	links   *links
 	cache   *denyCache
 	log     *slog.Logger
 
@@ -117,7 +120,8 @@ type Store struct {
 var _ engine.Store = (*Store)(nil)
 
 // New connects lazily: it returns an error only for bad options, not for an
-// unreachable Redis (Ping says that, for readiness).
+// unreachable Redis (Warm connects, Ping says whether Redis answers, for
+// readiness).
 func New(opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "rls:"
@@ -165,6 +169,11 @@ func New(opts Options) (*Store, error) {
 	ro.ReadTimeout, ro.WriteTimeout = 2*bound, 2*bound
 	ro.MaxRetries = -1
 	ro.MinRetryBackoff, ro.MaxRetryBackoff = -1, -1
+	// One dial per connection attempt: go-redis's default is 5, 100 ms
+	// apart, inside the call that needed the connection. A Redis that
+	// refuses connections must cost a call next to nothing (see links),
+	// and reconnecting is done in the background.
+	ro.DialerRetries = 1
 	ro.ContextTimeoutEnabled = true
 	if opts.PoolSize > 0 {
 		ro.PoolSize = opts.PoolSize
@@ -194,6 +203,7 @@ func New(opts Options) (*Store, error) {
 			ReadTimeout:           ro.ReadTimeout,
 			WriteTimeout:          ro.WriteTimeout,
 			MaxRetries:            ro.MaxRetries,
+			DialerRetries:         ro.DialerRetries,
 			MinRetryBackoff:       ro.MinRetryBackoff,
 			MaxRetryBackoff:       ro.MaxRetryBackoff,
 			ContextTimeoutEnabled: true,
@@ -216,7 +226,10 @@ func New(opts Options) (*Store, error) {
 		s.clock = newRedisClock()
 	}
 	s.faultLog = rate.Sometimes{Interval: 10 * time.Second}
-	s.b = newBatcher(s.client, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
+	// A connection's setup (dial, handshakes, PING, TIME: about five round
+	// trips) gets the dial's timeout and a pipeline's bound.
+	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, nodeOptions(s.client, *ro))
+	s.b = newBatcher(s.links, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
 	s.b.late, s.b.unknown = s.late, s.unknown
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
 	if s.clock != nil {
@@ -242,37 +255,33 @@ func (s *Store) Close() error {
 		s.releasing.Wait()
 		s.stopReleases()
 		s.watching.Wait()
+		s.links.close()
 		err = s.client.Close()
 	})
 	return err
 }
 
-// Ping checks that Redis answers: in cluster mode, every master.
+// Ping checks that Redis answers (in cluster mode, every master) and that
+// the pipelines can send to it: every worker's connection set up (see
+// links). A node that does not accept connections fails it at once.
 func (s *Store) Ping(ctx context.Context) error {
-	return eachNode(ctx, s.client, func(ctx context.Context, _ string, node redis.Cmdable) error {
+	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node *redis.Client) error {
+		if err := s.links.ready(ctx, addr); err != nil {
+			return err
+		}
 		return node.Ping(ctx).Err()
 	})
 }
 
-// Warm readies the store before its first requests: it connects every
-// connection the pipelines need (one per worker, on every master), reads
-// each node's clock and loads the function library, so that the first
-// requests do not spend their deadlines on it. It returns the first error.
+// Warm readies the store before its first requests: it sets up every
+// connection the pipelines need (one per worker, on every master: dial,
+// handshakes, each node's clock) and loads the function library, so that
+// the first requests spend none of their deadlines on it. It returns the
+// first error.
 func (s *Store) Warm(ctx context.Context) error {
-	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node redis.Cmdable) error {
-		var wg sync.WaitGroup
-		errs := make([]error, s.opts.Workers)
-		for i := range s.opts.Workers {
-			wg.Go(func() { errs[i] = node.Ping(ctx).Err() })
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node *redis.Client) error {
+		if err := s.links.ready(ctx, addr); err != nil {
 			return err
-		}
-		if s.clock != nil {
-			if err := s.readNodeClock(ctx, addr, node); err != nil {
-				return err
-			}
 		}
 		return node.FunctionLoadReplace(ctx, lib.source).Err()
 	})
@@ -280,13 +289,39 @@ func (s *Store) Warm(ctx context.Context) error {
 
 // eachNode runs fn on every master of a cluster client, or on the one node
 // of another client (its address then ""), and returns the first error.
-func eachNode(ctx context.Context, client redis.UniversalClient, fn func(ctx context.Context, addr string, node redis.Cmdable) error) error {
-	if c, ok := client.(*redis.ClusterClient); ok {
+func eachNode(ctx context.Context, client redis.UniversalClient, fn func(ctx context.Context, addr string, node *redis.Client) error) error {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			return fn(ctx, node.Options().Addr, node)
 		})
+	case *redis.Client:
+		return fn(ctx, "", c)
+	default:
+		return fmt.Errorf("redisstore: a %T is neither a cluster's client nor one node's", client)
 	}
-	return fn(ctx, "", client)
+}
+
+// nodeOptions returns the options of a connection to a node (by its
+// address, "" for the one node of a store that is not a cluster), for the
+// pipelines' own connections (links): one node's are its client's, dialer
+// included (a Sentinel client's finds the master), read here before the
+// client is used; a cluster node's are ro, the URL's, with the node's
+// address and database 0, as the cluster client makes them.
+func nodeOptions(client redis.UniversalClient, ro redis.Options) func(addr string) *redis.Options {
+	if c, ok := client.(*redis.Client); ok {
+		one := *c.Options()
+		one.PushNotificationProcessor = nil // the client's own; a link's client makes its own
+		return func(string) *redis.Options {
+			o := one
+			return &o
+		}
+	}
+	return func(addr string) *redis.Options {
+		o := ro
+		o.Addr, o.DB = addr, 0
+		return &o
+	}
 }
 
 // Stats returns the store's counters.
@@ -376,10 +411,8 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 // single node) and writes their results. In modeReserve it also returns the
 // rest of the reply (the undo log and the unconsumed statuses) through rest.
 func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine.Item, bases []string, results []engine.Result, rest *[]any) (bool, error) {
-	if s.clock != nil && !s.clock.known(node) {
-		if err := s.readClock(ctx, bases[0]); err != nil {
-			return false, fmt.Errorf("redis: reading the clock of Redis %s: %w", node, err)
-		}
+	if err := s.links.up(ctx, node); err != nil {
+		return false, err // nothing sent
 	}
 	reply, err := s.b.do(ctx, node, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), s.now(), items, bases))
 	if err != nil {
@@ -457,25 +490,14 @@ func (s *Store) sampleClocks() {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(s.releaseCtx, clockPeriod)
-		eachNode(ctx, s.client, func(ctx context.Context, addr string, node redis.Cmdable) error {
-			s.readNodeClock(ctx, addr, node)
+		eachNode(ctx, s.client, func(ctx context.Context, addr string, node *redis.Client) error {
+			if s.links.downErr(addr) == nil { // a node down is being reconnected: its clock is read then
+				s.readNodeClock(ctx, addr, node)
+			}
 			return nil // the other nodes still
 		})
 		cancel()
 	}
-}
-
-// readClock reads the clock of the node that holds key, before the first
-// request sent to it.
-func (s *Store) readClock(ctx context.Context, key string) error {
-	if s.cluster == nil {
-		return s.readNodeClock(ctx, "", s.client)
-	}
-	node, err := s.cluster.MasterForKey(ctx, key)
-	if err != nil {
-		return err
-	}
-	return s.readNodeClock(ctx, node.Options().Addr, node)
 }
 
 func (s *Store) readNodeClock(ctx context.Context, addr string, c redis.Cmdable) error {

@@ -29,6 +29,11 @@ func newStore(t testing.TB, opts Options) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	// As rls serve does: connected before the first request, an error
+	// (Redis unreachable, a bad password) left for the requests to meet.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s.Warm(ctx)
+	cancel()
 	if opts.DenyCache {
 		waitLive(t, s)
 	}
@@ -689,13 +694,13 @@ func TestMergedScripts(t *testing.T) {
 		t.Fatal(err) // loaded first, so that no reload counts as a call
 	}
 	together := calls(merged)
-	merged.b.send(together)
+	merged.b.send(0, together)
 	if got := merged.b.scripts.Load(); got != 2 {
 		t.Errorf("60 requests went in %d scripts, want 2 (32 per script)", got)
 	}
 	separate := calls(alone)
 	for _, c := range separate {
-		alone.b.send([]*call{c})
+		alone.b.send(0, []*call{c})
 	}
 	denied := 0
 	for i, r := range reqs {

@@ -62,7 +62,7 @@ func newLibrary(prelude, decide, release string) library {
 // load loads the library on Redis: on every master of a cluster. Loading
 // it again is harmless (REPLACE, same source).
 func (lib library) load(ctx context.Context, client redis.UniversalClient) error {
-	err := eachNode(ctx, client, func(ctx context.Context, _ string, node redis.Cmdable) error {
+	err := eachNode(ctx, client, func(ctx context.Context, _ string, node *redis.Client) error {
 		return node.FunctionLoadReplace(ctx, lib.source).Err()
 	})
 	if err != nil {

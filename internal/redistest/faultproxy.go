@@ -25,6 +25,8 @@ type FaultProxy struct {
 	cutMarker atomic.Value // string: what a request's bytes contain to be marked
 	replies   atomic.Int64 // replies to marked requests seen
 	cuts      atomic.Int64 // connections cut
+	hold      atomic.Int64 // ns a new connection waits before carrying bytes
+	accepted  atomic.Int64 // connections accepted
 
 	mu     sync.Mutex
 	conns  map[net.Conn]bool // guarded by mu
@@ -79,12 +81,35 @@ func (p *FaultProxy) CutEveryReply(n int, marker string) {
 // Cuts returns how many connections CutEveryReply has reset.
 func (p *FaultProxy) Cuts() int { return int(p.cuts.Load()) }
 
+// SetConnectDelay makes every new connection wait d before the first byte
+// passes either way, as the setup of a connection to a far or loaded
+// server does (the client's connect succeeds at once; its handshake, TLS
+// or Redis's, waits). Connections already open are not delayed.
+func (p *FaultProxy) SetConnectDelay(d time.Duration) { p.hold.Store(int64(d)) }
+
+// Accepted returns how many connections the proxy has accepted.
+func (p *FaultProxy) Accepted() int { return int(p.accepted.Load()) }
+
+// ResetConnections resets every open connection both ways, as a network
+// that drops them; the proxy keeps accepting new ones.
+func (p *FaultProxy) ResetConnections() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.Close()
+	}
+}
+
 // Heal ends every fault.
 func (p *FaultProxy) Heal() {
 	p.SetLatency(0)
 	p.SetReplyDelay(0)
 	p.SetBlackHole(false)
 	p.CutEveryReply(0, "")
+	p.SetConnectDelay(0)
 }
 
 // Close stops the proxy and closes its connections.
@@ -127,32 +152,46 @@ func (p *FaultProxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.DialTimeout("tcp", p.target, 2*time.Second)
-		if err != nil {
+		p.accepted.Add(1)
+		if !p.track(client) {
 			client.Close()
-			continue
-		}
-		if !p.track(client) || !p.track(server) {
-			client.Close()
-			server.Close()
 			return
 		}
-		reset := func() {
-			// Linger 0: the peers see a reset, not an orderly close.
-			for _, c := range []net.Conn{client, server} {
-				if tc, ok := c.(*net.TCPConn); ok {
-					tc.SetLinger(0)
-				}
-			}
-			p.untrack(client)
-			p.untrack(server)
-		}
-		var once sync.Once
-		end := func() { once.Do(reset) }
-		var marked atomic.Int64 // marked requests on this connection not yet answered
-		p.wg.Go(func() { p.pump(client, server, false, &marked, end) })
-		p.wg.Go(func() { p.pump(server, client, true, &marked, end) })
+		p.wg.Go(func() { p.connect(client, time.Duration(p.hold.Load())) })
 	}
+}
+
+// connect joins client, accepted, to a new connection to the target after
+// hold, and copies between them until either ends.
+func (p *FaultProxy) connect(client net.Conn, hold time.Duration) {
+	if hold > 0 {
+		time.Sleep(hold)
+	}
+	server, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	if err != nil {
+		p.untrack(client)
+		return
+	}
+	if !p.track(server) {
+		server.Close()
+		p.untrack(client)
+		return
+	}
+	reset := func() {
+		// Linger 0: the peers see a reset, not an orderly close.
+		for _, c := range []net.Conn{client, server} {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
+		}
+		p.untrack(client)
+		p.untrack(server)
+	}
+	var once sync.Once
+	end := func() { once.Do(reset) }
+	var marked atomic.Int64 // marked requests on this connection not yet answered
+	p.wg.Go(func() { p.pump(client, server, false, &marked, end) })
+	p.wg.Go(func() { p.pump(server, client, true, &marked, end) })
 }
 
 // chunk is bytes read at one instant, to be written once their delay is up.
