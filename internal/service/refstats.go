@@ -34,7 +34,7 @@ type ReferenceStats struct {
 // rls_decisions_total, a stats key's series are made when it first counts
 // and deleted when a reload drops it. Safe for concurrent use.
 type refStats struct {
-	ratio                                float64
+	ratio                                float32 // NEAR_LIMIT_RATIO, a float32 in the reference
 	maxValues                            int
 	total, over, near, within, shadow    *prometheus.CounterVec // domain, key1, key2
 	globalShadow, loadSuccess, loadError prometheus.Counter
@@ -108,7 +108,7 @@ func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *r
 	if maxValues <= 0 {
 		maxValues = DefaultMaxValueSeries
 	}
-	r := &refStats{ratio: o.NearLimitRatio, maxValues: maxValues, fixed: make(map[refKey]*refFixed), values: make(map[string]*refValues)}
+	r := &refStats{ratio: float32(o.NearLimitRatio), maxValues: maxValues, fixed: make(map[refKey]*refFixed), values: make(map[string]*refValues)}
 	if r.ratio <= 0 {
 		r.ratio = 0.8
 	}
@@ -227,25 +227,34 @@ func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
 }
 
 // record counts the verdict r on item it of a request descriptor with
-// entries, in domain, against rc.
+// entries, in domain, against rc, as the reference splits a request's hits
+// by its counter's value before and after them (base_limiter.go).
 // The counter's state before and after the hits is read from the verdict:
-// admitted, the limit less what remains is the count after; denied, before.
+// admitted, the limit less what remains is the count after; denied, before
+// (for a count-denied item, whose hits were charged all the same, what
+// remained just before that charge: Remaining is read after it). Of a
+// request that names one counter twice, the store reports the state after
+// both items: the split of each is then approximate.
 func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.Entry, it *engine.Item, r *engine.Result) {
 	if it.Refund {
 		return
 	}
 	series := rs.series(rc, domain, entries, it)
 	lim := uint64(it.Limit.RequestsPerUnit)
-	near := uint64(math.Floor(float64(lim) * rs.ratio))
 	hits := it.Hits
 	var before, after uint64
-	if r.Admitted {
+	switch {
+	case r.Admitted:
 		after = lim - min(r.Remaining, lim)
 		before = after - min(hits, after)
-	} else {
+	case it.CountDenied:
+		before = lim - min(r.RemainingBeforeCharge, lim)
+		after = before + hits
+	default:
 		before = lim - min(r.Remaining, lim)
 		after = before + hits
 	}
+	near := rs.nearThreshold(lim)
 	series.total.Add(float64(hits))
 	if after > lim {
 		overHits := hits
@@ -265,6 +274,13 @@ func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.E
 	if after > near {
 		series.near.Add(float64(after - max(near, before)))
 	}
+}
+
+// nearThreshold is the count above which hits are near the limit lim: the
+// reference's floor(lim × NEAR_LIMIT_RATIO), computed as it does in float32
+// (90 × 0.7 is 63 there, and 62 in float64).
+func (rs *refStats) nearThreshold(lim uint64) uint64 {
+	return uint64(math.Floor(float64(float32(lim) * rs.ratio)))
 }
 
 // discardSeries count what a dropped stats key's late requests decide:
