@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,13 +63,14 @@ func (d *daemon) startCompat(ctx context.Context, reg *prometheus.Registry) (err
 	debug := http.NewServeMux()
 	debug.HandleFunc("GET /rlconfig", d.rlconfig)
 	httpapi.RegisterPprof(debug, nil)
-	if err := d.serveExtra("DEBUG_HOST:DEBUG_PORT", c.debugAddr, debug); err != nil {
+	lim := extraLimits(d.o.httpLimits)
+	if _, err := d.serveExtra("DEBUG_HOST:DEBUG_PORT", c.debugAddr, debug, lim); err != nil {
 		return err
 	}
 	if c.promAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET "+c.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		if err := d.serveExtra("PROMETHEUS_ADDR", c.promAddr, mux); err != nil {
+		if _, err := d.serveExtra("PROMETHEUS_ADDR", c.promAddr, mux, lim); err != nil {
 			return err
 		}
 	}
@@ -93,13 +93,32 @@ func (d *daemon) startCompat(ctx context.Context, reg *prometheus.Registry) (err
 	return nil
 }
 
-// serveExtra serves h on addr (named what in errors) until stopCompat.
-func (d *daemon) serveExtra(what, addr string, h http.Handler) error {
+// extraMaxConnections bounds the open connections of each of the debug
+// and Prometheus listeners: their clients are a few scrapers and
+// operators, and a flood there must not take the file descriptors that the
+// HTTP and gRPC listeners need.
+const extraMaxConnections = 64
+
+// extraLimits are the limits of the debug and Prometheus listeners: the
+// HTTP listener's (timeouts, header size), with at most
+// extraMaxConnections connections.
+func extraLimits(l httpapi.Limits) httpapi.Limits {
+	if l.MaxConnections <= 0 || l.MaxConnections > extraMaxConnections {
+		l.MaxConnections = extraMaxConnections
+	}
+	return l
+}
+
+// serveExtra serves h on addr (named what in errors) within lim until
+// stopCompat, and returns the address it listens on. Its connections'
+// metrics are not registered: rls_http_connections is the HTTP
+// listener's.
+func (d *daemon) serveExtra(what, addr string, h http.Handler, lim httpapi.Limits) (net.Addr, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpapi.NewServer(h, lim, d.log, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -107,9 +126,16 @@ func (d *daemon) serveExtra(what, addr string, h http.Handler) error {
 			d.log.Error("listener stopped", "listener", what, "error", err)
 		}
 	}()
-	d.extraStop = append(d.extraStop, func() { srv.Close(); <-done })
+	d.extraStop = append(d.extraStop, func() {
+		// Requests in flight get the shutdown's time; past it, what is left
+		// ends within the write timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), d.o.shutdownTimeout)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	})
 	d.log.Info("serving", "listener", what, "addr", lis.Addr().String())
-	return nil
+	return lis.Addr(), nil
 }
 
 // stopCompat stops what startCompat started, in reverse order. It may be
