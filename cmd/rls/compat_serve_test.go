@@ -2,12 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/redistest"
@@ -130,4 +135,43 @@ func TestExtraListenerLimits(t *testing.T) {
 	if !closedByServer(t, slow) {
 		t.Errorf("a request whose body stalls past the read timeout (200ms): connection still open after %s", readBound)
 	}
+}
+
+// CONFIG_TYPE=FILE with a config directory that does not exist at start
+// (a volume mounted later, a deploy that makes it): rls starts with no
+// limits, as the reference does, and loads the directory when it comes.
+// The watch gave up at start, and the directory was never loaded.
+func TestCompatConfigDirectoryMadeAfterStart(t *testing.T) {
+	rds := redistest.Start(t)
+	root := filepath.Join(t.TempDir(), "data")
+	grpcAddr, httpAddr := servetest.Addr(t), servetest.Addr(t)
+	host, port := hostPort(t, httpAddr)
+	grpcHost, grpcPort := hostPort(t, grpcAddr)
+	env := []string{
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rds.Addr(),
+		"HOST=" + host, "PORT=" + port, "GRPC_HOST=" + grpcHost, "GRPC_PORT=" + grpcPort, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+	}
+	s := launchCompat(t, env, grpcAddr, httpAddr)
+	s.waitUntil(t, "GET /healthcheck answers 200", func() bool {
+		code, _ := httpGet(t, "http://"+httpAddr+"/healthcheck")
+		return code == 200
+	})
+	cl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	limited := func() bool {
+		resp, err := cl.ShouldRateLimit(context.Background(), rlRequest("d", "k", "v"))
+		if err != nil {
+			t.Fatalf("ShouldRateLimit(d, k=v): %v", err)
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit() != nil
+	}
+	if limited() {
+		t.Fatal("a limit applies before the config directory exists")
+	}
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "limits.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+	s.waitUntil(t, "the limit of the directory made after the start applies", limited)
 }
