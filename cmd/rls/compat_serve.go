@@ -7,14 +7,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/xdsconfig"
 )
 
@@ -48,12 +53,18 @@ func (d *daemon) withHealthcheck(next http.Handler) http.Handler {
 
 // startCompat starts what compatibility mode serves beside the gRPC and
 // HTTP listeners: the debug listener (/rlconfig, /debug/pprof), the
-// Prometheus listener (USE_PROMETHEUS) and the xDS client. What it started
-// is stopped by stopCompat, and on error here.
-func (d *daemon) startCompat(ctx context.Context, reg *prometheus.Registry) (err error) {
+// Prometheus listener (USE_PROMETHEUS; with the local cache's gauges of
+// store's denial cache, and EXTRA_TAGS) and the xDS client. What it
+// started is stopped by stopCompat, and on error here.
+func (d *daemon) startCompat(ctx context.Context, reg *prometheus.Registry, store engine.Store) (err error) {
 	c := d.o.compat
 	if c == nil {
 		return nil
+	}
+	if rs, ok := store.(*redisstore.Store); ok {
+		if _, on := rs.DenyCacheStats(); on {
+			reg.MustRegister(localCacheCollectors(rs)...)
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -69,7 +80,7 @@ func (d *daemon) startCompat(ctx context.Context, reg *prometheus.Registry) (err
 	}
 	if c.promAddr != "" {
 		mux := http.NewServeMux()
-		mux.Handle("GET "+c.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("GET "+c.promPath, promhttp.HandlerFor(taggedGatherer{reg, c.extraTags}, promhttp.HandlerOpts{}))
 		if _, err := d.serveExtra("PROMETHEUS_ADDR", c.promAddr, mux, lim); err != nil {
 			return err
 		}
@@ -194,4 +205,56 @@ func writeRLConfig(w io.Writer, prefix string, nodes []*descriptors.Descriptor) 
 		}
 		writeRLConfig(w, key, n.Children)
 	}
+}
+
+// localCacheCollectors are envoyproxy/ratelimit's local cache gauges
+// (ratelimit.localcache.*, freecache's counters, which its Prometheus
+// mapping leaves unmapped: ratelimit_localcache_<name>), read from the
+// Redis store's denial cache at each scrape. Lookups and hits count
+// requests (the reference's, descriptors); averageAccessTime has no
+// meaning here and is not exported.
+func localCacheCollectors(s *redisstore.Store) []prometheus.Collector {
+	gauge := func(name, help string, f func(redisstore.DenyCacheStats) uint64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimit_localcache_" + name, Help: help + " (envoyproxy/ratelimit's local cache stat: rls's denial cache)."},
+			func() float64 {
+				st, _ := s.DenyCacheStats()
+				return float64(f(st))
+			})
+	}
+	return []prometheus.Collector{
+		gauge("lookupCount", "Requests that asked the denial cache", func(st redisstore.DenyCacheStats) uint64 { return st.Lookups }),
+		gauge("hitCount", "Requests denied from the denial cache", func(st redisstore.DenyCacheStats) uint64 { return st.Hits }),
+		gauge("missCount", "Requests the denial cache sent to Redis", func(st redisstore.DenyCacheStats) uint64 { return st.Lookups - st.Hits }),
+		gauge("entryCount", "Denials held", func(st redisstore.DenyCacheStats) uint64 { return st.Entries }),
+		gauge("evacuateCount", "Denials dropped to make room while they held", func(st redisstore.DenyCacheStats) uint64 { return st.Evicted }),
+		gauge("expiredCount", "Denials dropped past their instant", func(st redisstore.DenyCacheStats) uint64 { return st.Expired }),
+		gauge("overwriteCount", "Denials replaced by a newer one of their counter", func(st redisstore.DenyCacheStats) uint64 { return st.Overwritten }),
+	}
+}
+
+// taggedGatherer is g with the labels tags (EXTRA_TAGS) on every series:
+// the reference's stats library puts them on all its stats. A series that
+// has a label of one of those names keeps its own. Safe for concurrent use.
+type taggedGatherer struct {
+	g    prometheus.Gatherer
+	tags []tag // sorted by name
+}
+
+func (t taggedGatherer) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := t.g.Gather()
+	if len(t.tags) == 0 {
+		return mfs, err
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			own := m.GetLabel()
+			for _, tg := range t.tags {
+				if !slices.ContainsFunc(own, func(l *dto.LabelPair) bool { return l.GetName() == tg.name }) {
+					m.Label = append(m.Label, &dto.LabelPair{Name: proto.String(tg.name), Value: proto.String(tg.value)})
+				}
+			}
+			slices.SortFunc(m.Label, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+		}
+	}
+	return mfs, err
 }

@@ -6,11 +6,13 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 )
@@ -397,6 +399,39 @@ descriptors:
 						step, seed, ratio, c.metric, key.key, g, c.want, counters[k], key.limit)
 				}
 			}
+		}
+	}
+}
+
+// cachedDenials is a store whose every answer is a denial from a denial
+// cache (as the Redis store's, once a counter is known to be over).
+type cachedDenials struct{}
+
+func (cachedDenials) Apply(_ context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	for i := range items {
+		results[i] = engine.Result{Cached: true, RetryAfter: time.Minute, Reset: time.Minute}
+	}
+	return false, nil
+}
+
+// A denial answered from the denial cache counts, as one answered from the
+// reference's local cache, in over_limit and over_limit_with_local_cache
+// (with no near_limit share); the series was not exported.
+func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
+	cfg, err := descriptors.Parse("ref.yaml", []byte(referenceConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	svc := New(Options{Store: cachedDenials{}, Registry: reg, CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{}}})
+	svc.SetConfig(cfg)
+	if got := ask(t, svc, 3, desc("k", "x")).Code; got != OverLimit {
+		t.Fatalf("ShouldRateLimit(k=x, hits=3) from the denial cache = %v, want OVER_LIMIT", got)
+	}
+	got := refCounters(t, reg)
+	for metric, want := range map[string]float64{"total_hits": 3, "over_limit": 3, "over_limit_with_local_cache": 3, "near_limit": 0, "within_limit": 0} {
+		if g := got["ratelimit_service_rate_limit_"+metric+"/k"]; g != want {
+			t.Errorf("3 hits denied from the denial cache: %s{key1=k} = %v, want %v", metric, g, want)
 		}
 	}
 }
