@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +61,12 @@ type compatOptions struct {
 	// clientSAN is a name a client certificate must carry
 	// (GRPC_CLIENT_TLS_SAN).
 	clientSAN string
+	// extraTags are labels put on every series that PROMETHEUS_ADDR
+	// serves (EXTRA_TAGS), sorted by name.
+	extraTags []tag
+	// denyCacheSize bounds the denial cache's entries
+	// (LOCAL_CACHE_SIZE_IN_BYTES; 0 when it is off).
+	denyCacheSize int
 	// ignored are the variables set that rls does not use, with why; they
 	// are logged once at start.
 	ignored []string
@@ -161,7 +169,7 @@ var compatIgnored = []struct{ name, why string }{
 	{"DOG_STATSD_*", "rls has no statsd sink"},
 	{"PROMETHEUS_MAPPER_YAML", "the reference's stats carry the default mapping's names and labels"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "rls's latency histograms are in seconds"},
-	{"EXTRA_TAGS", "rls's metrics have no extra labels"},
+	{"EXTRA_TAGS", "its labels go on the series of USE_PROMETHEUS, which is off"},
 	{"STATS_FLUSH_INTERVAL", "Prometheus metrics are read when scraped"},
 	{"DISABLE_STATS", "metrics are served only with USE_PROMETHEUS"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", "rls sets each key's expiry once, when it is created, to when its state stops meaning anything"},
@@ -353,7 +361,8 @@ func compatConfigSource(e *compatEnv, o *options) {
 	c.xds = x
 }
 
-// compatStats reads USE_PROMETHEUS, PROMETHEUS_ADDR and PROMETHEUS_PATH.
+// compatStats reads USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH and
+// EXTRA_TAGS.
 func compatStats(e *compatEnv, o *options) {
 	if !e.boolean("USE_PROMETHEUS", false) {
 		return
@@ -363,6 +372,82 @@ func compatStats(e *compatEnv, o *options) {
 	if !strings.HasPrefix(o.compat.promPath, "/") {
 		e.fail("PROMETHEUS_PATH", o.compat.promPath, "not a path starting with /")
 	}
+	tags, err := parseExtraTags(e.str("EXTRA_TAGS", ""))
+	if err != nil {
+		e.fail("EXTRA_TAGS", e.vars["EXTRA_TAGS"], err.Error())
+	}
+	o.compat.extraTags = tags
+}
+
+// tag is one label of EXTRA_TAGS.
+type tag struct{ name, value string }
+
+// reservedTagNames are the label names EXTRA_TAGS may not take: the
+// labels of the reference's per-limit series, and those Prometheus gives
+// a meaning in histograms and summaries.
+var reservedTagNames = []string{"domain", "key1", "key2", "le", "quantile"}
+
+// parseExtraTags reads EXTRA_TAGS as the reference does (envconfig's map):
+// "k:v,k:v", each item split at its one ':' (an item with none or several
+// is an error: the reference does not start), a later key winning; an item
+// with an empty key or value is dropped, as its stats library drops it.
+// The names must be Prometheus label names. The result is sorted by name.
+func parseExtraTags(v string) ([]tag, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	byName := map[string]string{}
+	for _, item := range strings.Split(v, ",") {
+		kv := strings.Split(item, ":")
+		if len(kv) != 2 {
+			return nil, fmt.Errorf("item %q is not key:value", item)
+		}
+		if kv[0] == "" || kv[1] == "" {
+			continue
+		}
+		if !labelName.MatchString(kv[0]) || strings.HasPrefix(kv[0], "__") {
+			return nil, fmt.Errorf("%q is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)", kv[0])
+		}
+		if slices.Contains(reservedTagNames, kv[0]) {
+			return nil, fmt.Errorf("%q is a label of the series already (%s are taken)", kv[0], strings.Join(reservedTagNames, ", "))
+		}
+		byName[kv[0]] = kv[1]
+	}
+	tags := make([]tag, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		tags = append(tags, tag{name, byName[name]})
+	}
+	return tags, nil
+}
+
+// labelName is the syntax of a Prometheus label name.
+var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// The reference's local cache is a freecache of LOCAL_CACHE_SIZE_IN_BYTES
+// bytes, which freecache raises to 512 KiB at least. rls's denial cache is
+// bounded in entries: the same memory holds size / denyCacheEntryBytes of
+// them. One entry takes about 160 bytes and its key (a descriptor key with
+// hashed long values: 60 to 120 bytes for Envoy Gateway's route names):
+// measured with runtime.MemStats over 200000 entries, Go 1.26, amd64: 160
+// bytes plus the key's length.
+const (
+	freecacheMinBytes   = 512 << 10
+	denyCacheEntryBytes = 256
+)
+
+// denyCacheEntries is the denial cache's bound in entries for
+// LOCAL_CACHE_SIZE_IN_BYTES of n > 0 bytes.
+func denyCacheEntries(n int) int {
+	return max(n, freecacheMinBytes) / denyCacheEntryBytes
+}
+
+// denyCacheSizeOf is the denial cache's bound in entries that c sets; 0
+// (the store's default) outside compatibility mode.
+func (c *compatOptions) denyCacheSizeOf() int {
+	if c == nil {
+		return 0
+	}
+	return c.denyCacheSize
 }
 
 // compatLimiter reads the settings of decisions and answers.
@@ -374,7 +459,12 @@ func compatLimiter(e *compatEnv, o *options) {
 	// for the reference's partial stop: then rls's own rule, under which a
 	// denied request consumes nothing at all.
 	o.countDeniedHits = !e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
-	o.denyCache = e.integer("LOCAL_CACHE_SIZE_IN_BYTES", 0) > 0
+	// The local cache: on above 0 bytes, holding what that memory holds.
+	if n := e.integer("LOCAL_CACHE_SIZE_IN_BYTES", 0); n > 0 {
+		o.denyCache, o.compat.denyCacheSize = true, denyCacheEntries(n)
+	} else {
+		o.denyCache = false
+	}
 	r := &o.reference
 	r.GlobalShadow = e.boolean("SHADOW_MODE", false)
 	r.GlobalQuota = e.boolean("QUOTA_MODE", false)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -219,5 +220,78 @@ func TestCompatNodeMetadata(t *testing.T) {
 	}
 	if want := map[string]string{"cluster": "eg", "zone": "a=b", "empty": ""}; !maps.Equal(got, want) {
 		t.Errorf("node metadata = %v, want %v", got, want)
+	}
+}
+
+// LOCAL_CACHE_SIZE_IN_BYTES turns the denial cache on above 0, bounded to
+// what that memory holds (freecache's floor of 512 KiB included); 0 turns
+// it off. Its size was not used.
+func TestCompatLocalCacheSize(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		on      bool
+		entries int
+	}{
+		{"LOCAL_CACHE_SIZE_IN_BYTES=0", false, 0},
+		{"LOCAL_CACHE_SIZE_IN_BYTES=1", true, freecacheMinBytes / denyCacheEntryBytes},
+		{"LOCAL_CACHE_SIZE_IN_BYTES=1048576", true, 1048576 / denyCacheEntryBytes},
+		{"LOCAL_CACHE_SIZE_IN_BYTES=104857600", true, 104857600 / denyCacheEntryBytes},
+	} {
+		o, err := compatFromEnv([]string{tc.env})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.env, err)
+		}
+		if o.denyCache != tc.on || o.compat.denyCacheSizeOf() != tc.entries {
+			t.Errorf("%s: deny cache %v with %d entries, want %v with %d", tc.env, o.denyCache, o.compat.denyCacheSizeOf(), tc.on, tc.entries)
+		}
+	}
+	if got := denyCacheEntries(1048576); got != 4096 {
+		t.Errorf("1 MiB holds %d denials, want 4096 (256 bytes each)", got)
+	}
+}
+
+// EXTRA_TAGS is read as the reference reads it (k:v,k:v; a later key
+// wins; an empty key or value dropped), into Prometheus labels; an item
+// that is not key:value, a name that is no label name or one the series
+// have already stops the start, naming the variable. It was ignored.
+func TestCompatExtraTags(t *testing.T) {
+	for _, tc := range []struct {
+		value, want, err string
+	}{
+		{"", "", ""},
+		{"env:prod,build:abc", "build=abc env=prod", ""},
+		{"env:prod,env:dev", "env=dev", ""},
+		{"env:,:x,zone:a", "zone=a", ""},
+		{"version:1.2.3", "version=1.2.3", ""},
+		{"a:b:c", "", `item "a:b:c" is not key:value`},
+		{"env", "", `item "env" is not key:value`},
+		{"1x:v", "", `"1x" is not a Prometheus label name`},
+		{"__name__:v", "", `"__name__" is not a Prometheus label name`},
+		{"domain:v", "", `"domain" is a label of the series already`},
+	} {
+		o, err := compatFromEnv([]string{"USE_PROMETHEUS=true", "EXTRA_TAGS=" + tc.value})
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), "EXTRA_TAGS=") || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("EXTRA_TAGS=%q: err = %v, want one naming EXTRA_TAGS and saying %s", tc.value, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("EXTRA_TAGS=%q: %v", tc.value, err)
+		}
+		var got []string
+		for _, tg := range o.compat.extraTags {
+			got = append(got, tg.name+"="+tg.value)
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("EXTRA_TAGS=%q: tags %q, want %q", tc.value, strings.Join(got, " "), tc.want)
+		}
+	}
+	o, err := compatFromEnv([]string{"EXTRA_TAGS=env:prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.compat.extraTags) != 0 || !slices.ContainsFunc(o.compat.ignored, func(s string) bool { return strings.HasPrefix(s, "EXTRA_TAGS: ") }) {
+		t.Errorf("EXTRA_TAGS without USE_PROMETHEUS: tags %v, ignored %q; want none, and EXTRA_TAGS listed as ignored", o.compat.extraTags, o.compat.ignored)
 	}
 }

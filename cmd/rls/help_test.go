@@ -125,3 +125,15 @@ func TestWrap(t *testing.T) {
 		}
 	}
 }
+
+// The help of --debug-endpoints names every endpoint it gates: it left out
+// /debug/explain, which README's table names.
+func TestDebugEndpointsHelpNamesExplain(t *testing.T) {
+	fs, _ := newServeFlagSet()
+	usage := fs.Lookup("debug-endpoints").Usage
+	for _, path := range []string{"/debug/config", "/debug/explain", "/debug/pprof"} {
+		if !strings.Contains(usage, path) {
+			t.Errorf("--debug-endpoints help %q does not name %s", usage, path)
+		}
+	}
+}

@@ -192,7 +192,7 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 	rls := envoyrls.New(d.svc)
 	d.grpc, d.health = newGRPCServer(o, d.svc, rls, tlsSource)
 	d.http = newHTTPServer(o, d.svc, rls, reg, log, d.withHealthcheck)
-	if err := d.startCompat(ctx, reg); err != nil {
+	if err := d.startCompat(ctx, reg, store); err != nil {
 		return nil, err
 	}
 	go func() { d.errc <- d.grpc.Serve(grpcLis) }()
@@ -349,16 +349,17 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 	// ours, at a bounded rate, so that a Redis outage does not flood stderr.
 	redis.SetLogger(&redisLogger{log: log, every: rate.Sometimes{Interval: 10 * time.Second}})
 	s, err := redisstore.New(redisstore.Options{
-		URL:          o.redisURL,
-		ClusterSeeds: o.redisCluster,
-		CAFile:       o.redisCA,
-		CertFile:     o.redisCert,
-		KeyFile:      o.redisKey,
-		Prefix:       o.redisPrefix,
-		PoolSize:     o.redisPoolSize,
-		Timeout:      o.storeTimeout,
-		DenyCache:    o.denyCache,
-		Logger:       log,
+		URL:           o.redisURL,
+		ClusterSeeds:  o.redisCluster,
+		CAFile:        o.redisCA,
+		CertFile:      o.redisCert,
+		KeyFile:       o.redisKey,
+		Prefix:        o.redisPrefix,
+		PoolSize:      o.redisPoolSize,
+		Timeout:       o.storeTimeout,
+		DenyCache:     o.denyCache,
+		DenyCacheSize: o.compat.denyCacheSizeOf(),
+		Logger:        log,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--store=redis: %w", err)

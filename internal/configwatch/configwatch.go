@@ -8,7 +8,8 @@
 // RUNTIME_ROOT) and a directory deleted and made again or replaced by a
 // rename are all just
 // events that lead to a content check; a directory that was replaced is
-// watched again. It knows nothing of parsing; which files count is
+// watched again, and one missing (at the start too) is looked for until it
+// comes. It knows nothing of parsing; which files count is
 // descriptors.ListConfig's call.
 package configwatch
 
@@ -18,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -81,11 +83,25 @@ func (o Options) withDefaults() Options {
 }
 
 // Watch calls onChange each time the content under path changes, at
-// most once per check, until ctx ends. It returns when ctx ends (nil) or
-// when the watch cannot be set up (path missing, no inotify).
+// most once per check, until ctx ends. A path that does not exist yet (a
+// volume not mounted, a directory made later) is looked for every MaxWait
+// until it does; its appearance is a change. Watch returns when ctx ends
+// (nil) or when the watch cannot be set up (path unreadable, no inotify).
 func Watch(ctx context.Context, path string, opts Options, onChange func()) error {
 	opts = opts.withDefaults()
+	loaded := opts.Loaded
 	st, err := os.Stat(path)
+	awaited := errors.Is(err, fs.ErrNotExist)
+	if awaited {
+		if loaded == nil {
+			// The caller's content: none.
+			fp := Fingerprint(path, opts.Limits)
+			loaded = &fp
+		}
+		if st, err = awaitPath(ctx, path, opts); st == nil {
+			return err
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", path, err)
 	}
@@ -105,12 +121,45 @@ func Watch(ctx context.Context, path string, opts Options, onChange func()) erro
 	if _, ok := w.watched[w.dir]; !ok {
 		return fmt.Errorf("watching %s: cannot watch %s", path, w.dir)
 	}
-	opts.observer.started()
-	if opts.Loaded != nil && *opts.Loaded != w.last {
-		opts.Log.Info("config changed while starting", "path", path)
+	changed := loaded != nil && *loaded != w.last
+	if changed {
+		if !awaited {
+			opts.Log.Info("config changed while starting", "path", path)
+		}
 		onChange()
 	}
+	if awaited {
+		opts.observer.checked(changed) // the look that found it
+	} else {
+		opts.observer.started()
+	}
 	return w.run(ctx, onChange)
+}
+
+// awaitPath looks for path every MaxWait (each look is a check for the
+// observer) until it exists, and returns what it is; nil when ctx ends
+// first, with the error of a path that cannot be looked at.
+func awaitPath(ctx context.Context, path string, opts Options) (os.FileInfo, error) {
+	opts.Log.Warn("config watch: the config path does not exist; looking for it periodically", "path", path, "every", opts.MaxWait)
+	opts.clock.Arm(opts.clock.Now().Add(opts.MaxWait))
+	opts.observer.started()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-opts.clock.C():
+		}
+		st, err := os.Stat(path)
+		switch {
+		case err == nil:
+			opts.Log.Info("config watch: the config path exists now", "path", path)
+			return st, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("watching %s: %w", path, err)
+		}
+		opts.clock.Arm(opts.clock.Now().Add(opts.MaxWait))
+		opts.observer.checked(false)
+	}
 }
 
 // Fingerprint identifies the content of the config under path as Watch

@@ -3,7 +3,6 @@ package configwatch
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -296,11 +295,48 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
-func TestWatchMissingPath(t *testing.T) {
-	err := Watch(context.Background(), filepath.Join(t.TempDir(), "nope.yaml"), Options{Quiet: time.Millisecond, Log: slog.New(slog.DiscardHandler)}, func() {})
-	if err == nil {
-		t.Error("Watch(missing file) = nil, want an error")
+// TestDirectoryMissingAtStart: a config directory that does not exist when
+// the watch starts (envoyproxy/ratelimit's RUNTIME_ROOT not mounted yet,
+// CONFIG_TYPE=FILE) is looked for every MaxWait, and its appearance is a
+// change; then it is watched as any. Watch returned an error at once, and
+// the directory was never loaded.
+func TestDirectoryMissingAtStart(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "data")
+	dir := filepath.Join(root, "ratelimit", "config")
+	w := startWatch(t, dir)
+	if w.look("still missing") {
+		t.Errorf("still missing: a change was found")
 	}
+	if !w.logged("the config path does not exist") {
+		t.Errorf("the path's absence is not logged:\n%s", w.log.String())
+	}
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
+	if !w.look("made") {
+		t.Errorf("made with a file: no change found")
+	}
+	w.settle()
+	write(t, filepath.Join(dir, "a.yaml"), "domain: b\n")
+	w.expectChange("a write after it came", filepath.Join(dir, "a.yaml"), true)
+}
+
+// TestFileMissingAtStart: likewise for a config file, with the caller's
+// fingerprint of the missing path (as rls takes it before loading).
+func TestFileMissingAtStart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etc")
+	path := filepath.Join(dir, "limits.yaml")
+	loaded := Fingerprint(path, descriptors.LoadOptions{})
+	w := startWatchWith(t, path, &loaded)
+	w.parent = filepath.Dir(dir) // markers beside the file's directory, not in it
+	if w.look("still missing") {
+		t.Errorf("still missing: a change was found")
+	}
+	write(t, path, "domain: a\n")
+	if !w.look("written") {
+		t.Errorf("written: no change found")
+	}
+	w.settle()
+	write(t, path, "domain: b\n")
+	w.expectChange("a write after it came", path, true)
 }
 
 // TestChangedWhileStarting: content that changed between the caller's load

@@ -120,6 +120,12 @@ const guard = 30 * time.Second
 // recorder, and returns once the watch is set up.
 func startWatch(t *testing.T, path string) *watch {
 	t.Helper()
+	return startWatchWith(t, path, nil)
+}
+
+// startWatchWith is startWatch with Options.Loaded.
+func startWatchWith(t *testing.T, path string, loaded *[32]byte) *watch {
+	t.Helper()
 	w := &watch{
 		t:       t,
 		clock:   newFakeClock(),
@@ -132,7 +138,7 @@ func startWatch(t *testing.T, path string) *watch {
 		w.parent = filepath.Dir(w.parent)
 	}
 	opts := testOpts
-	opts.clock, opts.observer = w.clock, w.rec
+	opts.clock, opts.observer, opts.Loaded = w.clock, w.rec, loaded
 	opts.Log = slog.New(slog.NewTextHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -192,6 +198,17 @@ func (w *watch) check(what string) bool {
 	changed := w.verdict(what)
 	w.settle()
 	return changed
+}
+
+// look moves the clock on by MaxWait while the watched path is missing
+// (nothing is watched: no event, no settling) and returns the verdict of
+// the look it sets off.
+func (w *watch) look(what string) bool {
+	w.t.Helper()
+	if !w.clock.Advance(testOpts.MaxWait) {
+		w.t.Fatalf("%s: no look pending after %v; log:\n%s", what, testOpts.MaxWait, w.log.String())
+	}
+	return w.verdict(what)
 }
 
 // settle waits until the watcher has handled every event of the steps so

@@ -96,7 +96,8 @@ func retry(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
 // outcome left unconsumed (the item denied, the request denied, or its
 // quota group over), past their limits, and says when each denied one
 // could pass with its debt: after the others, in order (at once when only
-// the hits that the denied request took back denied it).
+// the hits that the denied request took back denied it). A denied one
+// keeps what remained just before its charge (RemainingBeforeCharge).
 func chargeDenied(t int64, items []Item, states []*State, results []Result, times []int64, admitted bool, over map[int32]bool) {
 	for i := range items {
 		it, r := &items[i], &results[i]
@@ -105,6 +106,9 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 		}
 		alg := algorithmOf(it.Limit)
 		st, tc := states[i], times[i]
+		if !r.Admitted {
+			r.RemainingBeforeCharge = alg.remaining(it.Limit, st, tc)
+		}
 		alg.consume(it.Limit, st, tc, it.Hits)
 		switch {
 		case r.Admitted:

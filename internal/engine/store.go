@@ -51,8 +51,15 @@ type Result struct {
 	// admitted request.
 	Admitted bool
 	// Remaining is how many more hits the limit admits after this request
-	// (after its consumption when the request was admitted).
+	// (after its consumption when the request was admitted, or when the
+	// item is CountDenied).
 	Remaining uint64
+	// RemainingBeforeCharge, for a CountDenied item that did not admit
+	// (its hits were charged all the same), is how many more hits its limit
+	// admitted just before that charge, as Remaining is read after it: what
+	// envoyproxy/ratelimit's stats split a denial's hits by. 0 for every
+	// other item.
+	RemainingBeforeCharge uint64
 	// Reset is the time until the limit's current window ends (fixed and
 	// sliding windows), until the bucket is full again (token bucket), or
 	// until the oldest logged hit leaves the window (sliding log).

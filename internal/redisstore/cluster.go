@@ -294,6 +294,7 @@ func (s *Store) chargeReleased(ctx context.Context, p *nodePart, results []engin
 		results[i].Remaining, results[i].Reset = after[k].Remaining, after[k].Reset
 		if items[k].CountDenied && !results[i].Admitted {
 			results[i].RetryAfter = after[k].RetryAfter
+			results[i].RemainingBeforeCharge = after[k].RemainingBeforeCharge
 		}
 	}
 	return nil

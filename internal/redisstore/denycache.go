@@ -38,6 +38,38 @@ type denyCache struct {
 	epoch  uint64
 	liveAt uint64
 	recent [64]string
+	// stats, guarded by mu
+	stats DenyCacheStats
+}
+
+// DenyCacheStats are the denial cache's counters since the store started
+// (each a running total, but Entries).
+type DenyCacheStats struct {
+	// Lookups are the requests that asked the cache; Hits those it
+	// answered (denied with no round trip); the rest went to Redis.
+	Lookups, Hits uint64
+	// Entries are the denials held now.
+	Entries uint64
+	// Evicted are entries dropped to make room while they still held;
+	// Expired, entries dropped to make room once past their instant.
+	Evicted, Expired uint64
+	// Overwritten are entries replaced by a newer denial of their counter.
+	Overwritten uint64
+}
+
+// DenyCacheStats returns the denial cache's counters, and false when the
+// store has no denial cache (Options.DenyCache off). Safe for concurrent
+// use.
+func (s *Store) DenyCacheStats() (DenyCacheStats, bool) {
+	if s.cache == nil {
+		return DenyCacheStats{}, false
+	}
+	c := s.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stats
+	st.Entries = uint64(len(c.m))
+	return st, true
 }
 
 type denial struct {
@@ -73,6 +105,7 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 	now = toMicro(now) // the stores' resolution, as Redis and the engine see it
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.stats.Lookups++
 	answered := len(c.m) > 0
 	for i := range items {
 		it := &items[i]
@@ -93,6 +126,7 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 	if !answered {
 		return false, c.epoch
 	}
+	c.stats.Hits++
 	for i := range items {
 		d := c.m[bases[i]]
 		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: d.resetAt.Sub(now)}
@@ -167,7 +201,9 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 			// counts hits that were not taken.
 			continue
 		}
-		if len(c.m) >= c.max {
+		if _, ok := c.m[bases[i]]; ok {
+			c.stats.Overwritten++
+		} else if len(c.m) >= c.max {
 			c.evict(sent)
 		}
 		l := it.Limit
@@ -208,8 +244,10 @@ func (c *denyCache) evict(now time.Time) {
 			break
 		}
 	}
+	c.stats.Expired += uint64(dropped)
 	if dropped == 0 {
 		delete(c.m, first)
+		c.stats.Evicted++
 	}
 }
 

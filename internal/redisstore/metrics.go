@@ -2,14 +2,27 @@ package redisstore
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Collectors returns the store's metrics, read from Stats at each scrape:
-// rls_redis_* and rls_deny_cache_hits_total. The caller registers them.
+// Collectors returns the store's metrics, read from Stats and
+// DenyCacheStats at each scrape: rls_redis_* and rls_deny_cache_* (0 when
+// the denial cache is off). The caller registers them.
 func (s *Store) Collectors() []prometheus.Collector {
 	counter := func(name, help string, f func(Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(s.Stats())) })
 	}
+	cache := func(f func(DenyCacheStats) uint64) func() float64 {
+		return func() float64 {
+			st, _ := s.DenyCacheStats()
+			return float64(f(st))
+		}
+	}
 	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_deny_cache_lookups_total", Help: "Requests that asked the denial cache (answered from it or sent to Redis)."},
+			cache(func(st DenyCacheStats) uint64 { return st.Lookups })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rls_deny_cache_entries", Help: "Denials held by the denial cache."},
+			cache(func(st DenyCacheStats) uint64 { return st.Entries })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_deny_cache_evicted_total", Help: "Denials dropped from the full denial cache while they still held (--deny-cache's bound)."},
+			cache(func(st DenyCacheStats) uint64 { return st.Evicted })),
 		counter("rls_redis_decisions_total", "Requests decided by Redis scripts.", func(st Stats) uint64 { return st.Decisions }),
 		counter("rls_redis_scripts_total", "Decide functions called in Redis (FCALL); decisions/scripts is the batching within one call.", func(st Stats) uint64 { return st.Scripts }),
 		counter("rls_redis_round_trips_total", "Pipelines sent to Redis; decisions/round trips is the batching.", func(st Stats) uint64 { return st.RoundTrips }),

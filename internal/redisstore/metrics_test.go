@@ -37,7 +37,19 @@ func TestCollectors(t *testing.T) {
 	}
 	got := map[string]float64{}
 	for _, f := range families {
-		got[f.GetName()] = f.GetMetric()[0].GetCounter().GetValue()
+		m := f.GetMetric()[0]
+		got[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	cs, _ := s.DenyCacheStats()
+	for name, v := range map[string]uint64{
+		"rls_deny_cache_lookups_total": cs.Lookups,
+		"rls_deny_cache_entries":       cs.Entries,
+		"rls_deny_cache_evicted_total": cs.Evicted,
+	} {
+		if g, ok := got[name]; !ok || g != float64(v) {
+			t.Errorf("%s = %v (exported %v), want %d", name, g, ok, v)
+		}
+		delete(got, name)
 	}
 	for name, v := range map[string]uint64{
 		"rls_deny_cache_hits_total":     st.CacheHits,

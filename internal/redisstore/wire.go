@@ -153,6 +153,13 @@ const (
 	// retryNever is an item's retry field when no wait admits its hits
 	// (engine.Result.Never).
 	retryNever = -1
+	// An item's verdict field: admitted, denied, or denied with its hits
+	// charged all the same (count-denied): then replyItemCharged minus what
+	// remained just before the charge (engine.Result.RemainingBeforeCharge),
+	// so that only those items pay for it, and with no field more.
+	replyItemDenied   = 0
+	replyItemAdmitted = 1
+	replyItemCharged  = -1
 )
 
 // tbMaxAhead is the bound of a token bucket's TAT ahead of now, the
@@ -282,11 +289,19 @@ func readReply(rep reply, items []engine.Item, results []engine.Result, rest *[]
 	for i := range items {
 		k := replyHead + replyItemFields*i
 		results[i] = engine.Result{
-			Admitted:   num(k) == 1,
 			Remaining:  uint64(max(num(k+1), 0)),
 			Reset:      time.Duration(num(k+2)) * time.Microsecond,
 			RetryAfter: time.Duration(max(num(k+3), 0)) * time.Microsecond,
 			Never:      num(k+3) == retryNever,
+		}
+		switch v := num(k); {
+		case v == replyItemAdmitted:
+			results[i].Admitted = true
+		case v == replyItemDenied:
+		case v <= replyItemCharged:
+			results[i].RemainingBeforeCharge = uint64(replyItemCharged - v)
+		default:
+			return false, fmt.Errorf("redis: decide reply: item %d has the unknown verdict %d", i, v)
 		}
 	}
 	if rest != nil {

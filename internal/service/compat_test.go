@@ -2,13 +2,17 @@ package service
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 )
@@ -228,5 +232,206 @@ func TestGlobalShadowNoRetryAfter(t *testing.T) {
 	text := headerText(r.Headers)
 	if r.Code != OK || strings.Contains(text, "Retry-After") || !strings.Contains(text, "RateLimit: ") {
 		t.Errorf("over the limit under SHADOW_MODE: %v with headers %q; want OK, the limit headers, no Retry-After", r.Code, text)
+	}
+}
+
+// refCounters returns the counters of reg by name and key1 ("name/key1").
+func refCounters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, p := range m.GetLabel() {
+				if p.GetName() == "key1" {
+					out[mf.GetName()+"/"+p.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// newReferenceServiceFrom is newReferenceServiceWith for the config text.
+func newReferenceServiceFrom(t *testing.T, config string, opts Options) (*Service, *prometheus.Registry) {
+	t.Helper()
+	cfg, err := descriptors.Parse("ref.yaml", []byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock(storetest.T0)
+	ms := memstore.New(memstore.Options{Now: clock.Now})
+	t.Cleanup(func() { ms.Close() })
+	reg := prometheus.NewRegistry()
+	opts.Store, opts.Registry = ms, reg
+	svc := New(opts)
+	if err := svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
+		t.Fatal(err)
+	}
+	return svc, reg
+}
+
+// refModelStats are envoyproxy/ratelimit's five counters of one stats key.
+type refModelStats struct{ total, over, near, within, shadow float64 }
+
+// count adds a request of hits that took the key's counter from before to
+// before+hits, as the reference's base limiter does (GetResponseDescriptorStatus,
+// checkOverLimitThreshold, checkNearLimitThreshold, increaseShadowModeStats),
+// with its float32 near-limit threshold.
+func (m *refModelStats) count(limit uint64, ratio float32, before, hits uint64, shadow bool) {
+	after := before + hits
+	near := uint64(math.Floor(float64(float32(limit) * ratio)))
+	m.total += float64(hits)
+	if after > limit {
+		over := hits
+		if before < limit {
+			over = after - limit
+			m.near += float64(limit - max(near, before))
+		}
+		m.over += float64(over)
+		if shadow {
+			m.shadow += float64(over)
+		}
+		return
+	}
+	m.within += float64(hits)
+	if after > near {
+		m.near += float64(after - max(near, before))
+	}
+}
+
+// The reference's stats split a denial that crosses the limit when denied
+// hits count (compatibility mode's default): from 8 to 12 on a limit of 10
+// (near above 8) is 2 over and 2 near. rls read a denied item's remaining
+// after its charge, so all 4 went to over and none to near.
+func TestReferenceStatsSplitCountedDenial(t *testing.T) {
+	svc, reg := newReferenceServiceWith(t, Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{}}})
+	ask(t, svc, 8, desc("k", "x"))
+	if got := ask(t, svc, 4, desc("k", "x")).Code; got != OverLimit {
+		t.Fatalf("ShouldRateLimit(k=x, hits=4) after 8 of 10 = %v, want OVER_LIMIT", got)
+	}
+	for _, tc := range []struct {
+		metric string
+		want   float64
+	}{
+		{"total_hits", 12}, {"within_limit", 8}, {"over_limit", 2}, {"near_limit", 2},
+	} {
+		if c, err := refCounter(reg, "ratelimit_service_rate_limit_"+tc.metric, "d", "k", ""); err != nil || c != tc.want {
+			t.Errorf("8 then 4 hits on a limit of 10, denied hits counted: %s{domain=d,key1=k} = %v (%v), want %v", tc.metric, c, err, tc.want)
+		}
+	}
+}
+
+// The near-limit threshold is the reference's float32 product
+// (NEAR_LIMIT_RATIO is a float32 there): 90 × 0.7 is 63, where float64
+// arithmetic gives 62.99… and 62, so that a 63rd hit counted as near.
+func TestReferenceStatsNearThresholdFloat32(t *testing.T) {
+	svc, reg := newReferenceServiceFrom(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 90}\n",
+		Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{NearLimitRatio: 0.7}}})
+	ask(t, svc, 62, desc("k", "x"))
+	ask(t, svc, 1, desc("k", "x"))
+	if c, err := refCounter(reg, "ratelimit_service_rate_limit_near_limit", "d", "k", ""); err != nil || c != 0 {
+		t.Errorf("62 then 1 hit on a limit of 90, NEAR_LIMIT_RATIO 0.7 (threshold 63): near_limit = %v (%v), want 0", c, err)
+	}
+	ask(t, svc, 1, desc("k", "x"))
+	if c, err := refCounter(reg, "ratelimit_service_rate_limit_near_limit", "d", "k", ""); err != nil || c != 1 {
+		t.Errorf("a 64th hit: near_limit = %v (%v), want 1", c, err)
+	}
+}
+
+// Random requests against a model of the reference's counters and stats
+// (one counter per key, every hit counted, as its INCRBY): rls's series
+// say what the reference's would, for plain, shadow and several limits,
+// whatever the NEAR_LIMIT_RATIO. (Before the fix, seeds failed within a few
+// steps: a denial that crossed the limit counted no near_limit hits.)
+func TestReferenceStatsDifferential(t *testing.T) {
+	const config = `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 90}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 7}
+`
+	seed := storetest.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))
+	ratio := []float32{0.5, 0.7, 0.8, 0.95}[rng.IntN(4)]
+	svc, reg := newReferenceServiceFrom(t, config, Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{NearLimitRatio: float64(ratio)}}})
+	keys := []struct {
+		key    string
+		limit  uint64
+		shadow bool
+	}{{"a", 10, false}, {"b", 90, false}, {"s", 7, true}}
+	model := make([]refModelStats, len(keys))
+	counters := make([]uint64, len(keys))
+	for step := range 300 {
+		// Distinct keys: of a request that names one counter twice, rls
+		// knows only the state after both (see refStats.record).
+		var ds []Descriptor
+		which := rng.Perm(len(keys))[:1+rng.IntN(len(keys))]
+		for _, k := range which {
+			ds = append(ds, desc(keys[k].key, "x"))
+		}
+		hits := uint64(1 + rng.IntN(6))
+		if rng.IntN(10) == 0 {
+			hits = uint64(1 + rng.IntN(40))
+		}
+		ask(t, svc, uint32(hits), ds...)
+		for _, k := range which {
+			model[k].count(keys[k].limit, ratio, counters[k], hits, keys[k].shadow)
+			counters[k] += hits
+		}
+		got := refCounters(t, reg)
+		for k, key := range keys {
+			m := model[k]
+			for _, c := range []struct {
+				metric string
+				want   float64
+			}{{"total_hits", m.total}, {"over_limit", m.over}, {"near_limit", m.near}, {"within_limit", m.within}, {"shadow_mode", m.shadow}} {
+				if g := got["ratelimit_service_rate_limit_"+c.metric+"/"+key.key]; g != c.want {
+					t.Fatalf("step %d (seed %d, NEAR_LIMIT_RATIO %v): %s{key1=%s} = %v, want %v (the counter is at %d of %d)",
+						step, seed, ratio, c.metric, key.key, g, c.want, counters[k], key.limit)
+				}
+			}
+		}
+	}
+}
+
+// cachedDenials is a store whose every answer is a denial from a denial
+// cache (as the Redis store's, once a counter is known to be over).
+type cachedDenials struct{}
+
+func (cachedDenials) Apply(_ context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	for i := range items {
+		results[i] = engine.Result{Cached: true, RetryAfter: time.Minute, Reset: time.Minute}
+	}
+	return false, nil
+}
+
+// A denial answered from the denial cache counts, as one answered from the
+// reference's local cache, in over_limit and over_limit_with_local_cache
+// (with no near_limit share); the series was not exported.
+func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
+	cfg, err := descriptors.Parse("ref.yaml", []byte(referenceConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	svc := New(Options{Store: cachedDenials{}, Registry: reg, CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{}}})
+	svc.SetConfig(cfg)
+	if got := ask(t, svc, 3, desc("k", "x")).Code; got != OverLimit {
+		t.Fatalf("ShouldRateLimit(k=x, hits=3) from the denial cache = %v, want OVER_LIMIT", got)
+	}
+	got := refCounters(t, reg)
+	for metric, want := range map[string]float64{"total_hits": 3, "over_limit": 3, "over_limit_with_local_cache": 3, "near_limit": 0, "within_limit": 0} {
+		if g := got["ratelimit_service_rate_limit_"+metric+"/k"]; g != want {
+			t.Errorf("3 hits denied from the denial cache: %s{key1=k} = %v, want %v", metric, g, want)
+		}
 	}
 }

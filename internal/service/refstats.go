@@ -15,7 +15,7 @@ import (
 // ReferenceStats configures envoyproxy/ratelimit's per-limit stats, named
 // as its Prometheus mapping (statsd_exporter) names them, so that
 // dashboards and alerts built on the reference keep working:
-// ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}
+// ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode,over_limit_with_local_cache}
 // with the labels domain, key1 (the first level of the stats key: key, or
 // key_value) and key2 (the deeper levels joined with '.'; empty for one
 // level); ratelimit_service_global_shadow_mode; and
@@ -34,9 +34,10 @@ type ReferenceStats struct {
 // rls_decisions_total, a stats key's series are made when it first counts
 // and deleted when a reload drops it. Safe for concurrent use.
 type refStats struct {
-	ratio                                float64
+	ratio                                float32 // NEAR_LIMIT_RATIO, a float32 in the reference
 	maxValues                            int
 	total, over, near, within, shadow    *prometheus.CounterVec // domain, key1, key2
+	overCached                           *prometheus.CounterVec // over_limit_with_local_cache
 	globalShadow, loadSuccess, loadError prometheus.Counter
 
 	// mu orders the making of series against their deletion by a reload
@@ -50,7 +51,7 @@ type refStats struct {
 type refKey struct{ domain, key1, key2 string }
 
 // refSeries are the counters of one refKey.
-type refSeries struct{ total, over, near, within, shadow prometheus.Counter }
+type refSeries struct{ total, over, near, within, shadow, overCached prometheus.Counter }
 
 // refFixed is a stats key whose labels come from the config alone.
 type refFixed struct {
@@ -108,7 +109,7 @@ func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *r
 	if maxValues <= 0 {
 		maxValues = DefaultMaxValueSeries
 	}
-	r := &refStats{ratio: o.NearLimitRatio, maxValues: maxValues, fixed: make(map[refKey]*refFixed), values: make(map[string]*refValues)}
+	r := &refStats{ratio: float32(o.NearLimitRatio), maxValues: maxValues, fixed: make(map[refKey]*refFixed), values: make(map[string]*refValues)}
 	if r.ratio <= 0 {
 		r.ratio = 0.8
 	}
@@ -121,24 +122,27 @@ func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *r
 	r.near = vec("near_limit", "Hits above NEAR_LIMIT_RATIO of the limit and within it")
 	r.within = vec("within_limit", "Hits within the limit")
 	r.shadow = vec("shadow_mode", "Hits over a shadow_mode limit, let through")
+	// The reference's Prometheus mapping has no line for it: this is the
+	// name and labels its other stats get.
+	r.overCached = vec("over_limit_with_local_cache", "Hits over the limit answered from the denial cache (the reference's local cache), also in over_limit")
 	r.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Answers turned from OVER_LIMIT to OK by SHADOW_MODE."})
 	r.loadSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Config loads that succeeded."})
 	r.loadError = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Config loads that failed (the previous config stays in use)."})
 	if reg != nil {
-		reg.MustRegister(r.total, r.over, r.near, r.within, r.shadow, r.globalShadow, r.loadSuccess, r.loadError)
+		reg.MustRegister(r.total, r.over, r.near, r.within, r.shadow, r.overCached, r.globalShadow, r.loadSuccess, r.loadError)
 	}
 	return r
 }
 
 // vecs are the counter vectors of a refSeries, in its field order.
-func (rs *refStats) vecs() [5]*prometheus.CounterVec {
-	return [5]*prometheus.CounterVec{rs.total, rs.over, rs.near, rs.within, rs.shadow}
+func (rs *refStats) vecs() [6]*prometheus.CounterVec {
+	return [6]*prometheus.CounterVec{rs.total, rs.over, rs.near, rs.within, rs.shadow, rs.overCached}
 }
 
 // makeSeries returns the counters of k.
 func (rs *refStats) makeSeries(k refKey) *refSeries {
 	c := func(v *prometheus.CounterVec) prometheus.Counter { return v.WithLabelValues(k.domain, k.key1, k.key2) }
-	return &refSeries{total: c(rs.total), over: c(rs.over), near: c(rs.near), within: c(rs.within), shadow: c(rs.shadow)}
+	return &refSeries{total: c(rs.total), over: c(rs.over), near: c(rs.near), within: c(rs.within), shadow: c(rs.shadow), overCached: c(rs.overCached)}
 }
 
 func (rs *refStats) deleteSeries(k refKey) {
@@ -227,25 +231,43 @@ func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
 }
 
 // record counts the verdict r on item it of a request descriptor with
-// entries, in domain, against rc.
+// entries, in domain, against rc, as the reference splits a request's hits
+// by its counter's value before and after them (base_limiter.go).
 // The counter's state before and after the hits is read from the verdict:
-// admitted, the limit less what remains is the count after; denied, before.
+// admitted, the limit less what remains is the count after; denied, before
+// (for a count-denied item, whose hits were charged all the same, what
+// remained just before that charge: Remaining is read after it). Of a
+// request that names one counter twice, the store reports the state after
+// both items: the split of each is then approximate.
 func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.Entry, it *engine.Item, r *engine.Result) {
 	if it.Refund {
 		return
 	}
 	series := rs.series(rc, domain, entries, it)
 	lim := uint64(it.Limit.RequestsPerUnit)
-	near := uint64(math.Floor(float64(lim) * rs.ratio))
 	hits := it.Hits
+	if r.Cached {
+		// Denied from the denial cache, as the reference's local cache
+		// denies: over the limit, whatever the counter (shadow items are
+		// never cached).
+		series.total.Add(float64(hits))
+		series.over.Add(float64(hits))
+		series.overCached.Add(float64(hits))
+		return
+	}
 	var before, after uint64
-	if r.Admitted {
+	switch {
+	case r.Admitted:
 		after = lim - min(r.Remaining, lim)
 		before = after - min(hits, after)
-	} else {
+	case it.CountDenied:
+		before = lim - min(r.RemainingBeforeCharge, lim)
+		after = before + hits
+	default:
 		before = lim - min(r.Remaining, lim)
 		after = before + hits
 	}
+	near := rs.nearThreshold(lim)
 	series.total.Add(float64(hits))
 	if after > lim {
 		overHits := hits
@@ -267,9 +289,16 @@ func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.E
 	}
 }
 
+// nearThreshold is the count above which hits are near the limit lim: the
+// reference's floor(lim × NEAR_LIMIT_RATIO), computed as it does in float32
+// (90 × 0.7 is 63 there, and 62 in float64).
+func (rs *refStats) nearThreshold(lim uint64) uint64 {
+	return uint64(math.Floor(float64(float32(lim) * rs.ratio)))
+}
+
 // discardSeries count what a dropped stats key's late requests decide:
 // nothing.
-var discardSeries = &refSeries{total: discard, over: discard, near: discard, within: discard, shadow: discard}
+var discardSeries = &refSeries{total: discard, over: discard, near: discard, within: discard, shadow: discard, overCached: discard}
 
 // series returns the counters that item it of a request descriptor with
 // entries counts into.

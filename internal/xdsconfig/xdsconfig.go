@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -73,8 +74,30 @@ type Options struct {
 	Backoff Backoff
 	// MaxMsgSize bounds a received message (0: gRPC's default, 4 MiB).
 	MaxMsgSize int
-	Logger     *slog.Logger
+	// Keepalive pings the server on a connection that has been silent
+	// that long, and drops the connection when the ping is not answered in
+	// time (a half-open connection, or a proxy that stopped forwarding);
+	// the client then reconnects. The zero value means DefaultKeepalive.
+	Keepalive Keepalive
+	Logger    *slog.Logger
 }
+
+// Keepalive is the client's gRPC keepalive: a ping after Time without
+// anything received (gRPC raises it to 10 s at least), the connection
+// closed when its answer has not come Timeout later.
+type Keepalive struct {
+	Time, Timeout time.Duration
+}
+
+// DefaultKeepalive pings every 5 minutes 30 seconds of silence, at most:
+// grpc-go's servers refuse pings closer than 5 minutes unless configured
+// otherwise (their EnforcementPolicy's default MinTime; after three such
+// pings on a stream that sends nothing they answer GOAWAY too_many_pings),
+// and Envoy Gateway's rate-limit xDS server keeps that default; the 30
+// seconds absorb delays in handling a ping. go-control-plane's example
+// server allows 30 seconds. Pings are sent only while the stream is open
+// (a default server counts pings without a stream as abuse).
+var DefaultKeepalive = Keepalive{Time: 5*time.Minute + 30*time.Second, Timeout: 20 * time.Second}
 
 // Client is an ADS state-of-the-world client. Run owns it; it is not for
 // concurrent use.
@@ -98,6 +121,9 @@ func New(o Options, target Target) *Client {
 	if o.Backoff == (Backoff{}) {
 		o.Backoff = DefaultBackoff
 	}
+	if o.Keepalive == (Keepalive{}) {
+		o.Keepalive = DefaultKeepalive
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -112,7 +138,10 @@ func (c *Client) Run(ctx context.Context) error {
 	if c.o.TLS != nil {
 		creds = credentials.NewTLS(c.o.TLS)
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	dopts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: c.o.Keepalive.Time, Timeout: c.o.Keepalive.Timeout}),
+	}
 	if c.o.MaxMsgSize > 0 {
 		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.o.MaxMsgSize)))
 	}

@@ -140,6 +140,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("QuotaGroups", func(t *testing.T) { testQuota(t, newStore) })
 	t.Run("SameCounterTwice", func(t *testing.T) { testSameCounterTwice(t, newStore) })
 	t.Run("CountDeniedPassesAfterItsCharge", func(t *testing.T) { testCountDeniedPassesAfterItsCharge(t, newStore) })
+	t.Run("CountDeniedRemainingBeforeCharge", func(t *testing.T) { testCountDeniedRemainingBeforeCharge(t, newStore) })
 	t.Run("CountersAreSeparate", func(t *testing.T) { testSeparate(t, newStore) })
 	t.Run("ExpiredStateForgotten", func(t *testing.T) { testExpired(t, newStore) })
 	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, newStore) })
@@ -157,6 +158,7 @@ type step struct {
 	reset     time.Duration
 	retry     time.Duration // checked on denied steps
 	never     bool          // a denial that no wait lifts (Result.Never): retry 0
+	before    uint64        // a denied count-denied step: remaining before its charge (else 0)
 }
 
 type timeline struct {
@@ -257,7 +259,7 @@ var timelines = []timeline{
 	// requests are denied until the window, log or bucket has room again.
 	{"FixedWindowCountDenied", Limit(descriptors.FixedWindow, 10, time.Minute, 0), []step{
 		{at: 0, hits: 9, cd: true, ok: true, remaining: 1, reset: 60 * sec},
-		{at: 1 * sec, hits: 5, cd: true, ok: false, remaining: 0, reset: 59 * sec, retry: 59 * sec},
+		{at: 1 * sec, hits: 5, cd: true, ok: false, remaining: 0, reset: 59 * sec, retry: 59 * sec, before: 1},
 		{at: 2 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 58 * sec, retry: 58 * sec},
 		{at: 3 * sec, hits: 0, ok: false, remaining: 0, reset: 57 * sec, retry: 57 * sec}, // in debt, even a look is over
 		{at: 60 * sec, hits: 1, cd: true, ok: true, remaining: 9, reset: 60 * sec},
@@ -270,7 +272,7 @@ var timelines = []timeline{
 	}},
 	{"SlidingLogCountDenied", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
 		{at: 0, hits: 2, cd: true, ok: true, remaining: 1, reset: 60 * sec},
-		{at: 10 * sec, hits: 2, cd: true, ok: false, remaining: 0, reset: 50 * sec, retry: 60 * sec},
+		{at: 10 * sec, hits: 2, cd: true, ok: false, remaining: 0, reset: 50 * sec, retry: 60 * sec, before: 1},
 		{at: 20 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 40 * sec, retry: 50 * sec},
 		// As many entries as the limit: the hits go into the newest entry,
 		// which takes their instant.
@@ -280,14 +282,14 @@ var timelines = []timeline{
 	}},
 	{"TokenBucketCountDenied", Limit(descriptors.TokenBucket, 10, time.Second, 10), []step{
 		{at: 0, hits: 10, cd: true, ok: true, remaining: 0, reset: sec},
-		{at: 500 * ms, hits: 6, cd: true, ok: false, remaining: 0, reset: 1100 * ms, retry: 700 * ms},
+		{at: 500 * ms, hits: 6, cd: true, ok: false, remaining: 0, reset: 1100 * ms, retry: 700 * ms, before: 5},
 		{at: 1500 * ms, hits: 0, ok: true, remaining: 9, reset: 100 * ms},
 	}},
 	// Debt without end: a 1-per-hour bucket charged MaxHits denied hits
 	// again and again. The TAT stops at MaxBucketAhead ahead of now (it
 	// wrapped round past 2^63 µs to a full bucket): denied throughout.
 	{"TokenBucketDebtBounded", Limit(descriptors.TokenBucket, 1, time.Hour, 1), []step{
-		{at: 0, hits: engine.MaxHits, cd: true, ok: false, remaining: 0, reset: engine.MaxBucketAhead * us, never: true},
+		{at: 0, hits: engine.MaxHits, cd: true, ok: false, remaining: 0, reset: engine.MaxBucketAhead * us, never: true, before: 1},
 		{at: sec, hits: engine.MaxHits, cd: true, ok: false, remaining: 0, reset: engine.MaxBucketAhead * us, never: true},
 		{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: engine.MaxBucketAhead*us - sec, retry: engine.MaxBucketAhead*us - sec},
 	}},
@@ -375,6 +377,9 @@ func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 		}
 		if r.Never != st.never {
 			t.Errorf("%s never = %v, want %v", call, r.Never, st.never)
+		}
+		if r.RemainingBeforeCharge != st.before {
+			t.Errorf("%s remaining before the charge = %d, want %d", call, r.RemainingBeforeCharge, st.before)
 		}
 	}
 }
@@ -610,6 +615,65 @@ func testCountDeniedPassesAfterItsCharge(t *testing.T, newStore NewStore) {
 		}
 		if r := res[1]; r.Cached || r.Never || r.RetryAfter > time.Microsecond || r.Remaining != 2 {
 			t.Errorf("%s: the count-denied item after its charge = %+v, want remaining 2 and a retry of at most 1µs", alg, r)
+		}
+	}
+}
+
+// testCountDeniedRemainingBeforeCharge: a denied count-denied item says
+// what remained just before its hits were charged (envoyproxy/ratelimit's
+// stats split a denial by it: from 8 to 12 on a limit of 10 is 2 near and 2
+// over), after the charges of the items before it in the request, as
+// Remaining is read after its own; every other item says 0.
+func testCountDeniedRemainingBeforeCharge(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	limits := []*descriptors.Limit{CalendarLimit(descriptors.Day, 10, time.UTC)}
+	for _, alg := range Algorithms() {
+		limits = append(limits, Limit(alg, 10, time.Minute, 10))
+	}
+	for _, l := range limits {
+		name := l.Algorithm.String()
+		if l.Calendar != nil {
+			name = "calendar"
+		}
+		desc, other := uniqueDesc(t, "k="+name), uniqueDesc(t, "other="+name)
+		type want struct {
+			ok             bool
+			before, remain uint64
+		}
+		for i, st := range []struct {
+			items []engine.Item
+			ok    bool
+			want  []want
+		}{
+			{[]engine.Item{{Desc: desc, Limit: l, Hits: 8, CountDenied: true}}, true, []want{{true, 0, 2}}},
+			// 1 then 4 of the same counter: the 1 admits when judged, the 4
+			// does not; denied, the 1 is charged (9), then the 4 (from 1).
+			// A shadow count-denied item on another counter, denied: charged
+			// from 0 into debt. A plain item: nothing.
+			{[]engine.Item{
+				{Desc: desc, Limit: l, Hits: 1, CountDenied: true},
+				{Desc: desc, Limit: l, Hits: 4, CountDenied: true},
+				{Desc: other, Limit: l, Hits: 11, CountDenied: true, Shadow: true},
+				{Desc: other, Limit: l, Hits: 1},
+			}, false, []want{{true, 0, 0}, {false, 1, 0}, {false, 10, 0}, {true, 0, 0}}},
+			// In debt: nothing remained.
+			{[]engine.Item{{Desc: desc, Limit: l, Hits: 2, CountDenied: true}}, false, []want{{false, 0, 0}}},
+		} {
+			ok, res := apply(t, s, st.items)
+			if ok != st.ok {
+				t.Fatalf("%s step %d: Apply = %v, want %v", name, i, ok, st.ok)
+			}
+			for j, w := range st.want {
+				r := res[j]
+				if r.Cached {
+					continue // a denial cache's answer (not for count-denied items)
+				}
+				if r.Admitted != w.ok || r.RemainingBeforeCharge != w.before || r.Remaining != w.remain {
+					t.Errorf("%s step %d item %d (hits %d, count denied %v, shadow %v): admitted %v, remaining before the charge %d, remaining %d; want %v, %d, %d",
+						name, i, j, st.items[j].Hits, st.items[j].CountDenied, st.items[j].Shadow, r.Admitted, r.RemainingBeforeCharge, r.Remaining, w.ok, w.before, w.remain)
+				}
+			}
 		}
 	}
 }

@@ -27,6 +27,9 @@ local redis_now -- Redis TIME, taken once per call
 -- so limit and burst are the item's, not the counter's.
 local n
 local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry, i_cd, i_denied = {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- i_before[k]: a denied count-denied item's remaining just before its
+-- charge (set by charge_denied, read by statuses)
+local i_before = {}
 
 -- never is what retry_at returns for hits that no instant admits (engine's
 -- never, Result.Never): more than the limit, or the bucket, holds.
@@ -776,12 +779,16 @@ end
 -- charge_denied takes the hits of the count-denied items that the
 -- request's outcome left unconsumed, past their limits, and says when each
 -- denied one could pass with its debt: at once when only the hits the
--- denied request took back denied it (engine's chargeDenied).
+-- denied request took back denied it (engine's chargeDenied). A denied one
+-- keeps what remained just before its charge (i_before).
 local function charge_denied(admitted, over)
   for k = 1, n do
     if i_cd[k] and not i_refund[k] and not (admitted and i_ok[k] and not (over and over[i_group[k]])) then
       local c = i_ctr[k]
       local impl = c_impl[c]
+      if not i_ok[k] then
+        i_before[k] = impl.remaining(c, i_lim[k], i_burst[k])
+      end
       impl.consume(c, i_hits[k], i_lim[k])
       if not i_ok[k] then
         if impl.admits(c, i_hits[k], i_lim[k], i_burst[k]) then
@@ -794,14 +801,20 @@ local function charge_denied(admitted, over)
   end
 end
 
--- statuses appends per item: admitted, remaining, reset and retry µs (from
--- the decision's instant, whatever the counter's own; RETRY_NEVER when no
--- wait admits the item's hits).
+-- statuses appends per item: its verdict (REPLY_ITEM_*), remaining, reset
+-- and retry µs (from the decision's instant, whatever the counter's own;
+-- RETRY_NEVER when no wait admits the item's hits).
 local function statuses(out)
   for k = 1, n do
     local c = i_ctr[k]
     local impl, m = c_impl[c], #out
-    out[m + 1] = i_ok[k] and 1 or 0
+    if i_ok[k] then
+      out[m + 1] = REPLY_ITEM_ADMITTED
+    elseif i_cd[k] and not i_refund[k] then
+      out[m + 1] = REPLY_ITEM_CHARGED - i_before[k]
+    else
+      out[m + 1] = REPLY_ITEM_DENIED
+    end
     out[m + 2] = impl.remaining(c, i_lim[k], i_burst[k])
     out[m + 3] = max(0, impl.reset_at(c) - now)
     local retry = i_retry[k]

@@ -55,7 +55,8 @@ local MODE_CHARGE = 'C'
 
 -- decide.lua's reply, per request: REPLY_HEAD fields (the verdict, one of
 -- VERDICT_*, and the instant), then, unless expired, REPLY_ITEM_FIELDS per
--- item (admitted 0|1, remaining, reset µs, retry µs or RETRY_NEVER); then the undo log
+-- item (its verdict, see REPLY_ITEM_*; remaining, reset µs, retry µs or
+-- RETRY_NEVER); then the undo log
 -- (operations for release.lua) in MODE_RESERVE when admitted, and in the
 -- other modes when the request was decided after its REQUEST_UNDO_AFTER
 -- instant; then, in MODE_RESERVE when admitted, per item the remaining and
@@ -66,6 +67,13 @@ local VERDICT_DENIED = 0
 local VERDICT_ADMITTED = 1
 local VERDICT_EXPIRED = 2 -- past its deadline: nothing decided, nothing consumed
 local RETRY_NEVER = -1 -- an item's retry when no wait admits its hits (engine.Result.Never)
+-- An item's verdict: admitted, denied, or denied with its hits charged all
+-- the same (FLAG_COUNT_DENIED): then REPLY_ITEM_CHARGED minus what remained
+-- just before the charge (engine.Result.RemainingBeforeCharge), so that
+-- only those items pay for it, and with no field more.
+local REPLY_ITEM_DENIED = 0
+local REPLY_ITEM_ADMITTED = 1
+local REPLY_ITEM_CHARGED = -1
 
 -- How far ahead of now a consumption puts a token bucket's TAT, in µs
 -- (engine.MaxBucketAhead): hits that count when denied push it on without

@@ -40,14 +40,15 @@ type Server struct {
 }
 
 // Start serves on a free loopback port until the test ends (or Stop);
-// tlsConfig nil is plaintext.
-func Start(tb testing.TB, tlsConfig *tls.Config) *Server {
+// tlsConfig nil is plaintext; opts are more options of the gRPC server
+// (a keepalive enforcement policy).
+func Start(tb testing.TB, tlsConfig *tls.Config, opts ...grpc.ServerOption) *Server {
 	tb.Helper()
-	return StartAt(tb, "127.0.0.1:0", tlsConfig)
+	return StartAt(tb, "127.0.0.1:0", tlsConfig, opts...)
 }
 
 // StartAt is Start on addr (a server started again where another was).
-func StartAt(tb testing.TB, addr string, tlsConfig *tls.Config) *Server {
+func StartAt(tb testing.TB, addr string, tlsConfig *tls.Config, opts ...grpc.ServerOption) *Server {
 	tb.Helper()
 	s := &Server{Cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil), changed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,7 +63,7 @@ func StartAt(tb testing.TB, addr string, tlsConfig *tls.Config) *Server {
 		},
 	}
 	xds := serverv3.NewServer(ctx, s.Cache, cb)
-	var opts []grpc.ServerOption
+	opts = append([]grpc.ServerOption(nil), opts...)
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}

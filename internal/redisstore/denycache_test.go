@@ -1,0 +1,70 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+// TestDenyCacheStats: the denial cache counts its lookups and hits (one
+// per request), holds its entries, and tells the entries dropped to make
+// room while they held (evicted) from those dropped past their instant
+// (expired) and from those a newer denial replaced (overwritten).
+// envoyproxy/ratelimit's compatibility mode exports them as its local
+// cache's stats.
+func TestDenyCacheStats(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0.Add(10 * time.Second))
+	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true, DenyCacheSize: 2})
+	if _, ok := newStore(t, Options{URL: srv.URL()}).DenyCacheStats(); ok {
+		t.Error("DenyCacheStats of a store without denial cache: ok, want false")
+	}
+	minute := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	// An override sharing the counter under another limit (its burst is
+	// part of what a cached denial was computed under).
+	override := *minute
+	override.Burst = 7
+	apply := func(desc string, l *descriptors.Limit) bool {
+		t.Helper()
+		results := make([]engine.Result, 1)
+		_, err := s.Apply(context.Background(), []engine.Item{{Desc: desc, Limit: l, Hits: 1}}, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return results[0].Cached
+	}
+	type step = struct {
+		what   string
+		desc   string
+		limit  *descriptors.Limit
+		at     time.Duration
+		cached bool
+		want   DenyCacheStats
+	}
+	for i, st := range []step{
+		{"a admitted", "d/k=a", minute, 10 * time.Second, false, DenyCacheStats{Lookups: 1}},
+		{"a denied, cached", "d/k=a", minute, 10 * time.Second, false, DenyCacheStats{Lookups: 2, Entries: 1}},
+		{"a from the cache", "d/k=a", minute, 11 * time.Second, true, DenyCacheStats{Lookups: 3, Hits: 1, Entries: 1}},
+		{"a under the override: denied anew", "d/k=a", &override, 11 * time.Second, false, DenyCacheStats{Lookups: 4, Hits: 1, Entries: 1, Overwritten: 1}},
+		{"b admitted", "d/k=b", minute, 12 * time.Second, false, DenyCacheStats{Lookups: 5, Hits: 1, Entries: 1, Overwritten: 1}},
+		{"b denied, cached", "d/k=b", minute, 12 * time.Second, false, DenyCacheStats{Lookups: 6, Hits: 1, Entries: 2, Overwritten: 1}},
+		{"c admitted", "d/k=c", minute, 13 * time.Second, false, DenyCacheStats{Lookups: 7, Hits: 1, Entries: 2, Overwritten: 1}},
+		{"c denied: a full cache evicts one that holds", "d/k=c", minute, 13 * time.Second, false, DenyCacheStats{Lookups: 8, Hits: 1, Entries: 2, Overwritten: 1, Evicted: 1}},
+		// The next minute: the two entries are past their instant.
+		{"e admitted", "d/k=e", minute, 61 * time.Second, false, DenyCacheStats{Lookups: 9, Hits: 1, Entries: 2, Overwritten: 1, Evicted: 1}},
+		{"e denied: the full cache drops what expired", "d/k=e", minute, 61 * time.Second, false, DenyCacheStats{Lookups: 10, Hits: 1, Entries: 1, Overwritten: 1, Evicted: 1, Expired: 2}},
+	} {
+		clock.Set(storetest.T0.Add(st.at))
+		if cached := apply(st.desc, st.limit); cached != st.cached {
+			t.Fatalf("step %d (%s): answered from the cache %v, want %v", i, st.what, cached, st.cached)
+		}
+		if got, ok := s.DenyCacheStats(); !ok || got != st.want {
+			t.Fatalf("step %d (%s): DenyCacheStats() = %+v, %v; want %+v", i, st.what, got, ok, st.want)
+		}
+	}
+}
