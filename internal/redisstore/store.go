@@ -26,6 +26,19 @@ type Options struct {
 	URL string
 	// ClusterSeeds, when not empty, are host:port seeds of a Redis Cluster.
 	ClusterSeeds []string
+	// Sentinel, when not nil, names a master that Redis Sentinel watches:
+	// rls asks the sentinels where it is and follows failovers. The URL
+	// then gives the master's credentials, database and TLS; its host is
+	// ignored. Not with ClusterSeeds.
+	Sentinel *Sentinel
+	// PerSecond, when not nil, is a second Redis (single, Sentinel or
+	// cluster) for the counters of windows shorter than a minute, as
+	// envoyproxy/ratelimit's REDIS_PERSECOND sends per-second limits to a
+	// second Redis. A request on both stays all-or-nothing (applySplit).
+	// Only its connection fields count (URL, ClusterSeeds, Sentinel,
+	// CAFile, CertFile, KeyFile, TLSSkipHostname, PoolSize); the others are
+	// this Options'.
+	PerSecond *Options
 	// CAFile is a PEM file of the CAs that sign the servers' certificates,
 	// for rediss:// with a private CA; empty means the system's roots.
 	CAFile string
@@ -34,6 +47,11 @@ type Options struct {
 	// read again at every handshake so that a rotated certificate is used
 	// from the next connection on.
 	CertFile, KeyFile string
+	// TLSSkipHostname verifies Redis's certificate chain but not that it
+	// names the host rls reaches (tlsfiles.ClientFiles.SkipHostname), as
+	// envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION; New logs
+	// a warning.
+	TLSSkipHostname bool
 	// Prefix starts every key; default "rls:".
 	Prefix string
 	// PoolSize is the number of connections per node; 0 means go-redis's
@@ -95,15 +113,20 @@ type Stats struct {
 type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil for a single node
-	opts    Options
-	b       *batcher
-	cache   *denyCache
-	log     *slog.Logger
+	master  *masterWatch         // with Sentinel: which node the client reaches
+	// perSecond is the store of windows under a minute (Options.PerSecond),
+	// or nil.
+	perSecond *Store
+	opts      Options
+	b         *batcher
+	cache     *denyCache
+	log       *slog.Logger
 
 	clock *redisClock // nil when the scripts run on the test clock (Options.Now)
 
 	decisions, cacheHits, releases, errs atomic.Uint64
 	expired, givenBack, indeterminate    atomic.Uint64
+	regrouped                            atomic.Uint64  // quota groups settled again (regroup)
 	faultLog                             rate.Sometimes // late and indeterminate outcomes
 	closeOnce                            sync.Once
 
@@ -169,22 +192,36 @@ func New(opts Options) (*Store, error) {
 	if opts.PoolSize > 0 {
 		ro.PoolSize = opts.PoolSize
 	}
-	if opts.CAFile != "" || opts.CertFile != "" || opts.KeyFile != "" {
+	if opts.CAFile != "" || opts.CertFile != "" || opts.KeyFile != "" || opts.TLSSkipHostname {
 		if ro.TLSConfig == nil {
-			return nil, errors.New("redis TLS files (CA, client certificate): the URL is not rediss://")
+			return nil, errors.New("redis TLS files (CA, client certificate) or host name check: the URL is not rediss://")
 		}
-		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: opts.CAFile, Cert: opts.CertFile, Key: opts.KeyFile, ServerName: ro.TLSConfig.ServerName})
+		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: opts.CAFile, Cert: opts.CertFile, Key: opts.KeyFile, ServerName: ro.TLSConfig.ServerName,
+			SkipHostname: opts.TLSSkipHostname})
 		if err != nil {
 			return nil, fmt.Errorf("redis TLS: %w", err)
 		}
-		cfg.InsecureSkipVerify = ro.TLSConfig.InsecureSkipVerify // the URL's skip_verify
+		if ro.TLSConfig.InsecureSkipVerify { // the URL's skip_verify: nothing verified
+			cfg.InsecureSkipVerify, cfg.VerifyConnection = true, nil
+		}
 		ro.TLSConfig = cfg
+	}
+	if opts.TLSSkipHostname {
+		opts.Logger.Warn("redis TLS: the certificate chain is verified, not that it names the host (as envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION): anyone with a certificate of that CA can pose as Redis")
 	}
 	s := &Store{
 		opts: opts,
 		log:  opts.Logger,
 	}
-	if len(opts.ClusterSeeds) > 0 {
+	switch {
+	case opts.Sentinel != nil:
+		if len(opts.ClusterSeeds) > 0 {
+			return nil, errors.New("redis: Sentinel and cluster seeds given; choose one")
+		}
+		if s.client, s.master, err = newFailoverClient(opts.Sentinel, ro, s.masterChanged); err != nil {
+			return nil, err
+		}
+	case len(opts.ClusterSeeds) > 0:
 		s.cluster = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                 opts.ClusterSeeds,
 			Username:              ro.Username,
@@ -205,8 +242,14 @@ func New(opts Options) (*Store, error) {
 			MaxRedirects: -1,
 		})
 		s.client = s.cluster
-	} else {
+	default:
 		s.client = redis.NewClient(ro)
+	}
+	if opts.PerSecond != nil {
+		if s.perSecond, err = newPerSecond(opts); err != nil {
+			s.client.Close()
+			return nil, err
+		}
 	}
 	perScript := opts.PerScript
 	if s.cluster != nil {
@@ -243,15 +286,25 @@ func (s *Store) Close() error {
 		s.stopReleases()
 		s.watching.Wait()
 		err = s.client.Close()
+		if s.perSecond != nil {
+			err = errors.Join(err, s.perSecond.Close())
+		}
 	})
 	return err
 }
 
-// Ping checks that Redis answers: in cluster mode, every master.
+// Ping checks that Redis answers: in cluster mode, every master; and the
+// per-second Redis.
 func (s *Store) Ping(ctx context.Context) error {
-	return eachNode(ctx, s.client, func(ctx context.Context, _ string, node redis.Cmdable) error {
+	err := eachNode(ctx, s.client, func(ctx context.Context, _ string, node redis.Cmdable) error {
 		return node.Ping(ctx).Err()
 	})
+	if err == nil && s.perSecond != nil {
+		if err = s.perSecond.Ping(ctx); err != nil {
+			err = fmt.Errorf("per-second Redis: %w", err)
+		}
+	}
+	return err
 }
 
 // Warm readies the store before its first requests: it connects every
@@ -259,6 +312,11 @@ func (s *Store) Ping(ctx context.Context) error {
 // each node's clock and loads the function library, so that the first
 // requests do not spend their deadlines on it. It returns the first error.
 func (s *Store) Warm(ctx context.Context) error {
+	if s.perSecond != nil {
+		if err := s.perSecond.Warm(ctx); err != nil {
+			return fmt.Errorf("per-second Redis: %w", err)
+		}
+	}
 	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node redis.Cmdable) error {
 		var wg sync.WaitGroup
 		errs := make([]error, s.opts.Workers)
@@ -291,7 +349,7 @@ func eachNode(ctx context.Context, client redis.UniversalClient, fn func(ctx con
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Decisions:  s.decisions.Load(),
 		Scripts:    s.b.scripts.Load(),
 		RoundTrips: s.b.roundTrips.Load(),
@@ -303,6 +361,10 @@ func (s *Store) Stats() Stats {
 		GivenBack:     s.givenBack.Load(),
 		Indeterminate: s.indeterminate.Load(),
 	}
+	if s.perSecond != nil {
+		st = st.add(s.perSecond.Stats())
+	}
+	return st
 }
 
 func (s *Store) now() time.Time {
@@ -328,6 +390,14 @@ func (s *Store) base(it *engine.Item) string {
 
 // Apply implements engine.Store.
 func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if s.perSecond != nil {
+		return s.applySplit(ctx, items, results)
+	}
+	return s.apply(ctx, items, results)
+}
+
+// apply decides a request whose counters are all on s's nodes.
+func (s *Store) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}

@@ -1,0 +1,277 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+// The conformance suite on a store whose windows under a minute live on a
+// second Redis: its timelines are windows of seconds (per-second Redis) and
+// of minutes and more (the first), and its all-or-nothing checks mix them.
+func TestPerSecondConformance(t *testing.T) {
+	first, second := redistest.Start(t), redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+		return newStore(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, Now: now})
+	})
+}
+
+// keysOf returns the keys of srv that start with prefix.
+func keysOf(t *testing.T, srv *redistest.Server, prefix string) []string {
+	t.Helper()
+	out, err := redistest.Command(srv.Addr(), "KEYS", prefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out == "" {
+		return nil
+	}
+	keys := strings.Split(out, "\n")
+	slices.Sort(keys)
+	return keys
+}
+
+// TestPerSecondAllOrNothing: a request with a per-second and a per-minute
+// limit, denied by either, consumes nothing on the other Redis; admitted,
+// it consumes on both. Each counter lives on its own Redis: the per-second
+// one on the second, the per-minute one on the first.
+func TestPerSecondAllOrNothing(t *testing.T) {
+	first, second := redistest.Start(t), redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, Now: clock.Now})
+	perSecond := storetest.Limit(descriptors.FixedWindow, 2, time.Second, 0)
+	perMinute := storetest.Limit(descriptors.FixedWindow, 3, time.Minute, 0)
+	ctx := context.Background()
+	item := func(l *descriptors.Limit, hits uint64) engine.Item {
+		return engine.Item{Desc: "d/user=u", Limit: l, Hits: hits}
+	}
+	res := make([]engine.Result, 2)
+	ask := func(step string, items []engine.Item, want bool, wantRemaining ...uint64) {
+		t.Helper()
+		ok, err := s.Apply(ctx, items, res)
+		if err != nil || ok != want {
+			t.Fatalf("%s: Apply = %v, %v; want %v", step, ok, err, want)
+		}
+		s.releasing.Wait()
+		for i, w := range wantRemaining {
+			if res[i].Remaining != w {
+				t.Errorf("%s: %s remaining %d, want %d", step, items[i].Limit.ID, res[i].Remaining, w)
+			}
+		}
+	}
+	ask("1 hit of each", []engine.Item{item(perSecond, 1), item(perMinute, 1)}, true, 1, 2)
+	if got, want := keysOf(t, second, "rls:"), []string{"rls:{d/user=u}:fw1s", "rls:{d/user=u}:fw1s:s"}; !slices.Equal(got, want) {
+		t.Errorf("keys on the per-second Redis: %q, want %q", got, want)
+	}
+	if got, want := keysOf(t, first, "rls:"), []string{"rls:{d/user=u}:fw60s", "rls:{d/user=u}:fw60s:s"}; !slices.Equal(got, want) {
+		t.Errorf("keys on the first Redis: %q, want %q", got, want)
+	}
+	// Denied by the per-second limit (2 more of 1 left): the minute keeps its 2.
+	ask("denied by the second", []engine.Item{item(perSecond, 2), item(perMinute, 2)}, false, 1, 2)
+	// Denied by the per-minute limit (3 of 2 left): the second keeps its 1.
+	ask("denied by the minute", []engine.Item{item(perMinute, 3), item(perSecond, 1)}, false, 2, 1)
+	ask("what is left of each", []engine.Item{item(perSecond, 1), item(perMinute, 2)}, true, 0, 0)
+	if st := s.Stats(); st.Releases == 0 {
+		t.Errorf("stats %+v: no reservation released", st)
+	}
+}
+
+// TestPerSecondQuotaGroupSplit: a quota descriptor whose per-second window
+// is over and whose per-minute window admits is over as a whole; when
+// another quota descriptor passes, the request is admitted and the over
+// descriptor consumes nothing, on neither store. Its per-minute window
+// (on the first Redis) was judged apart from its per-second one, admitted
+// there and reserved: it must be given back.
+func TestPerSecondQuotaGroupSplit(t *testing.T) {
+	first, second := redistest.Start(t), redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, Now: clock.Now})
+	perSecond := storetest.Limit(descriptors.FixedWindow, 1, time.Second, 0)
+	perMinute := storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0)
+	ctx := context.Background()
+	res := make([]engine.Result, 3)
+	if ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/q=over", Limit: perSecond, Hits: 1}}, res); err != nil || !ok {
+		t.Fatalf("using up the per-second window: %v %v", ok, err)
+	}
+	req := []engine.Item{
+		{Desc: "d/q=over", Limit: perSecond, Hits: 1, Group: 1},
+		{Desc: "d/q=over", Limit: perMinute, Hits: 1, Group: 1},
+		{Desc: "d/q=passes", Limit: perMinute, Hits: 1, Group: 2},
+	}
+	ok, err := s.Apply(ctx, req, res)
+	if err != nil || !ok {
+		t.Fatalf("quota descriptors, one over (its second) and one passing: %v %v, want admitted", ok, err)
+	}
+	if res[1].Remaining != 5 || !res[1].Admitted || res[2].Remaining != 4 {
+		t.Errorf("statuses %+v: want the over descriptor's minute admitted with 5 remaining (nothing consumed), the passing one's with 4", res)
+	}
+	look := []engine.Item{{Desc: "d/q=over", Limit: perMinute}, {Desc: "d/q=passes", Limit: perMinute}}
+	if ok, err := s.Apply(ctx, look, res); err != nil || !ok || res[0].Remaining != 5 || res[1].Remaining != 4 {
+		t.Errorf("look afterwards: %v %v %+v; want 5 remaining in the over descriptor's minute, 4 in the other's", ok, err, res[:2])
+	}
+}
+
+// TestPerSecondDifferential: random requests over descriptors whose
+// windows sit on both Redis servers (per-second ones on the second), with
+// refunds, shadow items, count-denied hits, limits that share a counter,
+// and quota descriptors (several per request, so that one whose windows
+// are split between the stores can be over while another passes), get
+// exactly the memory store's answers at the same instants.
+func TestPerSecondDifferential(t *testing.T) {
+	first, second := redistest.Start(t), redistest.Start(t)
+	t.Run("single", func(t *testing.T) {
+		testPerSecondDifferential(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}}, false)
+	})
+	t.Run("deny cache", func(t *testing.T) {
+		testPerSecondDifferential(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, DenyCache: true}, false)
+	})
+	// Hot: one-hit requests hammering limits of one, on a window of each
+	// store or a per-second one, so that many are answered from the two
+	// denial caches together.
+	t.Run("deny cache hot", func(t *testing.T) {
+		testPerSecondDifferential(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, DenyCache: true}, true)
+	})
+	t.Run("per-second cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, 3, 0)
+		testPerSecondDifferential(t, Options{URL: first.URL(), PerSecond: &Options{ClusterSeeds: c.Seeds()}}, false)
+	})
+}
+
+func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
+	seed := storetest.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	clock := storetest.NewClock(storetest.T0)
+	opts.Now = clock.Now
+	opts.Prefix = fmt.Sprintf("psdiff%d:%s:", seed, strings.ReplaceAll(t.Name(), " ", "_"))
+	s := newStore(t, opts)
+	mem := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: time.Hour}) // no sweeps: counters are forgotten when touched, as Redis forgets them
+	t.Cleanup(func() { mem.Close() })
+
+	var limits []*descriptors.Limit
+	for _, alg := range storetest.Algorithms() {
+		for _, w := range []time.Duration{time.Second, 2 * time.Second, time.Minute, time.Hour} {
+			for _, rpu := range []uint32{1, 3, 10} {
+				burst := uint32(0)
+				if alg == descriptors.TokenBucket {
+					burst = rpu + uint32(rng.IntN(3))
+				}
+				l := storetest.Limit(alg, rpu, w, burst)
+				if rpu >= 3 {
+					l.ID += ":shared" // the 3 and the 10 share a counter, as an override does
+				}
+				limits = append(limits, l)
+			}
+		}
+	}
+	descs := []string{"d/a=1", "d/a=2", "d/b=1"}
+	mean := 700 * time.Millisecond
+	if hot {
+		ones := limits[:0:0]
+		for _, l := range limits {
+			if l.RequestsPerUnit == 1 {
+				ones = append(ones, l)
+			}
+		}
+		limits, descs, mean = ones, descs[:2], 100*time.Millisecond
+	}
+	var denied, split int
+	const steps = 400
+	for step := range steps {
+		d := time.Duration(rng.ExpFloat64() * float64(mean))
+		if rng.IntN(15) == 0 {
+			d = -d // the clock steps back: every store holds its counters where they were
+		}
+		clock.Set(clock.Now().Add(d))
+		// Quota descriptors: every item of such a descriptor is in its
+		// group, as the service builds them.
+		quota := map[string]int32{}
+		for k, desc := range descs {
+			if rng.IntN(3) == 0 {
+				quota[desc] = int32(k + 1)
+			}
+		}
+		items := make([]engine.Item, 2+rng.IntN(4))
+		if hot {
+			// a window of each store, or (to fill the per-second windows
+			// that denials by the longer ones leave alone) a per-second one
+			items = items[:1+rng.IntN(2)]
+		}
+		for i := range items {
+			it := &items[i]
+			it.Desc = descs[rng.IntN(len(descs))]
+			it.Limit = limits[rng.IntN(len(limits))]
+			if hot {
+				// one window of each store, one hit, nothing else
+				it.Desc = items[0].Desc
+				for perSecondLimit(it.Limit) != (i == 0) {
+					it.Limit = limits[rng.IntN(len(limits))]
+				}
+				it.Hits = 1
+				continue
+			}
+			it.Hits = uint64(rng.IntN(3))
+			it.Refund = rng.IntN(6) == 0
+			if it.Refund {
+				it.Hits = uint64(1 + rng.IntN(5))
+			}
+			it.Shadow = rng.IntN(12) == 0
+			it.CountDenied = !it.Refund && rng.IntN(8) == 0
+			it.Group = quota[it.Desc]
+		}
+		perSecond := 0
+		for i := range items {
+			if perSecondLimit(items[i].Limit) {
+				perSecond++
+			}
+		}
+		if perSecond > 0 && perSecond < len(items) {
+			split++
+		}
+		got := make([]engine.Result, len(items))
+		want := make([]engine.Result, len(items))
+		if os.Getenv("RLS_DEBUG") != "" {
+			t.Logf("step %d T0+%s items %s", step, clock.Now().Sub(storetest.T0), describe(items))
+		}
+		gok, err := s.Apply(context.Background(), items, got)
+		if err != nil {
+			t.Fatalf("step %d (seed %d): %v", step, seed, err)
+		}
+		s.releasing.Wait()
+		s.perSecond.releasing.Wait()
+		wok, err := mem.Apply(context.Background(), items, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !gok {
+			denied++
+		}
+		for i := range got {
+			got[i].Cached = false // a cached denial is Redis's own answer (TestDifferential)
+		}
+		if gok != wok || !slices.Equal(got, want) {
+			t.Fatalf("step %d (seed %d) at T0+%s: redis %v %+v\nmemory %v %+v\nitems %s",
+				step, seed, clock.Now().Sub(storetest.T0), gok, got, wok, want, describe(items))
+		}
+	}
+	st := s.Stats()
+	regrouped := s.regrouped.Load() + s.perSecond.regrouped.Load()
+	t.Logf("%d of %d requests on both stores, %d denied, %d releases, %d quota groups settled again, %d answered from the denial cache (%d on both stores)",
+		split, steps, denied, st.Releases, regrouped, st.CacheHits, s.cacheHits.Load())
+	if split < steps/3 || denied < steps/10 || st.Releases == 0 {
+		t.Errorf("%d split, %d denied, %d releases: the comparison did not cover requests denied across the stores", split, denied, st.Releases)
+	}
+	if hot && s.cacheHits.Load() == 0 { // the first store's own: requests on both stores (the others are on the second only)
+		t.Errorf("no request on both stores answered from the denial caches")
+	}
+}
