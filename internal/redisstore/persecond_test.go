@@ -275,3 +275,39 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 		t.Errorf("no request on both stores answered from the denial caches")
 	}
 }
+
+// BenchmarkPerSecond: one request at a time of a descriptor's three windows
+// (1 s, 1 min, 1 h; limits never reached), on one Redis, and with the
+// per-second window on a second one (a reservation on each, concurrently).
+// The figure is the latency of one decision, round trips included.
+func BenchmarkPerSecond(b *testing.B) {
+	first, second := redistest.Start(b), redistest.Start(b)
+	wins := []*descriptors.Limit{
+		storetest.Limit(descriptors.FixedWindow, 1<<30, time.Second, 0),
+		storetest.Limit(descriptors.FixedWindow, 1<<30, time.Minute, 0),
+		storetest.Limit(descriptors.SlidingWindow, 1<<30, time.Hour, 0),
+	}
+	items := make([]engine.Item, len(wins))
+	for i, l := range wins {
+		items[i] = engine.Item{Desc: "bench/k=v", Limit: l, Hits: 1}
+	}
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"one Redis", Options{URL: first.URL()}},
+		{"per-second Redis", Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}}},
+		{"per-second store on the same Redis", Options{URL: first.URL(), PerSecond: &Options{URL: first.URL()}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := newStore(b, tc.opts)
+			results := make([]engine.Result, len(items))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Apply(context.Background(), items, results); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

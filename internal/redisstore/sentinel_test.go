@@ -103,6 +103,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 
 	old.Kill()
+	killed := time.Now()
 	// Within the sentinels' 400 ms before they take the master for down,
 	// requests fail: there is no master.
 	for i := range 3 {
@@ -143,7 +144,7 @@ func TestSentinelFailover(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("after the sentinels agreed on %s, %d requests failed before one succeeded", promoted.Addr(), failed)
+	t.Logf("after the sentinels agreed on %s, %d requests failed before one succeeded, %s after the kill", promoted.Addr(), failed, time.Since(killed).Round(time.Millisecond))
 	if got := a.master.current(); got != promoted.Addr() {
 		t.Errorf("the store follows %s, want the promoted master %s", got, promoted.Addr())
 	}
