@@ -87,38 +87,84 @@ func TestPerSecondAllOrNothing(t *testing.T) {
 	}
 }
 
-// TestPerSecondQuotaGroupSplit: a quota descriptor whose per-second window
-// is over and whose per-minute window admits is over as a whole; when
-// another quota descriptor passes, the request is admitted and the over
-// descriptor consumes nothing, on neither store. Its per-minute window
-// (on the first Redis) was judged apart from its per-second one, admitted
-// there and reserved: it must be given back.
+// TestPerSecondQuotaGroupSplit: a quota descriptor whose windows sit on
+// both Redis servers, over as a whole while another quota descriptor
+// passes: the request is admitted and the over descriptor consumes
+// nothing, on neither store, with the memory store's statuses. Its share on
+// the Redis where it admits was judged apart and reserved: it is given back
+// and reserved again with the descriptor told over.
 func TestPerSecondQuotaGroupSplit(t *testing.T) {
 	first, second := redistest.Start(t), redistest.Start(t)
-	clock := storetest.NewClock(storetest.T0)
-	s := newStore(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, Now: clock.Now})
 	perSecond := storetest.Limit(descriptors.FixedWindow, 1, time.Second, 0)
 	perMinute := storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0)
-	ctx := context.Background()
-	res := make([]engine.Result, 3)
-	if ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/q=over", Limit: perSecond, Hits: 1}}, res); err != nil || !ok {
-		t.Fatalf("using up the per-second window: %v %v", ok, err)
-	}
-	req := []engine.Item{
-		{Desc: "d/q=over", Limit: perSecond, Hits: 1, Group: 1},
-		{Desc: "d/q=over", Limit: perMinute, Hits: 1, Group: 1},
-		{Desc: "d/q=passes", Limit: perMinute, Hits: 1, Group: 2},
-	}
-	ok, err := s.Apply(ctx, req, res)
-	if err != nil || !ok {
-		t.Fatalf("quota descriptors, one over (its second) and one passing: %v %v, want admitted", ok, err)
-	}
-	if res[1].Remaining != 5 || !res[1].Admitted || res[2].Remaining != 4 {
-		t.Errorf("statuses %+v: want the over descriptor's minute admitted with 5 remaining (nothing consumed), the passing one's with 4", res)
-	}
-	look := []engine.Item{{Desc: "d/q=over", Limit: perMinute}, {Desc: "d/q=passes", Limit: perMinute}}
-	if ok, err := s.Apply(ctx, look, res); err != nil || !ok || res[0].Remaining != 5 || res[1].Remaining != 4 {
-		t.Errorf("look afterwards: %v %v %+v; want 5 remaining in the over descriptor's minute, 4 in the other's", ok, err, res[:2])
+	tight := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	tight.ID += ":5:tight"
+	// Two limits of one counter (as an override shares a configured
+	// limit's): the second item sees the first one's tentative hits.
+	roomy := storetest.Limit(descriptors.FixedWindow, 10, time.Second, 0)
+	roomy.ID += ":shared"
+	small := storetest.Limit(descriptors.FixedWindow, 3, time.Second, 0)
+	small.ID = roomy.ID
+	for _, tc := range []struct {
+		name        string
+		setup, req  []engine.Item
+		look        []engine.Item
+		wantOK      bool
+		wantRegroup bool
+	}{
+		{
+			name:  "its second over, its minute admits",
+			setup: []engine.Item{{Desc: "d/q=over", Limit: perSecond, Hits: 1}},
+			req: []engine.Item{
+				{Desc: "d/q=over", Limit: perSecond, Hits: 1, Group: 1},
+				{Desc: "d/q=over", Limit: perMinute, Hits: 1, Group: 1},
+				{Desc: "d/q=passes", Limit: perMinute, Hits: 1, Group: 2},
+			},
+			look:   []engine.Item{{Desc: "d/q=over", Limit: perMinute}, {Desc: "d/q=passes", Limit: perMinute}},
+			wantOK: true, wantRegroup: true,
+		},
+		{
+			// Its minute is over; on the second's counter, the shadow
+			// item is denied only by the first item's tentative hits:
+			// judged again, it must still be (its hits not taken).
+			name: "its minute over, a later item on a shared counter",
+			req: []engine.Item{
+				{Desc: "d/q=over", Limit: roomy, Hits: 2, Group: 1},
+				{Desc: "d/q=over", Limit: small, Hits: 2, Group: 1, Shadow: true},
+				{Desc: "d/q=over", Limit: tight, Hits: 2, Group: 1},
+				{Desc: "d/q=passes", Limit: perMinute, Hits: 1, Group: 2},
+			},
+			look:   []engine.Item{{Desc: "d/q=over", Limit: roomy}, {Desc: "d/q=over", Limit: tight}, {Desc: "d/q=passes", Limit: perMinute}},
+			wantOK: true, wantRegroup: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := storetest.NewClock(storetest.T0)
+			s := newStore(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, Now: clock.Now,
+				Prefix: strings.ReplaceAll(tc.name, " ", "_") + ":"})
+			mem := memstore.New(memstore.Options{Now: clock.Now})
+			t.Cleanup(func() { mem.Close() })
+			ctx := context.Background()
+			apply := func(step string, items []engine.Item, wantOK bool) {
+				t.Helper()
+				got, want := make([]engine.Result, len(items)), make([]engine.Result, len(items))
+				gok, err := s.Apply(ctx, items, got)
+				if err != nil || gok != wantOK {
+					t.Fatalf("%s: Apply = %v, %v; want %v", step, gok, err, wantOK)
+				}
+				if wok, _ := mem.Apply(ctx, items, want); wok != gok || !slices.Equal(got, want) {
+					t.Errorf("%s:\nredis  %v %+v\nmemory %v %+v", step, gok, got, wok, want)
+				}
+			}
+			if tc.setup != nil {
+				apply("setup", tc.setup, true)
+			}
+			apply("quota descriptors, one over and one passing", tc.req, tc.wantOK)
+			apply("look afterwards", tc.look, true)
+			if got := s.regrouped.Load() + s.perSecond.regrouped.Load(); (got > 0) != tc.wantRegroup {
+				t.Errorf("%d quota groups settled again, want some: %v", got, tc.wantRegroup)
+			}
+		})
 	}
 }
 

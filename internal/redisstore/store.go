@@ -93,7 +93,7 @@ type Stats struct {
 	Scripts    uint64 // FCALLs sent (decide)
 	RoundTrips uint64 // pipelines sent
 	CacheHits  uint64 // Apply calls answered from the denial cache
-	Releases   uint64 // cluster reservations undone
+	Releases   uint64 // reservations undone (cluster masters, per-second Redis)
 	Errors     uint64 // Apply calls that failed
 	// Expired counts requests that Redis did not decide because they
 	// reached it after their deadline: nothing consumed.
