@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -85,7 +86,7 @@ func TestRedisTopologyFlags(t *testing.T) {
 // 200, with the same rls process, and the hits counted before the failover
 // still count.
 func TestSentinelFailoverServed(t *testing.T) {
-	st := redistest.StartSentinel(t, redistest.SentinelConfig{})
+	st := redistest.StartSentinel(t, redistest.SentinelConfig{DownAfter: 2 * time.Second})
 	cfg := writeFile(t, t.TempDir(), "failover.yaml", "domain: failover\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
 	s := startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-sentinel", st.Spec(), "--store-timeout", "200ms")
 	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
@@ -109,7 +110,7 @@ func TestSentinelFailoverServed(t *testing.T) {
 	}
 
 	old.Kill()
-	for i := range 3 { // within the sentinels' 400 ms before they act
+	for i := range 3 { // within the 2 s before the sentinels take the master for down
 		if _, err := askBounded(rl, rlRequest("failover", "k", "v")); status.Code(err) != codes.Unavailable {
 			t.Errorf("request %d with the master dead: %v, want UNAVAILABLE", i, err)
 		}

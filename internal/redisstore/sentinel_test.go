@@ -68,7 +68,7 @@ func TestSentinelPasswords(t *testing.T) {
 // the new master (its clock read again, the denial cache emptied and its
 // subscription moved there, where released hits are announced).
 func TestSentinelFailover(t *testing.T) {
-	st := redistest.StartSentinel(t, redistest.SentinelConfig{})
+	st := redistest.StartSentinel(t, redistest.SentinelConfig{DownAfter: 2 * time.Second})
 	var logs servetest.SyncBuffer
 	opts := Options{Sentinel: sentinelOf(st), Timeout: 200 * time.Millisecond, minPipelineBound: starvedBound,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -104,7 +104,7 @@ func TestSentinelFailover(t *testing.T) {
 
 	old.Kill()
 	killed := time.Now()
-	// Within the sentinels' 400 ms before they take the master for down,
+	// Within the 2 s before the sentinels take the master for down,
 	// requests fail: there is no master.
 	for i := range 3 {
 		callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
