@@ -12,6 +12,7 @@ import (
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/testpki"
 )
 
 func sentinelOf(st *redistest.Sentinel) *Sentinel {
@@ -214,5 +215,26 @@ func TestMasterChangeForgetsWhatHeldForTheOldOne(t *testing.T) {
 	if s.clock.known("") || cachedEntries() != 0 || moved.Err() == nil {
 		t.Errorf("after a connection to another node: clock known %v, %d cached, subscription told %v; want forgotten, 0, told",
 			s.clock.known(""), cachedEntries(), moved.Err())
+	}
+}
+
+// TestSentinelTLS: sentinels and data nodes over TLS only. The store
+// verifies each under the address it is reached at (the certificates name
+// 127.0.0.1), not the URL's host, which Sentinel mode ignores; a CA that
+// signed nothing there is refused.
+func TestSentinelTLS(t *testing.T) {
+	pki := testpki.New(t)
+	st := redistest.StartSentinel(t, redistest.SentinelConfig{TLS: pki, Password: "data-secret"})
+	items := []engine.Item{{Desc: "d/k=tls", Limit: storetest.Limit(descriptors.FixedWindow, 5, time.Hour, 0), Hits: 1}}
+	res := make([]engine.Result, 1)
+	s := newStore(t, Options{URL: "rediss://:data-secret@redis.example/0", CAFile: pki.CA, Sentinel: sentinelOf(st), Timeout: time.Second})
+	if ok, err := s.Apply(context.Background(), items, res); err != nil || !ok || res[0].Remaining != 4 {
+		t.Fatalf("over TLS through Sentinel: %v %v %+v", ok, err, res[0])
+	}
+	untrusted := newStore(t, Options{URL: "rediss://:data-secret@redis.example/0", CAFile: pki.OtherCA, Sentinel: sentinelOf(st), Timeout: time.Second})
+	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := untrusted.Ping(pctx); err == nil {
+		t.Error("Ping with a CA that signed nothing there succeeded")
 	}
 }

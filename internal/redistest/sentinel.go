@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/testpki"
 )
 
 // SentinelConfig asks for a Sentinel deployment; the zero value is a master,
@@ -30,6 +31,10 @@ type SentinelConfig struct {
 	// DownAfter is how long a master may stay silent before a sentinel
 	// takes it for down (default 400 ms).
 	DownAfter time.Duration
+	// TLS, when set, serves every node and sentinel over TLS only, with
+	// the PKI's certificate (for 127.0.0.1), replication included; clients
+	// need no certificate.
+	TLS *testpki.PKI
 	// Proxied puts a FaultProxy in front of each data node, which the
 	// sentinels know it by: clients that ask them reach the nodes through
 	// the proxies (replication between the nodes is not proxied).
@@ -75,9 +80,14 @@ func StartSentinel(tb testing.TB, c SentinelConfig) *Sentinel {
 	}
 	st := &Sentinel{Name: "rlsmaster", cfg: c, tb: tb}
 	for i := range 1 + c.Replicas {
-		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.Password}
+		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.Password, tls: c.TLS}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 		s.args = []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}
+		if c.TLS != nil {
+			s.args[1] = "0"
+			s.args = append(s.args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", c.TLS.Cert, "--tls-key-file", c.TLS.Key,
+				"--tls-ca-cert-file", c.TLS.CA, "--tls-auth-clients", "no", "--tls-replication", "yes")
+		}
 		if c.Password != "" {
 			s.args = append(s.args, "--requirepass", c.Password, "--masterauth", c.Password)
 		}
@@ -103,7 +113,7 @@ func StartSentinel(tb testing.TB, c SentinelConfig) *Sentinel {
 		monitored = st.Proxies[0].Port()
 	}
 	for range c.Sentinels {
-		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.SentinelPassword}
+		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.SentinelPassword, tls: c.TLS}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 		conf := []string{
 			"port " + strconv.Itoa(s.port),
@@ -116,6 +126,12 @@ func StartSentinel(tb testing.TB, c SentinelConfig) *Sentinel {
 		}
 		if c.Password != "" {
 			conf = append(conf, "sentinel auth-pass "+st.Name+" "+c.Password)
+		}
+		if c.TLS != nil {
+			// TLS to clients, to the data nodes and to the other sentinels.
+			conf[0] = "port 0"
+			conf = append(conf, "tls-port "+strconv.Itoa(s.port), "tls-cert-file "+c.TLS.Cert, "tls-key-file "+c.TLS.Key,
+				"tls-ca-cert-file "+c.TLS.CA, "tls-auth-clients no", "tls-replication yes")
 		}
 		if c.SentinelPassword != "" {
 			conf = append(conf, "requirepass "+c.SentinelPassword, "sentinel sentinel-pass "+c.SentinelPassword)
