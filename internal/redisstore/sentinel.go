@@ -10,7 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Sentinel names a master that Redis Sentinel watches.
+// Sentinel names a master that Redis Sentinel watches (Options.Sentinel).
+// Its zero value names none, which New refuses.
 type Sentinel struct {
 	// Master is the master's name in the sentinels' config (sentinel
 	// monitor <name> ...).
@@ -25,13 +26,13 @@ type Sentinel struct {
 }
 
 // newFailoverClient returns a client of the master that sen's sentinels
-// name, with ro's settings (failoverOptions), and TLS for the
-// master and the sentinels alike, each verified under the address it is
-// reached at (ro's ServerName, the URL's ignored host, is dropped). The
-// client asks a sentinel where the master is at every new connection, and
-// drops its connections to a former master when a sentinel announces a
-// failover. onChange runs when a new connection reaches another node than
-// the one before (see masterWatch).
+// name, with ro's settings (failoverOptions), and TLS for the master and
+// the sentinels alike, each verified under the address it is reached at
+// (ro's ServerName, the URL's ignored host, is dropped). The client asks a
+// sentinel where the master is at every new connection, and drops its
+// connections to a former master when a sentinel announces a failover.
+// onChange runs when a new connection reaches another node than the one
+// before (see masterWatch).
 func newFailoverClient(sen *Sentinel, ro *redis.Options, onChange func(from, to string)) (redis.UniversalClient, *masterWatch, error) {
 	if sen.Master == "" || len(sen.Addrs) == 0 {
 		return nil, nil, fmt.Errorf("redis sentinel: %q and %q: a master name and at least one sentinel host:port are needed", sen.Master, sen.Addrs)

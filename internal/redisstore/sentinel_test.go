@@ -238,3 +238,25 @@ func TestSentinelTLS(t *testing.T) {
 		t.Error("Ping with a CA that signed nothing there succeeded")
 	}
 }
+
+// Bad Sentinel options are refused by New, with the value.
+func TestSentinelOptionsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Sentinel: &Sentinel{Addrs: []string{"127.0.0.1:26379"}}}, "a master name and at least one sentinel"},
+		{Options{Sentinel: &Sentinel{Master: "m"}}, "a master name and at least one sentinel"},
+		{Options{Sentinel: &Sentinel{Master: "m", Addrs: []string{"nohost"}}}, `redis sentinel address "nohost"`},
+		{Options{Sentinel: &Sentinel{Master: "m", Addrs: []string{"127.0.0.1:26379"}}, ClusterSeeds: []string{"127.0.0.1:7000"}}, "Sentinel and cluster seeds"},
+		{Options{PerSecond: &Options{Sentinel: &Sentinel{Master: "m"}}}, "per-second Redis: redis sentinel"},
+	} {
+		s, err := New(tc.opts)
+		if err == nil {
+			s.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
+		}
+	}
+}
