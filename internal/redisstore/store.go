@@ -310,14 +310,16 @@ func (s *Store) Ping(ctx context.Context) error {
 // Warm readies the store before its first requests: it connects every
 // connection the pipelines need (one per worker, on every master), reads
 // each node's clock and loads the function library, so that the first
-// requests do not spend their deadlines on it. It returns the first error.
+// requests do not spend their deadlines on it. It returns the first error
+// (of each Redis, with a per-second one).
 func (s *Store) Warm(ctx context.Context) error {
+	var perSecond error
 	if s.perSecond != nil {
 		if err := s.perSecond.Warm(ctx); err != nil {
-			return fmt.Errorf("per-second Redis: %w", err)
+			perSecond = fmt.Errorf("per-second Redis: %w", err)
 		}
 	}
-	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node redis.Cmdable) error {
+	return errors.Join(perSecond, eachNode(ctx, s.client, func(ctx context.Context, addr string, node redis.Cmdable) error {
 		var wg sync.WaitGroup
 		errs := make([]error, s.opts.Workers)
 		for i := range s.opts.Workers {
@@ -333,7 +335,7 @@ func (s *Store) Warm(ctx context.Context) error {
 			}
 		}
 		return node.FunctionLoadReplace(ctx, lib.source).Err()
-	})
+	}))
 }
 
 // eachNode runs fn on every master of a cluster client, or on the one node
