@@ -181,8 +181,7 @@ var compatIgnored = []struct{ name, why string }{
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", "rls calls the masters of a request concurrently"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "requests wait for a connection"},
 	{"REDIS_STARTUP_*", "rls starts without waiting for Redis and reconnects by itself; /readyz says when Redis answers"},
-	{"REDIS_SENTINEL_AUTH", "Redis Sentinel is not supported"},
-	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Redis's certificate is always verified"},
+	{"REDIS_PERSECOND_*", "ignored as its REDIS_ twin is (store timeout, pipelining, pool)"},
 	{"MEMCACHE_*", "the memcache backend is not supported"},
 	{"TRACING_*", "rls does not export traces"},
 	{"OTEL_*", "rls does not export traces"},
@@ -485,77 +484,105 @@ func compatLimiter(e *compatEnv, o *options) {
 	o.responseHeaders = service.HeadersOff
 }
 
-// compatRedis reads the Redis settings into the Redis store's.
+// compatRedis reads the Redis settings into the Redis store's, as the
+// reference reads them (settings.go, redis/driver_impl.go): its Redis
+// (REDIS_*), and with REDIS_PERSECOND=true a second one for per-second
+// limits (REDIS_PERSECOND_*). Both use one TLS config, from the
+// REDIS_TLS_* files, when their own TLS variable says so.
 func compatRedis(e *compatEnv, o *options) {
 	o.store = "redis"
 	o.redisPrefix = e.str("CACHE_KEY_PREFIX", "")
 	if o.redisPrefix == "" {
 		o.redisPrefix = "rls:"
 	}
-	if e.boolean("REDIS_PERSECOND", false) {
-		e.refuse("REDIS_PERSECOND", "rls keeps all windows of a descriptor on one Redis (one decision, one round trip); a second instance for per-second limits is not supported")
+	files := redisTarget{
+		ca: e.str("REDIS_TLS_CACERT", ""), cert: e.str("REDIS_TLS_CLIENT_CERT", ""), key: e.str("REDIS_TLS_CLIENT_KEY", ""),
+		skipHostname: e.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false),
 	}
-	for name := range e.vars {
-		if strings.HasPrefix(name, "REDIS_PERSECOND_") {
-			e.used[name] = true // read by no one: only with REDIS_PERSECOND, refused above
+	t := compatRedisTarget(e, "REDIS_", "/var/run/nutcracker/ratelimit.sock", files)
+	if t == nil {
+		return
+	}
+	o.redisURL, o.redisCluster, o.redisSentinel, o.redisPoolSize = t.url, t.cluster, t.sentinel, t.poolSize
+	o.redisCA, o.redisCert, o.redisKey, o.redisTLSSkipHostname = t.ca, t.cert, t.key, t.skipHostname
+	if !e.boolean("REDIS_PERSECOND", false) {
+		for name := range e.vars {
+			if strings.HasPrefix(name, "REDIS_PERSECOND_") {
+				e.used[name] = true // the reference reads them too, to no effect
+			}
 		}
+		return
 	}
-	socket := strings.ToLower(e.str("REDIS_SOCKET_TYPE", "unix"))
-	typ := strings.ToLower(e.str("REDIS_TYPE", "single"))
-	addr := e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
-	auth := e.str("REDIS_AUTH", "")
-	useTLS := e.boolean("REDIS_TLS", false)
-	ca, cert, key := e.str("REDIS_TLS_CACERT", ""), e.str("REDIS_TLS_CLIENT_CERT", ""), e.str("REDIS_TLS_CLIENT_KEY", "")
-	if useTLS { // without REDIS_TLS the reference reads none of them
-		o.redisCA, o.redisCert, o.redisKey = ca, cert, key
+	o.redisPerSecond = compatRedisTarget(e, "REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock", files)
+}
+
+// compatRedisTarget reads the variables of one Redis, named prefix +
+// SOCKET_TYPE, TYPE, URL, AUTH, SENTINEL_AUTH, TLS and POOL_SIZE, with the
+// reference's defaults; with TLS, files gives its CA, client certificate
+// and host name check. It returns nil after a bad value (e.err says which).
+// A cluster and Sentinel are reached over TCP whatever the socket type, as
+// the reference's client (radix) reaches them.
+func compatRedisTarget(e *compatEnv, prefix, defaultURL string, files redisTarget) *redisTarget {
+	socket := strings.ToLower(e.str(prefix+"SOCKET_TYPE", "unix"))
+	typ := strings.ToLower(e.str(prefix+"TYPE", "single"))
+	addr := e.str(prefix+"URL", defaultURL)
+	auth := e.str(prefix+"AUTH", "")
+	sentinelAuth := e.str(prefix+"SENTINEL_AUTH", "")
+	useTLS := e.boolean(prefix+"TLS", false)
+	t := &redisTarget{}
+	if n := e.integer(prefix+"POOL_SIZE", 10); n > 0 {
+		t.poolSize = n
 	}
-	if n := e.integer("REDIS_POOL_SIZE", 10); n > 0 {
-		o.redisPoolSize = n
-	}
-	u := &url.URL{Scheme: "redis"}
-	if useTLS {
+	u := &url.URL{Scheme: "redis", Path: "/0"}
+	if useTLS { // without it the reference reads none of the files
 		u.Scheme = "rediss"
+		t.ca, t.cert, t.key, t.skipHostname = files.ca, files.cert, files.key, files.skipHostname
 	}
-	if auth != "" {
-		if user, pass, ok := strings.Cut(auth, ":"); ok {
-			u.User = url.UserPassword(user, pass)
-		} else {
-			u.User = url.UserPassword("", auth)
-		}
+	if user, pass, ok := strings.Cut(auth, ":"); ok {
+		u.User = url.UserPassword(user, pass)
+	} else if auth != "" {
+		u.User = url.UserPassword("", auth)
 	}
 	switch typ {
 	case "single":
+		switch socket {
+		case "tcp":
+			u.Host = addr
+		case "unix":
+			if useTLS {
+				e.fail(prefix+"TLS", "true", "TLS over a unix socket is not supported")
+				return nil
+			}
+			u.Scheme, u.Path = "unix", addr
+		default:
+			e.fail(prefix+"SOCKET_TYPE", socket, "not tcp or unix")
+			return nil
+		}
 	case "cluster":
-		o.redisCluster = splitList(addr)
+		if t.cluster = splitList(addr); len(t.cluster) == 0 {
+			e.fail(prefix+"URL", addr, "not h:p,h:p,... (the seeds of a cluster)")
+			return nil
+		}
+		u.Host = t.cluster[0] // ignored: the URL gives credentials and TLS
 	case "sentinel":
-		e.refuse("REDIS_TYPE", "Redis Sentinel is not supported; use a single Redis or a Redis Cluster")
-		return
+		sen, err := parseSentinel(addr)
+		if err != nil {
+			e.fail(prefix+"URL", addr, "not master,host:port,... (a master's name and its sentinels)")
+			return nil
+		}
+		if user, pass, ok := strings.Cut(sentinelAuth, ":"); ok {
+			sen.Username, sen.Password = user, pass
+		} else {
+			sen.Password = sentinelAuth
+		}
+		t.sentinel = sen
+		u.Host = sen.Addrs[0] // ignored: the URL gives the master's credentials and TLS
 	default:
-		e.fail("REDIS_TYPE", typ, "not single, sentinel or cluster")
-		return
+		e.fail(prefix+"TYPE", typ, "not single, sentinel or cluster")
+		return nil
 	}
-	switch socket {
-	case "tcp":
-		u.Host = addr
-		if typ == "cluster" && len(o.redisCluster) > 0 {
-			u.Host = o.redisCluster[0]
-		}
-		u.Path = "/0"
-	case "unix":
-		if typ == "cluster" {
-			e.fail("REDIS_SOCKET_TYPE", socket, "a cluster is reached over tcp")
-			return
-		}
-		if useTLS {
-			e.fail("REDIS_TLS", "true", "TLS over a unix socket is not supported")
-			return
-		}
-		u.Scheme = "unix"
-		u.Path = addr
-	default:
-		e.fail("REDIS_SOCKET_TYPE", socket, "not tcp or unix")
-	}
-	o.redisURL = u.String()
+	t.url = u.String()
+	return t
 }
 
 // initialConfig is the config a server starts with: the files of --config

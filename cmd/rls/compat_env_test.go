@@ -13,6 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/testpki"
@@ -114,15 +118,19 @@ func TestCompatRefusedVariables(t *testing.T) {
 		want string
 	}{
 		{"BACKEND_TYPE=memcache", `BACKEND_TYPE="memcache": rls stores counters in Redis`},
-		{"REDIS_TYPE=sentinel", `REDIS_TYPE="sentinel": Redis Sentinel is not supported`},
-		{"REDIS_PERSECOND=true", `REDIS_PERSECOND="true": rls keeps all windows`},
+		{"REDIS_TYPE=sentinel", `REDIS_URL="/var/run/nutcracker/ratelimit.sock": not master,host:port,...`},
+		{"REDIS_TYPE=cluster REDIS_URL=,", `REDIS_URL=",": not h:p,h:p,...`},
+		{"REDIS_PERSECOND=true REDIS_PERSECOND_TYPE=memcache", `REDIS_PERSECOND_TYPE="memcache": not single, sentinel or cluster`},
+		{"REDIS_PERSECOND=true REDIS_PERSECOND_SOCKET_TYPE=udp", `REDIS_PERSECOND_SOCKET_TYPE="udp": not tcp or unix`},
+		{"REDIS_PERSECOND=true REDIS_PERSECOND_TLS=true", `REDIS_PERSECOND_TLS="true": TLS over a unix socket`},
+		{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=maybe", `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION="maybe"`},
 		{"GRPC_UDS=/tmp/s", `GRPC_UDS="/tmp/s"`},
 		{"CONFIG_TYPE=GRPC_XDS_DELTA", `CONFIG_TYPE="GRPC_XDS_DELTA": not FILE or GRPC_XDS_SOTW`},
 		{"LOG_LEVEL=loud", `LOG_LEVEL="loud"`},
 		{"NEAR_LIMIT_RATIO=2", `NEAR_LIMIT_RATIO="2"`},
 		{"GRPC_SERVER_USE_TLS=true", `needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY`},
 	} {
-		env := []string{tc.env}
+		env := strings.Fields(tc.env)
 		if strings.HasPrefix(tc.env, "CONFIG_GRPC") {
 			env = append(env, "CONFIG_TYPE=GRPC_XDS_SOTW")
 		}
@@ -293,5 +301,218 @@ func TestCompatExtraTags(t *testing.T) {
 	}
 	if len(o.compat.extraTags) != 0 || !slices.ContainsFunc(o.compat.ignored, func(s string) bool { return strings.HasPrefix(s, "EXTRA_TAGS: ") }) {
 		t.Errorf("EXTRA_TAGS without USE_PROMETHEUS: tags %v, ignored %q; want none, and EXTRA_TAGS listed as ignored", o.compat.extraTags, o.compat.ignored)
+	}
+}
+
+// REDIS_TYPE=sentinel and REDIS_PERSECOND=true are read as the reference
+// reads them (its integration tests' settings): the master's name and the
+// sentinels in REDIS_URL, REDIS_AUTH for the master, REDIS_SENTINEL_AUTH
+// (pass or user:pass) for the sentinels; the per-second Redis from
+// REDIS_PERSECOND_*, with the REDIS_TLS_* files when REDIS_PERSECOND_TLS
+// says so. A cluster or Sentinel is reached over TCP whatever the socket
+// type, as the reference's client reaches them.
+func TestCompatSentinelAndPerSecond(t *testing.T) {
+	o, err := compatFromEnv([]string{
+		"REDIS_TYPE=SENTINEL", "REDIS_URL=mymaster,localhost:26394,localhost:26395,localhost:26396", "REDIS_AUTH=password123",
+		"REDIS_SENTINEL_AUTH=watcher:s3cret", "REDIS_POOL_SIZE=4",
+		"REDIS_TLS_CACERT=/certs/ca.crt", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true",
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_TYPE=sentinel", "REDIS_PERSECOND_URL=mymaster,localhost:26399,localhost:26400",
+		"REDIS_PERSECOND_AUTH=password456", "REDIS_PERSECOND_SENTINEL_AUTH=justapass", "REDIS_PERSECOND_TLS=true",
+		"REDIS_PERSECOND_POOL_SIZE=3", "REDIS_PERSECOND_TIMEOUT=2s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := o.redisPerSecond
+	if ps == nil {
+		t.Fatal("REDIS_PERSECOND=true: no per-second Redis")
+	}
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"master's name", o.redisSentinel.Master, "mymaster"},
+		{"sentinels", strings.Join(o.redisSentinel.Addrs, ","), "localhost:26394,localhost:26395,localhost:26396"},
+		{"sentinels' user and password", o.redisSentinel.Username + ":" + o.redisSentinel.Password, "watcher:s3cret"},
+		{"master's URL (credentials; TLS off: REDIS_TLS unset)", o.redisURL, "redis://:password123@localhost:26394/0"},
+		{"CA without REDIS_TLS", o.redisCA, ""},
+		{"host name check", o.redisTLSSkipHostname, false},
+		{"pool", o.redisPoolSize, 4},
+		{"per-second master's name", ps.sentinel.Master, "mymaster"},
+		{"per-second sentinels", strings.Join(ps.sentinel.Addrs, ","), "localhost:26399,localhost:26400"},
+		{"per-second sentinels' password", ps.sentinel.Username + ":" + ps.sentinel.Password, ":justapass"},
+		{"per-second URL", ps.url, "rediss://:password456@localhost:26399/0"},
+		{"per-second CA (REDIS_PERSECOND_TLS)", ps.ca, "/certs/ca.crt"},
+		{"per-second host name check", ps.skipHostname, true},
+		{"per-second pool", ps.poolSize, 3},
+		{"ignored", strings.Join(o.compat.ignored, "|"), "REDIS_PERSECOND_TIMEOUT: " + ignoredWhy("REDIS_PERSECOND_*")},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+
+	// A per-second cluster and a single first Redis; the socket type
+	// (default unix) does not apply to a cluster.
+	o, err = compatFromEnv([]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "REDIS_PERSECOND=true",
+		"REDIS_PERSECOND_TYPE=cluster", "REDIS_PERSECOND_URL=a:1,b:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := o.redisPerSecond; o.redisURL != "redis://redis:6379/0" || o.redisSentinel != nil || ps == nil || strings.Join(ps.cluster, ",") != "a:1,b:2" || ps.poolSize != 10 {
+		t.Errorf("per-second cluster: first %q sentinel %v, per-second %+v", o.redisURL, o.redisSentinel, ps)
+	}
+	// Without REDIS_PERSECOND its variables do nothing and are not logged.
+	o, err = compatFromEnv([]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "REDIS_PERSECOND_URL=other:6379", "REDIS_PERSECOND_TIMEOUT=1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.redisPerSecond != nil || len(o.compat.ignored) != 0 {
+		t.Errorf("REDIS_PERSECOND unset: per-second %+v, ignored %q; want none", o.redisPerSecond, o.compat.ignored)
+	}
+	// The default per-second Redis is the reference's unix socket.
+	o, err = compatFromEnv([]string{"REDIS_PERSECOND=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := o.redisPerSecond; ps == nil || ps.url != "unix:///var/run/nutcracker/ratelimitpersecond.sock" {
+		t.Errorf("REDIS_PERSECOND=true alone: per-second %+v, want the reference's socket", ps)
+	}
+	// A cluster over the default unix socket type is reached over TCP.
+	o, err = compatFromEnv([]string{"REDIS_TYPE=cluster", "REDIS_URL=a:1,b:2"})
+	if err != nil {
+		t.Fatalf("REDIS_TYPE=cluster with the default socket type: %v", err)
+	}
+	if strings.Join(o.redisCluster, ",") != "a:1,b:2" {
+		t.Errorf("cluster %v", o.redisCluster)
+	}
+}
+
+// compatServe starts rls as /bin/ratelimit with env and a config file of
+// the reference's format under RUNTIME_ROOT, and waits until it is healthy.
+func compatServe(t *testing.T, env []string, config string) *server {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "limits.yaml", config)
+	grpcAddr, httpAddr := servetest.Addr(t), servetest.Addr(t)
+	host, port := hostPort(t, httpAddr)
+	grpcHost, grpcPort := hostPort(t, grpcAddr)
+	env = append(env, "RUNTIME_ROOT="+root, "USE_STATSD=false", "HOST="+host, "PORT="+port,
+		"GRPC_HOST="+grpcHost, "GRPC_PORT="+grpcPort, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0")
+	s := launchCompat(t, env, grpcAddr, httpAddr)
+	s.waitUntil(t, "GET /healthcheck answers 200", func() bool { code, _ := httpGet(t, "http://"+httpAddr+"/healthcheck"); return code == 200 })
+	return s
+}
+
+// redisKeys returns the keys of a Redis (through Do: AUTH when it has a
+// password) that start with rls:, sorted.
+func redisKeys(t *testing.T, srv *redistest.Server) []string {
+	t.Helper()
+	out, err := srv.Do("KEYS", "rls:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := strings.Fields(out)
+	slices.Sort(keys)
+	return keys
+}
+
+// TestCompatSentinelWithPerSecondRedis: rls as /bin/ratelimit with the
+// reference's REDIS_TYPE=sentinel (a master, a replica, three sentinels,
+// passwords on the master and on the sentinels) and REDIS_PERSECOND=true (a
+// second redis-server): per-second counters live on the second Redis, the
+// others on the master Sentinel names, and with
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true (rls's rule: a denied request
+// consumes nothing) a request denied by its per-second limit consumes
+// nothing of its hourly one.
+func TestCompatSentinelWithPerSecondRedis(t *testing.T) {
+	st := redistest.StartSentinel(t, redistest.SentinelConfig{Password: "password123", SentinelPassword: "watchers"})
+	perSecond := redistest.StartWith(t, redistest.Config{Password: "password456"})
+	s := compatServe(t, []string{
+		"REDIS_TYPE=sentinel", "REDIS_URL=" + st.Spec(), "REDIS_AUTH=password123", "REDIS_SENTINEL_AUTH=watchers",
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL=" + perSecond.Addr(), "REDIS_PERSECOND_AUTH=password456",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true",
+	}, "domain: ps\ndescriptors:\n"+
+		"  - key: closed\n    rate_limit: {unit: second, requests_per_unit: 0}\n"+
+		"  - key: hourly\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"+
+		"  - key: fast\n    rate_limit: {unit: second, requests_per_unit: 100}\n")
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	ask := func(step string, want rlsv3.RateLimitResponse_Code, wantRemaining uint32, kv ...string) {
+		t.Helper()
+		req := rlRequest("ps", kv[:2]...)
+		for i := 2; i < len(kv); i += 2 {
+			req.Descriptors = append(req.Descriptors, rlRequest("ps", kv[i:i+2]...).Descriptors...)
+		}
+		resp, err := rl.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if resp.GetOverallCode() != want || resp.GetStatuses()[0].GetLimitRemaining() != wantRemaining {
+			t.Fatalf("%s: %v, first status %v; want %v with %d remaining", step, resp.GetOverallCode(), resp.GetStatuses()[0], want, wantRemaining)
+		}
+	}
+	ask("an hourly hit", rlsv3.RateLimitResponse_OK, 4, "hourly", "a")
+	ask("an hourly hit with a per-second limit of 0", rlsv3.RateLimitResponse_OVER_LIMIT, 4, "hourly", "a", "closed", "a")
+	ask("an hourly hit after the denied request", rlsv3.RateLimitResponse_OK, 3, "hourly", "a")
+	if got, want := redisKeys(t, st.Master()), []string{"rls:{ps/hourly=a}:fw3600s", "rls:{ps/hourly=a}:fw3600s:s"}; !slices.Equal(got, want) {
+		t.Errorf("keys on the master: %q, want the hourly counter's", got)
+	}
+	// A per-second limit alone is decided by the per-second Redis only
+	// (its keys expire with their second: their calls are counted).
+	master, second := fcalls(t, st.Master()), fcalls(t, perSecond)
+	ask("a per-second hit", rlsv3.RateLimitResponse_OK, 99, "fast", "a")
+	if m, s := fcalls(t, st.Master())-master, fcalls(t, perSecond)-second; m != 0 || s != 1 {
+		t.Errorf("a per-second request: %d FCALLs on the master, %d on the per-second Redis; want 0 and 1", m, s)
+	}
+}
+
+// fcalls returns how many FCALLs srv has run.
+func fcalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	out, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Fields(out) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_fcall:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// TestCompatTLSSkipHostnameVerification: REDIS_TLS_SKIP_HOSTNAME_VERIFICATION
+// =true reaches a TLS Redis whose certificate names another host, its CA
+// trusted (REDIS_TLS_CACERT), and says so in the log; without it rls does
+// not reach it.
+func TestCompatTLSSkipHostnameVerification(t *testing.T) {
+	pki := testpki.New(t)
+	certPEM, keyPEM, _ := pki.IssueFor(t, "redis", false, "redis.elsewhere.example")
+	dir := t.TempDir()
+	elsewhere := &testpki.PKI{CA: pki.CA, Cert: filepath.Join(dir, "redis.crt"), Key: filepath.Join(dir, "redis.key")}
+	writeFile(t, dir, "redis.crt", string(certPEM))
+	writeFile(t, dir, "redis.key", string(keyPEM))
+	srv := redistest.StartWith(t, redistest.Config{TLS: elsewhere})
+	config := "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr(), "REDIS_TLS=true", "REDIS_TLS_CACERT=" + pki.CA}
+
+	s := compatServe(t, append(env, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true"), config)
+	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+	if resp, err := rl.ShouldRateLimit(context.Background(), rlRequest("tls", "k", "v")); err != nil || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Fatalf("through TLS without the host name check: %v %v", resp, err)
+	}
+	if !strings.Contains(s.logs.String(), "not that it names the host") {
+		t.Errorf("no warning about the host name in the log:\n%s", s.logs)
+	}
+
+	checked := compatServe(t, env, config)
+	rl = rlsv3.NewRateLimitServiceClient(checked.dial(t))
+	if _, err := rl.ShouldRateLimit(context.Background(), rlRequest("tls", "k", "v")); status.Code(err) != codes.Unavailable {
+		t.Errorf("with the host name checked: %v, want UNAVAILABLE (Redis's certificate names another host)", err)
 	}
 }

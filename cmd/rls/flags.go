@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 )
@@ -59,6 +61,23 @@ type options struct {
 	countDeniedHits bool              // --count-denied-hits
 	reference       service.Reference // the reference's behaviours asked for
 	referenceStats  bool              // --reference-stats
+
+	// Redis Sentinel (--redis-sentinel), TLS without the host name check,
+	// and the Redis of per-second windows (--redis-per-second-*; nil: none).
+	redisSentinel        *redisstore.Sentinel
+	redisTLSSkipHostname bool
+	redisPerSecond       *redisTarget
+}
+
+// redisTarget is where a second Redis store connects (the per-second one):
+// the fields of redisstore.Options that differ from one Redis to another.
+type redisTarget struct {
+	url           string
+	cluster       []string
+	sentinel      *redisstore.Sentinel
+	ca, cert, key string
+	skipHostname  bool
+	poolSize      int
 }
 
 // usageError is a bad command line; it exits 2.
@@ -108,7 +127,12 @@ type serveFlags struct {
 	cluster, onErr, headers, debug, proxies, level, mem, tlsOn string
 	grpcMaxStreams                                             uint
 	configSizes                                                configSizes
+	sentinel, perSecond                                        sentinelFlags
+	perSecondURL, perSecondCluster                             string
 }
+
+// sentinelFlags are the flags of one Redis behind Sentinel.
+type sentinelFlags struct{ spec, user, password string }
 
 // configSizes are the flags that bound what a config load reads, shared by
 // serve and validate.
@@ -142,13 +166,22 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&o.grpcAddr, "grpc-addr", ":8081", "gRPC listen `address`: RateLimitService, Authorization (ext_authz), health, reflection")
 	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "HTTP listen `address`: /healthz, /readyz, /metrics, /json, /auth/{domain}, /debug/")
 	fs.StringVar(&o.store, "store", "memory", "where counters live (`kind`): memory (embedded, one process) or redis (shared by every rls on it)")
-	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL; with --redis-cluster, only its credentials and TLS count")
+	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), user and password in the URL; with --redis-cluster or --redis-sentinel, only its credentials and TLS (and database) count")
 	fs.StringVar(&f.cluster, "redis-cluster", "", "comma-separated `host:port` seeds of a Redis Cluster; when set, cluster mode")
 	fs.StringVar(&o.redisPrefix, "redis-prefix", "rls:", "`prefix` of every Redis key (several rls deployments can share one Redis)")
 	fs.StringVar(&o.redisCA, "redis-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss:// with a private CA)")
 	fs.StringVar(&o.redisCert, "redis-cert", "", "PEM `file` of a client certificate to present to Redis (rediss://, Redis's tls-auth-clients); re-read at every connection")
 	fs.StringVar(&o.redisKey, "redis-key", "", "PEM `file` of the key of --redis-cert")
 	fs.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis `connections` per node (0: 10 per CPU)")
+	fs.StringVar(&f.sentinel.spec, "redis-sentinel", "", "a master watched by Redis Sentinel, as `master,host:port,...`: its name, then its sentinels' addresses; rls follows its failovers. --redis-url gives the master's credentials, database and TLS")
+	fs.StringVar(&f.sentinel.user, "redis-sentinel-user", "", "ACL `user` for the sentinels of --redis-sentinel (not the master's)")
+	fs.StringVar(&f.sentinel.password, "redis-sentinel-password", "", "`password` of the sentinels of --redis-sentinel (their requirepass; not the master's)")
+	fs.BoolVar(&o.redisTLSSkipHostname, "redis-tls-skip-hostname", false, "rediss://: verify Redis's certificate chain but not that it names the host reached (Sentinel gives masters' IP addresses), as envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+	fs.StringVar(&f.perSecondURL, "redis-per-second-url", "", "Redis `URL` of a second Redis for the windows shorter than a minute (unit: second), as envoyproxy/ratelimit's REDIS_PERSECOND; decisions stay all-or-nothing across both. With --redis-per-second-cluster or --redis-per-second-sentinel, its credentials and TLS (default: --redis-url's)")
+	fs.StringVar(&f.perSecondCluster, "redis-per-second-cluster", "", "comma-separated `host:port` seeds of a Redis Cluster for the windows shorter than a minute")
+	fs.StringVar(&f.perSecond.spec, "redis-per-second-sentinel", "", "a master watched by Redis Sentinel for the windows shorter than a minute, as `master,host:port,...`")
+	fs.StringVar(&f.perSecond.user, "redis-per-second-sentinel-user", "", "ACL `user` for the sentinels of --redis-per-second-sentinel")
+	fs.StringVar(&f.perSecond.password, "redis-per-second-sentinel-password", "", "`password` of the sentinels of --redis-per-second-sentinel")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 10*time.Millisecond, "how long Redis has to decide a request once rls sends it (rls waits half as long again for the reply; a caller's earlier deadline wins); then --on-store-error decides")
 	fs.StringVar(&f.onErr, "on-store-error", "error", "what a request gets when the store fails or times out (`policy`): error (gRPC UNAVAILABLE, HTTP 503: the proxy's failure mode decides), allow (OK) or deny (OVER_LIMIT)")
 	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses (`mode`): off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both; /auth and ext_authz always send both")
@@ -210,7 +243,7 @@ func parseServeFlags(args, env []string, stdout io.Writer) (*options, error) {
 		}
 		return usageError{fmt.Errorf("--%s: %w", name, e)}
 	}
-	for _, check := range []func(bad func(string, error) error) error{f.config, f.store, f.policies, f.network, f.limits, f.tls, f.logging} {
+	for _, check := range []func(bad func(string, error) error) error{f.config, f.store, f.redisTopology, f.policies, f.network, f.limits, f.tls, f.logging} {
 		if err := check(bad); err != nil {
 			return nil, err
 		}
@@ -246,6 +279,69 @@ func (f *serveFlags) store(bad func(string, error) error) error {
 		return bad("memory-limit", fmt.Errorf("%s is less than the minimum of %d bytes", f.mem, memstore.MinMaxBytes))
 	}
 	return nil
+}
+
+// redisTopology checks the flags of Redis Sentinel and of the per-second
+// Redis (after store).
+func (f *serveFlags) redisTopology(bad func(string, error) error) error {
+	o := &f.o
+	sen, name, err := f.sentinel.parse("redis-sentinel")
+	if err != nil {
+		return bad(name, err)
+	}
+	if sen != nil && len(o.redisCluster) > 0 {
+		return bad("redis-sentinel", errors.New("--redis-cluster is set too; choose one"))
+	}
+	o.redisSentinel = sen
+	if sen, name, err = f.perSecond.parse("redis-per-second-sentinel"); err != nil {
+		return bad(name, err)
+	}
+	cluster := splitList(f.perSecondCluster)
+	if f.perSecondURL == "" && len(cluster) == 0 && sen == nil {
+		return nil
+	}
+	if sen != nil && len(cluster) > 0 {
+		return bad("redis-per-second-sentinel", errors.New("--redis-per-second-cluster is set too; choose one"))
+	}
+	t := &redisTarget{url: f.perSecondURL, cluster: cluster, sentinel: sen, ca: o.redisCA, cert: o.redisCert, key: o.redisKey,
+		skipHostname: o.redisTLSSkipHostname, poolSize: o.redisPoolSize}
+	if t.url == "" {
+		t.url = o.redisURL // for the credentials and TLS of a cluster or Sentinel
+	}
+	o.redisPerSecond = t
+	return nil
+}
+
+// parse returns the Sentinel of the flags named after flag (nil when
+// unset), or the name of the bad flag and why.
+func (s sentinelFlags) parse(flag string) (*redisstore.Sentinel, string, error) {
+	if s.spec == "" {
+		if s.user != "" || s.password != "" {
+			return nil, flag + "-password", fmt.Errorf("--%s-user and --%s-password need --%s", flag, flag, flag)
+		}
+		return nil, "", nil
+	}
+	sen, err := parseSentinel(s.spec)
+	if err != nil {
+		return nil, flag, err
+	}
+	sen.Username, sen.Password = s.user, s.password
+	return sen, "", nil
+}
+
+// parseSentinel reads a master's name and its sentinels' addresses as
+// envoyproxy/ratelimit's REDIS_URL gives them: master,host:port,host:port.
+func parseSentinel(spec string) (*redisstore.Sentinel, error) {
+	parts := splitList(spec)
+	if len(parts) < 2 {
+		return nil, fmt.Errorf("%q is not master,host:port[,host:port...] (a master's name, then its sentinels)", spec)
+	}
+	for _, a := range parts[1:] {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, fmt.Errorf("%q: sentinel %q is not host:port", spec, a)
+		}
+	}
+	return &redisstore.Sentinel{Master: parts[0], Addrs: parts[1:]}, nil
 }
 
 // policies checks the flags that shape answers.

@@ -103,7 +103,8 @@ var serveFlagGroups = []struct {
 }{
 	{"Config", []string{"config", "watch", "config-max-file-bytes", "config-max-total-bytes"}},
 	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints"}},
-	{"Store", []string{"store", "memory-limit", "store-timeout", "on-store-error", "redis-url", "redis-cluster", "redis-prefix", "redis-ca", "redis-cert", "redis-key", "redis-pool-size", "deny-cache"}},
+	{"Store", []string{"store", "memory-limit", "store-timeout", "on-store-error", "redis-url", "redis-cluster", "redis-sentinel", "redis-sentinel-user", "redis-sentinel-password", "redis-prefix", "redis-ca", "redis-cert", "redis-key", "redis-tls-skip-hostname", "redis-pool-size",
+		"redis-per-second-url", "redis-per-second-cluster", "redis-per-second-sentinel", "redis-per-second-sentinel-user", "redis-per-second-sentinel-password", "deny-cache"}},
 	{"Answers and metrics", []string{"response-headers", "metrics-max-values"}},
 	{"Bounds on what clients hold", []string{"http-max-connections", "http-read-timeout", "http-write-timeout", "http-idle-timeout", "grpc-max-streams", "grpc-max-connection-age", "grpc-max-connection-age-grace"}},
 	{"Process", []string{"shutdown-timeout", "log-level", "log-format"}},

@@ -348,7 +348,7 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 	// go-redis logs through a logger of its own (process-wide): send it to
 	// ours, at a bounded rate, so that a Redis outage does not flood stderr.
 	redis.SetLogger(&redisLogger{log: log, every: rate.Sometimes{Interval: 10 * time.Second}})
-	s, err := redisstore.New(redisstore.Options{
+	opts := redisstore.Options{
 		URL:           o.redisURL,
 		ClusterSeeds:  o.redisCluster,
 		CAFile:        o.redisCA,
@@ -360,7 +360,15 @@ func newStore(ctx context.Context, o *options, reg prometheus.Registerer, log *s
 		DenyCache:     o.denyCache,
 		DenyCacheSize: o.compat.denyCacheSizeOf(),
 		Logger:        log,
-	})
+
+		Sentinel:        o.redisSentinel,
+		TLSSkipHostname: o.redisTLSSkipHostname,
+	}
+	if t := o.redisPerSecond; t != nil {
+		opts.PerSecond = &redisstore.Options{URL: t.url, ClusterSeeds: t.cluster, Sentinel: t.sentinel,
+			CAFile: t.ca, CertFile: t.cert, KeyFile: t.key, TLSSkipHostname: t.skipHostname, PoolSize: t.poolSize}
+	}
+	s, err := redisstore.New(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--store=redis: %w", err)
 	}

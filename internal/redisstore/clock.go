@@ -103,3 +103,21 @@ func (c *redisClock) toRedis(addr string, t time.Time) (int64, bool) {
 	}
 	return c.micros(t) + lead, true
 }
+
+// known reports whether node addr has been sampled.
+func (c *redisClock) known(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[addr]
+	return n != nil && n.seen
+}
+
+// forget drops what is known of node addr's clock: another server answers
+// under that name now (the master that Sentinel names after a failover,
+// maybe on a machine whose clock is ahead or behind). Until a reply of it
+// is seen, known reports false, and a request waits for a TIME first.
+func (c *redisClock) forget(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, addr)
+}

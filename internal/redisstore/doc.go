@@ -1,16 +1,20 @@
-// Package redisstore is the engine.Store on Redis (7.0 or newer) or Redis
-// Cluster: one Lua function (scripts/decide.lua, in a Redis Functions
-// library with release.lua and the shared prelude.lua) judges every limit of
-// a request at Redis's clock and consumes all of them or none, in one FCALL
-// per node the request touches. The library is loaded on each node once
-// (FUNCTION LOAD) and again when a node answers that it lacks it. Concurrent
-// requests share round trips (pipelining) and, on a single node, FCALLs: one
-// call decides up to PerScript requests one after the other, each whole, so
-// that Redis pays a call's fixed cost (TIME, its tables) once for all of
-// them. Each pipeline has a connection of its own to each node, set up
-// before the deadlines of the requests it carries are stamped; a node that
-// cannot be connected fails its requests at once, with nothing sent, and is
-// reconnected in the background (links.go).
+// Package redisstore is the engine.Store on Redis (7.0 or newer), Redis
+// Cluster or a master that Redis Sentinel watches, optionally with a second
+// Redis for the windows shorter than a minute (Options.PerSecond): one Lua
+// function (scripts/decide.lua, in a Redis Functions library with
+// release.lua and the shared prelude.lua) judges every limit of a request
+// at Redis's clock and consumes all of them or none, in one FCALL per node
+// the request touches (on several nodes, each reserves its share and a
+// denied request's shares are given back: reserve.go). The library is
+// loaded on each node once (FUNCTION LOAD) and again when a node answers
+// that it lacks it. Concurrent requests share round trips (pipelining) and,
+// on a single node, FCALLs: one call decides up to PerScript requests one
+// after the other, each whole, so that Redis pays a call's fixed cost
+// (TIME, its tables) once for all of them. Each pipeline has a connection
+// of its own to each node, set up before the deadlines of the requests it
+// carries are stamped; a node that cannot be connected fails its requests
+// at once, with nothing sent, and is reconnected in the background
+// (links.go).
 //
 // The scripts mirror the engine's algorithms section by section; the wire
 // contract between Go and Lua (argument and reply layouts, codes) is named

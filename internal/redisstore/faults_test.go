@@ -186,35 +186,47 @@ func TestLateReplyGivenBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			proxy, s := behindProxy(t, srv, Options{Prefix: "late:" + tc.name + ":", Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
-			items := everyAlgorithm("d/k=late", tc.hits)
-			for i := range items {
-				items[i].CountDenied = tc.countDenied
-			}
-			lookFull(t, s, items, "before the fault")
-
-			// Outcomes of the n requests only (a look that missed its
-			// deadline has its own).
-			st0 := s.Stats()
-			proxy.SetLatency(150 * time.Millisecond)
-			proxy.SetReplyDelay(90 * time.Millisecond)
-			results := make([]engine.Result, len(items))
-			const n = 12
-			for i := range n {
-				if _, err := s.Apply(context.Background(), items, results); err == nil {
-					t.Fatalf("request %d: answered within the wait over 390 ms of round trip", i)
-				}
-			}
-			proxy.Heal()
-			settle(t, s)
-			st := s.Stats()
-			givenBack, expired, indeterminate := st.GivenBack-st0.GivenBack, st.Expired-st0.Expired, st.Indeterminate-st0.Indeterminate
-			if givenBack+expired != n || givenBack == 0 || indeterminate != 0 {
-				t.Errorf("Stats() = %+v (before the requests: %+v), want %d given back or expired, some given back, none indeterminate", st, st0, n)
-			}
-			lookFull(t, s, items, "after late replies")
+			proxy, s := behindProxy(t, srv, Options{Prefix: "late:" + tc.name + ":", Timeout: lateTimeout, minPipelineBound: starvedBound})
+			checkLateRepliesGivenBack(t, proxy, s, tc.hits, tc.countDenied)
 		})
 	}
+}
+
+// lateTimeout is the store timeout of checkLateRepliesGivenBack's timings.
+const lateTimeout = 240 * time.Millisecond
+
+// checkLateRepliesGivenBack sends requests of hits (counted when denied,
+// with countDenied) through proxy to s (whose timeout is lateTimeout) with
+// TestLateReplyGivenBack's timings, and checks that each was given back or
+// expired, none indeterminate, every counter whole afterwards.
+func checkLateRepliesGivenBack(t *testing.T, proxy *redistest.FaultProxy, s *Store, hits uint64, countDenied bool) {
+	t.Helper()
+	items := everyAlgorithm("d/k=late", hits)
+	for i := range items {
+		items[i].CountDenied = countDenied
+	}
+	lookFull(t, s, items, "before the fault")
+
+	// Outcomes of the n requests only (a look that missed its deadline has
+	// its own).
+	st0 := s.Stats()
+	proxy.SetLatency(150 * time.Millisecond)
+	proxy.SetReplyDelay(90 * time.Millisecond)
+	results := make([]engine.Result, len(items))
+	const n = 12
+	for i := range n {
+		if _, err := s.Apply(context.Background(), items, results); err == nil {
+			t.Fatalf("request %d: answered within the wait over 390 ms of round trip", i)
+		}
+	}
+	proxy.Heal()
+	settle(t, s)
+	st := s.Stats()
+	givenBack, expired, indeterminate := st.GivenBack-st0.GivenBack, st.Expired-st0.Expired, st.Indeterminate-st0.Indeterminate
+	if givenBack+expired != n || givenBack == 0 || indeterminate != 0 {
+		t.Errorf("Stats() = %+v (before the requests: %+v), want %d given back or expired, some given back, none indeterminate", st, st0, n)
+	}
+	lookFull(t, s, items, "after late replies")
 }
 
 // TestCloseGivesBackLateReplies: a store closed while a late reply is on

@@ -34,8 +34,10 @@ func (s *Store) watchFreed() {
 	for ctx.Err() == nil {
 		ps := s.client.Subscribe(ctx, channel)
 		stop := context.AfterFunc(ctx, func() { ps.Close() }) // ends a blocked read
+		moved := s.onMasterMove(func() { ps.Close() })        // a failover: subscribe on the new master
 		err := s.followFreed(ctx, ps)
 		stop()
+		moved()
 		ps.Close()
 		if ctx.Err() != nil {
 			return

@@ -50,6 +50,10 @@ type links struct {
 	// options returns the options of a connection to the node at addr
 	// (credentials, TLS, timeouts); a new value at each call.
 	options func(addr string) *redis.Options
+	// hook, when not nil, is added to every link's client (with Sentinel:
+	// the master watch, which learns of a failover from where new
+	// connections land).
+	hook redis.Hook
 
 	ctx  context.Context // ends at close: stops the probers
 	stop context.CancelFunc
@@ -268,6 +272,18 @@ func (ls *links) ensure(ctx context.Context, l *link) error {
 // its next use.
 func (l *link) broken() { l.ready.Store(false) }
 
+// reconnect has every link to the node at addr set up again before its
+// next use: another server answers under that name now (the master that
+// Sentinel names after a failover), and a connection to the former one
+// may still be open (a demoted master stays up as a replica).
+func (ls *links) reconnect(addr string) {
+	if n := ls.known(addr); n != nil {
+		for _, l := range n.conns {
+			l.broken()
+		}
+	}
+}
+
 // alive reports whether l's connection is open with nothing unread.
 func (l *link) alive() bool {
 	l.mu.Lock()
@@ -326,6 +342,9 @@ func (ls *links) connect(ctx context.Context, l *link) error {
 	ctx, cancel := context.WithTimeout(ctx, ls.setup)
 	defer cancel()
 	client := redis.NewClient(opts)
+	if ls.hook != nil {
+		client.AddHook(ls.hook)
+	}
 	l.setArmed(true)
 	err := client.Ping(ctx).Err()
 	l.setArmed(false)

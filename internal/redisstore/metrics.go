@@ -27,7 +27,7 @@ func (s *Store) Collectors() []prometheus.Collector {
 		counter("rls_redis_scripts_total", "Decide functions called in Redis (FCALL); decisions/scripts is the batching within one call.", func(st Stats) uint64 { return st.Scripts }),
 		counter("rls_redis_round_trips_total", "Pipelines sent to Redis; decisions/round trips is the batching.", func(st Stats) uint64 { return st.RoundTrips }),
 		counter("rls_deny_cache_hits_total", "Requests denied from the denial cache without a round trip.", func(st Stats) uint64 { return st.CacheHits }),
-		counter("rls_redis_releases_total", "Cluster reservations released because another node denied the request.", func(st Stats) uint64 { return st.Releases }),
+		counter("rls_redis_releases_total", "Reservations released (on cluster masters, or the per-second Redis and the other) because another node denied the request.", func(st Stats) uint64 { return st.Releases }),
 		counter("rls_redis_errors_total", "Store calls that failed.", func(st Stats) uint64 { return st.Errors }),
 		counter("rls_redis_expired_total", "Requests Redis did not decide because they reached it after their deadline (nothing consumed).", func(st Stats) uint64 { return st.Expired }),
 		counter("rls_redis_given_back_total", "Decisions whose replies came after their callers stopped waiting, and whose consumption was given back.", func(st Stats) uint64 { return st.GivenBack }),

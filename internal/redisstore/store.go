@@ -26,6 +26,19 @@ type Options struct {
 	URL string
 	// ClusterSeeds, when not empty, are host:port seeds of a Redis Cluster.
 	ClusterSeeds []string
+	// Sentinel, when not nil, names a master that Redis Sentinel watches:
+	// rls asks the sentinels where it is and follows failovers. The URL
+	// then gives the master's credentials, database and TLS; its host is
+	// ignored. Not with ClusterSeeds.
+	Sentinel *Sentinel
+	// PerSecond, when not nil, is a second Redis (single, Sentinel or
+	// cluster) for the counters of windows shorter than a minute, as
+	// envoyproxy/ratelimit's REDIS_PERSECOND sends per-second limits to a
+	// second Redis. A request on both stays all-or-nothing (applySplit).
+	// Only its connection fields count (URL, ClusterSeeds, Sentinel,
+	// CAFile, CertFile, KeyFile, TLSSkipHostname, PoolSize); the others are
+	// this Options'.
+	PerSecond *Options
 	// CAFile is a PEM file of the CAs that sign the servers' certificates,
 	// for rediss:// with a private CA; empty means the system's roots.
 	CAFile string
@@ -34,6 +47,11 @@ type Options struct {
 	// read again at every handshake so that a rotated certificate is used
 	// from the next connection on.
 	CertFile, KeyFile string
+	// TLSSkipHostname verifies Redis's certificate chain but not that it
+	// names the host rls reaches (tlsfiles.ClientFiles.SkipHostname), as
+	// envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION; New logs
+	// a warning.
+	TLSSkipHostname bool
 	// Prefix starts every key; default "rls:".
 	Prefix string
 	// PoolSize is the number of connections per node for all but the
@@ -77,7 +95,7 @@ type Stats struct {
 	Scripts    uint64 // FCALLs sent (decide)
 	RoundTrips uint64 // pipelines sent
 	CacheHits  uint64 // Apply calls answered from the denial cache
-	Releases   uint64 // cluster reservations undone
+	Releases   uint64 // reservations undone (cluster masters, per-second Redis)
 	Errors     uint64 // Apply calls that failed
 	// Expired counts requests that Redis did not decide because they
 	// reached it after their deadline: nothing consumed.
@@ -97,16 +115,21 @@ type Stats struct {
 type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil for a single node
-	opts    Options
-	b       *batcher
-	links   *links
-	cache   *denyCache
-	log     *slog.Logger
+	master  *masterWatch         // with Sentinel: which node the client reaches
+	// perSecond is the store of windows under a minute (Options.PerSecond),
+	// or nil.
+	perSecond *Store
+	opts      Options
+	b         *batcher
+	links     *links
+	cache     *denyCache
+	log       *slog.Logger
 
 	clock *redisClock // nil when the scripts run on the test clock (Options.Now)
 
 	decisions, cacheHits, releases, errs atomic.Uint64
 	expired, givenBack, indeterminate    atomic.Uint64
+	regrouped                            atomic.Uint64  // quota groups settled again (regroup)
 	faultLog                             rate.Sometimes // late and indeterminate outcomes
 	closeOnce                            sync.Once
 
@@ -178,22 +201,36 @@ func New(opts Options) (*Store, error) {
 	if opts.PoolSize > 0 {
 		ro.PoolSize = opts.PoolSize
 	}
-	if opts.CAFile != "" || opts.CertFile != "" || opts.KeyFile != "" {
+	if opts.CAFile != "" || opts.CertFile != "" || opts.KeyFile != "" || opts.TLSSkipHostname {
 		if ro.TLSConfig == nil {
-			return nil, errors.New("redis TLS files (CA, client certificate): the URL is not rediss://")
+			return nil, errors.New("redis TLS files (CA, client certificate) or host name check: the URL is not rediss://")
 		}
-		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: opts.CAFile, Cert: opts.CertFile, Key: opts.KeyFile, ServerName: ro.TLSConfig.ServerName})
+		cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: opts.CAFile, Cert: opts.CertFile, Key: opts.KeyFile, ServerName: ro.TLSConfig.ServerName,
+			SkipHostname: opts.TLSSkipHostname})
 		if err != nil {
 			return nil, fmt.Errorf("redis TLS: %w", err)
 		}
-		cfg.InsecureSkipVerify = ro.TLSConfig.InsecureSkipVerify // the URL's skip_verify
+		if ro.TLSConfig.InsecureSkipVerify { // the URL's skip_verify: nothing verified
+			cfg.InsecureSkipVerify, cfg.VerifyConnection = true, nil
+		}
 		ro.TLSConfig = cfg
+	}
+	if opts.TLSSkipHostname {
+		opts.Logger.Warn("redis TLS: the certificate chain is verified, not that it names the host (as envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION): anyone with a certificate of that CA can pose as Redis")
 	}
 	s := &Store{
 		opts: opts,
 		log:  opts.Logger,
 	}
-	if len(opts.ClusterSeeds) > 0 {
+	switch {
+	case opts.Sentinel != nil:
+		if len(opts.ClusterSeeds) > 0 {
+			return nil, errors.New("redis: Sentinel and cluster seeds given; choose one")
+		}
+		if s.client, s.master, err = newFailoverClient(opts.Sentinel, ro, s.masterChanged); err != nil {
+			return nil, err
+		}
+	case len(opts.ClusterSeeds) > 0:
 		s.cluster = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                 opts.ClusterSeeds,
 			Username:              ro.Username,
@@ -215,8 +252,14 @@ func New(opts Options) (*Store, error) {
 			MaxRedirects: -1,
 		})
 		s.client = s.cluster
-	} else {
+	default:
 		s.client = redis.NewClient(ro)
+	}
+	if opts.PerSecond != nil {
+		if s.perSecond, err = newPerSecond(opts); err != nil {
+			s.client.Close()
+			return nil, err
+		}
 	}
 	perScript := opts.PerScript
 	if s.cluster != nil {
@@ -229,6 +272,9 @@ func New(opts Options) (*Store, error) {
 	// A connection's setup (dial, handshakes, PING, TIME: about five round
 	// trips) gets the dial's timeout and a pipeline's bound.
 	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, nodeOptions(s.client, *ro))
+	if s.master != nil {
+		s.links.hook = s.master
+	}
 	s.b = newBatcher(s.links, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
 	s.b.late, s.b.unknown = s.late, s.unknown
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
@@ -257,34 +303,50 @@ func (s *Store) Close() error {
 		s.watching.Wait()
 		s.links.close()
 		err = s.client.Close()
+		if s.perSecond != nil {
+			err = errors.Join(err, s.perSecond.Close())
+		}
 	})
 	return err
 }
 
-// Ping checks that Redis answers (in cluster mode, every master) and that
-// the pipelines can send to it: every worker's connection set up (see
-// links). A node that does not accept connections fails it at once.
+// Ping checks that Redis answers (in cluster mode, every master; and the
+// per-second Redis) and that the pipelines can send to it: every worker's
+// connection set up (see links). A node that does not accept connections
+// fails it at once.
 func (s *Store) Ping(ctx context.Context) error {
-	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node *redis.Client) error {
+	err := eachNode(ctx, s.client, func(ctx context.Context, addr string, node *redis.Client) error {
 		if err := s.links.ready(ctx, addr); err != nil {
 			return err
 		}
 		return node.Ping(ctx).Err()
 	})
+	if err == nil && s.perSecond != nil {
+		if err = s.perSecond.Ping(ctx); err != nil {
+			err = fmt.Errorf("per-second Redis: %w", err)
+		}
+	}
+	return err
 }
 
 // Warm readies the store before its first requests: it sets up every
 // connection the pipelines need (one per worker, on every master: dial,
 // handshakes, each node's clock) and loads the function library, so that
 // the first requests spend none of their deadlines on it. It returns the
-// first error.
+// first error (of each Redis, with a per-second one).
 func (s *Store) Warm(ctx context.Context) error {
-	return eachNode(ctx, s.client, func(ctx context.Context, addr string, node *redis.Client) error {
+	var perSecond error
+	if s.perSecond != nil {
+		if err := s.perSecond.Warm(ctx); err != nil {
+			perSecond = fmt.Errorf("per-second Redis: %w", err)
+		}
+	}
+	return errors.Join(perSecond, eachNode(ctx, s.client, func(ctx context.Context, addr string, node *redis.Client) error {
 		if err := s.links.ready(ctx, addr); err != nil {
 			return err
 		}
 		return node.FunctionLoadReplace(ctx, lib.source).Err()
-	})
+	}))
 }
 
 // eachNode runs fn on every master of a cluster client, or on the one node
@@ -326,7 +388,7 @@ func nodeOptions(client redis.UniversalClient, ro redis.Options) func(addr strin
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Decisions:  s.decisions.Load(),
 		Scripts:    s.b.scripts.Load(),
 		RoundTrips: s.b.roundTrips.Load(),
@@ -338,6 +400,10 @@ func (s *Store) Stats() Stats {
 		GivenBack:     s.givenBack.Load(),
 		Indeterminate: s.indeterminate.Load(),
 	}
+	if s.perSecond != nil {
+		st = st.add(s.perSecond.Stats())
+	}
+	return st
 }
 
 func (s *Store) now() time.Time {
@@ -363,6 +429,14 @@ func (s *Store) base(it *engine.Item) string {
 
 // Apply implements engine.Store.
 func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if s.perSecond != nil {
+		return s.applySplit(ctx, items, results)
+	}
+	return s.apply(ctx, items, results)
+}
+
+// apply decides a request whose counters are all on s's nodes.
+func (s *Store) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}

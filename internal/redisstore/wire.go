@@ -121,7 +121,7 @@ const (
 	itemBurst        = 5
 	itemHits         = 6
 	itemFlags        = 7
-	itemGroup        = 8
+	itemGroup        = 8 // 0, or a quota group; in modeReserve -g: group g is over elsewhere (regroup)
 	flagRefund       = 1
 	flagShadow       = 2
 	flagCountDenied  = 4

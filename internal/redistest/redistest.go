@@ -1,7 +1,8 @@
 // Package redistest starts real Redis servers for tests: in a container
 // when a Docker engine answers (testcontainers-go), otherwise the
-// redis-server binary on a free loopback port; and Redis Clusters of
-// redis-server processes. Every server is stopped by the test that started
+// redis-server binary on a free loopback port; and Redis Clusters and
+// Sentinel deployments (a master, replicas, sentinels) of redis-server
+// processes. Every server is stopped by the test that started
 // it. A test that cannot get Redis fails: `make test` installs redis-server.
 package redistest
 

@@ -72,6 +72,14 @@ func New(tb testing.TB) *PKI {
 // certificate can be told from the one before).
 func (p *PKI) Issue(tb testing.TB, cn string, client bool) (certPEM, keyPEM []byte, serial int64) {
 	tb.Helper()
+	return p.IssueFor(tb, cn, client, "127.0.0.1")
+}
+
+// IssueFor is Issue for hosts (IP addresses or DNS names) instead of
+// 127.0.0.1: a certificate that names another host than the one it is
+// served from, say.
+func (p *PKI) IssueFor(tb testing.TB, cn string, client bool, hosts ...string) (certPEM, keyPEM []byte, serial int64) {
+	tb.Helper()
 	p.serial++
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	usage := x509.ExtKeyUsageServerAuth
@@ -82,7 +90,13 @@ func (p *PKI) Issue(tb testing.TB, cn string, client bool) (certPEM, keyPEM []by
 		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
 	if err != nil {

@@ -727,14 +727,15 @@ end
 -- rule is the all-or-nothing rule (engine.Admit): it returns whether the
 -- request is admitted and, when admitted, the quota groups that are over
 -- (nil for none). In MODE_RESERVE the store applies the rule's quota part
--- over the whole request: this node only says which of its groups are over.
+-- over the whole request: this node only says which of its groups are over,
+-- and a negative group is one that the store found over elsewhere.
 local function rule(mode)
   local admitted, quota, over = true, false, nil
   for k = 1, n do
     local g = i_group[k]
     if g ~= 0 then
       quota = true
-      if not i_shadow[k] and not i_ok[k] then
+      if g < 0 or not i_shadow[k] and not i_ok[k] then
         over = over or {}
         over[g] = true
       end

@@ -36,7 +36,8 @@ local ITEM_LIMIT = 4
 local ITEM_BURST = 5
 local ITEM_HITS = 6
 local ITEM_FLAGS = 7 -- sum of FLAG_*
-local ITEM_GROUP = 8 -- quota group, 0 for none
+local ITEM_GROUP = 8 -- quota group, 0 for none; in MODE_RESERVE, -g for a group g that
+                     -- another node found over: judged, not consumed (regroup in reserve.go)
 local FLAG_REFUND = 1
 local FLAG_SHADOW = 2
 local FLAG_COUNT_DENIED = 4

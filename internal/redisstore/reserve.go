@@ -1,0 +1,344 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+// part is the share of a request that one node holds: a master of a
+// cluster, or the one node of a store (a single Redis, the master that
+// Sentinel names). The parts of one request may sit on different stores:
+// with a Redis for per-second limits (Options.PerSecond), a request's
+// windows of under a minute go to that store's nodes, the others to the
+// first store's.
+type part struct {
+	store    *Store // the store whose node holds it
+	addr     string // the node's address ("" for a store's one node)
+	idx      []int  // positions in the request
+	items    []engine.Item
+	bases    []string
+	results  []engine.Result
+	reserved []engine.Item // what its latest reservation asked: items, or the same with groups told over (regroup)
+	admitted bool
+	rest     []any // mode R, admitted: the undo log and view, as the script returns them
+	undo     []any // what release.lua gives back
+	view     []any // per item remaining and reset µs before the request
+	err      error
+	released atomic.Bool // its reservation was given back (releaseAll)
+}
+
+// errRegroup is the error of a request whose quota group, split between
+// nodes, was judged differently by a node's second look (concurrent
+// requests changed its counters meanwhile): every reservation was given
+// back.
+var errRegroup = errors.New("redis: a quota group split between stores was judged differently on a second look; nothing consumed")
+
+// applyParts decides a request spread over several parts: each part's
+// node reserves its share (all-or-nothing locally), concurrently, and when
+// the request as a whole is denied, every node that reserved gives back
+// exactly what it took; the denied request's statuses then read as if
+// nothing had been taken. The request is therefore never over-admitted; a
+// concurrent request may see a reservation that is about to be released
+// and be denied by it.
+func applyParts(ctx context.Context, items []engine.Item, results []engine.Result, parts []*part) (bool, error) {
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		wg.Go(func() { p.reserve(ctx, p.items) })
+	}
+	wg.Wait()
+	firstErr := gather(parts, results)
+	// Each node judged its share whole; the rule over all the verdicts
+	// decides.
+	admitted, over := engine.Admit(items, results)
+	admitted = admitted && firstErr == nil
+	if admitted && over != nil {
+		var err error
+		if admitted, err = regroup(ctx, items, results, parts, over); err != nil {
+			firstErr = err
+		}
+	}
+	if !admitted {
+		// Wait for the releases while the call's time lasts, so that the
+		// next request sees nothing consumed; past it, they go on alone.
+		select {
+		case <-releaseAll(parts):
+		case <-ctx.Done():
+		}
+		for _, p := range parts {
+			if p.err == nil && p.admitted {
+				unreserve(p, results)
+				if !p.released.Load() {
+					continue // not given back (yet): its count-denied hits are still counted
+				}
+				if err := p.store.chargeReleased(ctx, p, results); err != nil && firstErr == nil {
+					firstErr = err
+				}
+			}
+		}
+	}
+	if firstErr != nil {
+		return false, firstErr
+	}
+	return admitted, nil
+}
+
+// reserve runs the decide function in modeReserve over items (the part's
+// own, or the same with groups told over: regroup) and keeps the outcome
+// in p.
+func (p *part) reserve(ctx context.Context, items []engine.Item) {
+	p.rest, p.undo, p.view, p.reserved = nil, nil, nil, items
+	p.admitted, p.err = p.store.retryMoved(ctx, func() (bool, error) {
+		return p.store.applyNode(ctx, p.addr, modeReserve, items, p.bases, p.results, &p.rest)
+	})
+	if p.err == nil && len(p.rest) == 2 {
+		p.undo, _ = p.rest[0].([]any)
+		p.view, _ = p.rest[1].([]any)
+	}
+}
+
+// gather copies the parts' results into the request's and returns the
+// first part's error.
+func gather(parts []*part, results []engine.Result) error {
+	var firstErr error
+	for _, p := range parts {
+		if p.err != nil && firstErr == nil {
+			firstErr = p.err
+		}
+		for j, i := range p.idx {
+			results[i] = p.results[j]
+		}
+	}
+	return firstErr
+}
+
+// regroup settles quota groups that parts judged apart. A quota group is
+// one descriptor, whose windows share a cluster slot but may sit on two
+// stores (a per-second window and a longer one): a part that saw only the
+// admitting share of a group over as a whole reserved that share, which the
+// rule does not consume. Such a part gives its reservation back and
+// reserves again, telling its node which groups are over (a negative group
+// on the wire): the node judges every item as before, as the items of one
+// request see each other's tentative hits, and consumes none of those
+// groups (their count-denied hits still count, as in a group that is over).
+// The request stays admitted when every such part admits again, as each
+// does unless a concurrent request took what it needs meanwhile; otherwise
+// regroup returns false (with errRegroup when the second judgement changed
+// which groups are over) and the caller gives every reservation back.
+func regroup(ctx context.Context, items []engine.Item, results []engine.Result, parts []*part, over map[int32]bool) (bool, error) {
+	var again []*part
+	for _, p := range parts {
+		if p.admitted && p.consumedOver(over) {
+			again = append(again, p)
+		}
+	}
+	if len(again) == 0 {
+		return true, nil
+	}
+	var wg sync.WaitGroup
+	for _, p := range again {
+		wg.Go(func() {
+			if err := p.store.release(p.bases[0], p.undo, p.bases); err != nil {
+				// Its reservation may stand: it must not be given back
+				// twice, nor read as decided.
+				p.store.unknown(p.addr, fmt.Errorf("giving back a quota group's share: %w", err))
+				p.admitted, p.err = false, fmt.Errorf("redis: giving back a quota group's share: %w", err)
+				return
+			}
+			p.store.releases.Add(1)
+			p.store.regrouped.Add(1)
+			told := slices.Clone(p.items)
+			for j := range told {
+				if g := told[j].Group; over[g] {
+					told[j].Group = -g
+				}
+			}
+			p.reserve(ctx, told)
+		})
+	}
+	wg.Wait()
+	if err := gather(parts, results); err != nil {
+		return false, err
+	}
+	admitted, over := engine.Admit(items, results)
+	if !admitted {
+		return false, nil
+	}
+	for _, p := range parts {
+		if p.admitted && p.consumedOver(over) {
+			return false, errRegroup
+		}
+	}
+	return true, nil
+}
+
+// consumedOver reports whether p's latest reservation consumed items (hits,
+// or hits given back) of quota groups that are over in the request as a
+// whole but were not in p's share, nor told to p as over. Count-denied
+// items do not count: their hits count in a group that is over too.
+func (p *part) consumedOver(over map[int32]bool) bool {
+	for j := range p.reserved {
+		it := &p.reserved[j]
+		if it.Group > 0 && over[it.Group] && p.results[j].Admitted && it.Hits > 0 && !it.CountDenied && !p.overHere(it.Group) {
+			return true
+		}
+	}
+	return false
+}
+
+// overHere reports whether quota group g is over in p's share alone: then
+// p's node consumed none of it.
+func (p *part) overHere(g int32) bool {
+	for j := range p.items {
+		if it := &p.items[j]; it.Group == g && !it.Shadow && !p.results[j].Admitted {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseAll undoes the reservations of a denied request, in the
+// background so that Apply can keep to its timeout, with a deadline of its
+// own: a reservation left behind would deny others until its counters
+// expire. The channel is closed when every release is done.
+func releaseAll(parts []*part) <-chan struct{} {
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		if !p.admitted {
+			continue
+		}
+		if len(p.undo) == 0 {
+			p.released.Store(true) // it took nothing
+			continue
+		}
+		s := p.store
+		s.releasing.Add(1)
+		wg.Go(func() {
+			defer s.releasing.Done()
+			if err := s.release(p.bases[0], p.undo, p.bases); err != nil {
+				s.log.Warn("redis: releasing a reservation failed; its counters stay consumed until they expire", "node", p.addr, "error", err)
+				s.indeterminate.Add(1)
+				return
+			}
+			p.released.Store(true)
+			s.releases.Add(1)
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// release runs release.lua with an undo log that decide.lua wrote (on the
+// node of key), then announces bases: another process may have cached a
+// denial that what is given back caused. It has a deadline of its own.
+func (s *Store) release(key string, undo []any, bases []string) error {
+	ctx, cancel := context.WithTimeout(s.releaseCtx, 10*s.opts.Timeout)
+	defer cancel()
+	args := []any{s.nowArg()}
+	for _, op := range undo {
+		f, _ := op.([]any)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case undoWindow, undoTAT:
+			args = append(args, f...)
+		case undoZRem:
+			args = append(args, f[0], f[1], len(f)-2)
+			args = append(args, f[2:]...)
+		case undoZAdd:
+			args = append(args, f[0], f[1], f[2], len(f)-3)
+			args = append(args, f[3:]...)
+		}
+	}
+	for j, b := range bases {
+		if !slices.Contains(bases[:j], b) {
+			args = append(args, undoPublish, b)
+		}
+	}
+	if err := lib.fcall(ctx, s.client, lib.release, []string{key}, args...).Err(); err != nil && err != redis.Nil {
+		return err
+	}
+	return nil
+}
+
+// unreserve sets the statuses of a part whose reservation was released to
+// what the script reported for the state before the request (remaining
+// and reset), as a request denied on one node reads.
+func unreserve(p *part, results []engine.Result) {
+	if len(p.view) != 2*len(p.idx) {
+		return
+	}
+	for j, i := range p.idx {
+		rem, _ := p.view[2*j].(int64)
+		reset, _ := p.view[2*j+1].(int64)
+		results[i].Remaining = uint64(max(rem, 0))
+		results[i].Reset = time.Duration(reset) * time.Microsecond
+	}
+}
+
+// chargeReleased counts again, on a node whose reservation was released,
+// the hits of the part's count-denied items (count_denied_hits: they count
+// whether or not the request is admitted, and the release took them back),
+// as memstore charges them in a denied request (modeCharge, with each
+// item's verdict), and reports the statuses of every item on those
+// counters from the state the charge left.
+func (s *Store) chargeReleased(ctx context.Context, p *part, results []engine.Result) error {
+	var charged []string
+	for j, it := range p.items {
+		if it.CountDenied && !it.Refund {
+			charged = append(charged, p.bases[j])
+		}
+	}
+	if len(charged) == 0 {
+		return nil
+	}
+	var items []engine.Item
+	var bases []string
+	var idx []int
+	for j, it := range p.items {
+		if !slices.Contains(charged, p.bases[j]) {
+			continue
+		}
+		if !it.CountDenied || it.Refund {
+			it.Hits, it.Refund, it.CountDenied = 0, false, false // a look, for its status
+		}
+		items, bases, idx = append(items, it), append(bases, p.bases[j]), append(idx, p.idx[j])
+	}
+	args := requestArgs(modeCharge, s.nowArg(), s.now(), items, bases)
+	for k, i := range idx {
+		if !results[i].Admitted {
+			f := requestHead + k*itemFields + itemFlags - 1
+			args[f] = args[f].(int) | flagDenied
+		}
+	}
+	after := make([]engine.Result, len(items))
+	reply, err := s.b.do(ctx, p.addr, len(items), []string{bases[0]}, args)
+	if err == nil {
+		_, err = readReply(reply, items, after, nil)
+	}
+	if err != nil {
+		s.unknown(p.addr, fmt.Errorf("charging count-denied hits after a release: %w", err))
+		return err
+	}
+	for k, i := range idx {
+		results[i].Remaining, results[i].Reset = after[k].Remaining, after[k].Reset
+		if items[k].CountDenied && !results[i].Admitted {
+			results[i].RetryAfter = after[k].RetryAfter
+			results[i].RemainingBeforeCharge = after[k].RemainingBeforeCharge
+		}
+	}
+	return nil
+}
