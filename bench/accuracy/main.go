@@ -55,7 +55,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -191,7 +190,7 @@ func (t *tally) add(o *tally) {
 }
 
 // measured are the approximate algorithms.
-var measured = []descriptors.Algorithm{descriptors.SlidingWindow, descriptors.FixedWindow}
+var measured = []string{engine.SlidingWindow, engine.FixedWindow}
 
 // report is a run's result.
 type report struct {
@@ -274,25 +273,19 @@ func run(opts options) *report {
 
 // limiter is one counter of one algorithm, decided by engine.Evaluate.
 type limiter struct {
-	limit   *descriptors.Limit
+	limit   *engine.Rule
 	st      engine.State
 	items   []engine.Item
 	states  []*engine.State
 	results []engine.Result
 }
 
-func newLimiter(alg descriptors.Algorithm, limit uint32, w time.Duration) *limiter {
+func newLimiter(alg string, limit uint32, w time.Duration) *limiter {
 	l := &limiter{
-		limit: &descriptors.Limit{
-			Algorithm:       alg,
-			RequestsPerUnit: limit,
-			Window:          w,
-			Unit:            descriptors.Second,
-			UnitMultiplier:  uint32(w / time.Second),
-		},
+		limit:   engine.MustCompile(engine.Spec{Algorithm: alg, Limit: limit, Unit: engine.Second, Multiplier: uint32(w / time.Second)}),
 		results: make([]engine.Result, 1),
 	}
-	l.items = []engine.Item{{Desc: "client", Limit: l.limit}}
+	l.items = []engine.Item{{Desc: "client", Rule: l.limit}}
 	l.states = []*engine.State{&l.st}
 	return l
 }
@@ -313,7 +306,7 @@ func replay(c *client) ([]tally, float64) {
 	w := c.window.Microseconds()
 	// The exact limiter, counting admitted hits.
 	exact := make([]bool, len(c.times))
-	logLimiter := newLimiter(descriptors.SlidingLog, c.limit, c.window)
+	logLimiter := newLimiter(engine.SlidingLog, c.limit, c.window)
 	logWorst := worstWindow{w: w, limit: c.limit}
 	for i, rel := range c.times {
 		if exact[i] = logLimiter.take(t0+rel, 1); exact[i] {
@@ -329,7 +322,7 @@ func replay(c *client) ([]tally, float64) {
 
 // replayAlgorithm runs client c through alg, both ways of counting; exact
 // are the sliding log's decisions.
-func replayAlgorithm(c *client, alg descriptors.Algorithm, exact []bool) tally {
+func replayAlgorithm(c *client, alg string, exact []bool) tally {
 	var t tally
 	w := c.window.Microseconds()
 	limit := float64(c.limit)
@@ -414,7 +407,7 @@ type boundaryResult struct {
 
 // boundary runs the boundary scenario through alg for every window and
 // limit of the trace and returns the worst window seen.
-func boundary(alg descriptors.Algorithm) boundaryResult {
+func boundary(alg string) boundaryResult {
 	var worst boundaryResult
 	for _, w := range windows {
 		for _, limit := range limits {
@@ -429,7 +422,7 @@ func boundary(alg descriptors.Algorithm) boundaryResult {
 // boundaryCase is the boundary scenario for one limit and window: a window
 // of silence, L hits at the last microsecond of the next, then a request
 // every W/(100·L) for a window.
-func boundaryCase(alg descriptors.Algorithm, limit uint32, w time.Duration) boundaryResult {
+func boundaryCase(alg string, limit uint32, w time.Duration) boundaryResult {
 	wu := w.Microseconds()
 	l := newLimiter(alg, limit, w)
 	ww := worstWindow{w: wu, limit: limit}
@@ -526,7 +519,7 @@ func (rep *report) write(w io.Writer) {
 	fmt.Fprintf(w, "| `sliding_log` | 100%% | 0 | %.2f× | 1.00× |\n", rep.logWorst)
 	fmt.Fprintln(w)
 	var parts []string
-	for _, alg := range append(measured[:len(measured):len(measured)], descriptors.SlidingLog) {
+	for _, alg := range append(measured[:len(measured):len(measured)], engine.SlidingLog) {
 		b := boundaryCase(alg, 4, 4*time.Second)
 		parts = append(parts, fmt.Sprintf("`%s` admits %d within %s (%.2f×)", alg, b.most, b.span, b.ratio))
 	}

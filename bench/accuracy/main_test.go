@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 // TestDeterministic: the same seed gives the same figures, whatever the
@@ -44,13 +44,13 @@ func TestInvariants(t *testing.T) {
 	if sliding.wronglyAllowed+sliding.wronglyDenied >= fixed.wronglyAllowed {
 		t.Errorf("sliding_window wrong %d times, fixed_window %d: the estimate should be far closer", sliding.wronglyAllowed+sliding.wronglyDenied, fixed.wronglyAllowed)
 	}
-	if b := boundaryCase(descriptors.FixedWindow, 10, time.Minute); b.most != 20 {
+	if b := boundaryCase(engine.FixedWindow, 10, time.Minute); b.most != 20 {
 		t.Errorf("fixed_window boundary: %d admitted in a window of 10 per minute, want 20", b.most)
 	}
-	if b := boundaryCase(descriptors.SlidingWindow, 4, 4*time.Second); b.most != 7 {
+	if b := boundaryCase(engine.SlidingWindow, 4, 4*time.Second); b.most != 7 {
 		t.Errorf("sliding_window boundary, 4 per 4 s: %d admitted in a window, want 7", b.most)
 	}
-	if b := boundaryCase(descriptors.SlidingLog, 200, time.Second); b.most != 200 {
+	if b := boundaryCase(engine.SlidingLog, 200, time.Second); b.most != 200 {
 		t.Errorf("sliding_log boundary, 200 per second: %d admitted in a window, want 200", b.most)
 	}
 }

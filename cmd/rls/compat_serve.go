@@ -201,7 +201,7 @@ func writeRLConfig(w io.Writer, prefix string, nodes []*descriptors.Descriptor) 
 				fmt.Fprintf(w, "%s: unlimited, shadow_mode: %t\n", key, l.Shadow)
 				continue
 			}
-			fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n", key, strings.ToUpper(l.Unit.String()), l.RequestsPerUnit, l.Shadow)
+			fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n", key, strings.ToUpper(l.Rule.Unit.String()), l.Rule.Limit, l.Shadow)
 		}
 		writeRLConfig(w, key, n.Children)
 	}

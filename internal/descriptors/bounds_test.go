@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 // TestParseAliasTextBomb: a 1 MiB file that uses one 1 MiB text through
@@ -53,7 +55,7 @@ func TestParseAliasesWithinBounds(t *testing.T) {
 		t.Fatalf("Parse(%d descriptors sharing an aliased limit) = %d limits, want %d", n, len(limits), n)
 	}
 	last := limits[n-1]
-	if last.RequestsPerUnit != 10 || last.Algorithm != SlidingWindow || last.Descriptor.Metadata["team"] != "payments" {
+	if last.Rule.Limit != 10 || last.Rule.Algorithm() != engine.SlidingWindow || last.Descriptor.Metadata["team"] != "payments" {
 		t.Errorf("descriptor %s: limit %+v, metadata %v; want the aliased ones", last.Descriptor.Path, last, last.Descriptor.Metadata)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 // TestExampleConfig loads config/limits.yaml, the file `make run` serves,
@@ -20,7 +22,7 @@ func TestExampleConfig(t *testing.T) {
 	type window struct {
 		rpu    uint32
 		window time.Duration
-		alg    Algorithm
+		alg    string
 	}
 	limitsOf := func(entries ...Entry) []window {
 		t.Helper()
@@ -30,13 +32,13 @@ func TestExampleConfig(t *testing.T) {
 		}
 		var out []window
 		for _, l := range n.Limits {
-			out = append(out, window{l.RequestsPerUnit, l.Window, l.Algorithm})
+			out = append(out, window{l.Rule.Limit, l.Rule.Window, l.Rule.Algorithm()})
 		}
 		return out
 	}
 
 	got := limitsOf(Entry{Key: "remote_address", Value: "203.0.113.7"})
-	want := []window{{10, time.Second, FixedWindow}, {120, time.Minute, FixedWindow}, {240, time.Hour, SlidingWindow}}
+	want := []window{{10, time.Second, engine.FixedWindow}, {120, time.Minute, engine.FixedWindow}, {240, time.Hour, engine.SlidingWindow}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("remote_address limits = %+v, want %+v", got, want)
 	}
@@ -45,10 +47,10 @@ func TestExampleConfig(t *testing.T) {
 	if len(key.Limits) != 2 {
 		t.Fatalf("api_key: %d limits, want 2", len(key.Limits))
 	}
-	if tb := key.Limits[0]; tb.Algorithm != TokenBucket || tb.RequestsPerUnit != 50 || tb.Burst != 100 || tb.Window != time.Second {
+	if tb := key.Limits[0].Rule; tb.Algorithm() != engine.TokenBucket || tb.Limit != 50 || tb.Burst != 100 || tb.Window != time.Second {
 		t.Errorf("api_key token bucket = %+v, want 50/s burst 100", tb)
 	}
-	if q := key.Limits[1]; q.Name != "daily_quota" || q.RequestsPerUnit != 100000 || q.Window != 24*time.Hour {
+	if q := key.Limits[1]; q.Name != "daily_quota" || q.Rule.Limit != 100000 || q.Rule.Window != 24*time.Hour {
 		t.Errorf("api_key quota = %+v, want daily_quota 100000/day", q)
 	}
 	if mon := api.Match([]Entry{{Key: "api_key", Value: "internal-monitoring"}}); len(mon.Limits) != 1 || !mon.Limits[0].Unlimited {
@@ -56,7 +58,7 @@ func TestExampleConfig(t *testing.T) {
 	}
 
 	tenant := api.Match([]Entry{{Key: "tenant", Value: "acme"}})
-	if tenant == nil || !tenant.ShadowMode || !tenant.Limits[0].Shadow || tenant.Limits[0].Window != 5*time.Minute {
+	if tenant == nil || !tenant.ShadowMode || !tenant.Limits[0].Shadow || tenant.Limits[0].Rule.Window != 5*time.Minute {
 		t.Errorf("tenant = %+v, want a shadow 5-minute limit", tenant)
 	}
 

@@ -46,7 +46,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("MarshalJSON: %v", err)
 		}
 		for i, l := range c.Limits() {
-			if l.Index != i || l.Descriptor == nil || l.ID == "" || l.Label == "" {
+			if l.Index != i || l.Descriptor == nil || l.ID() == "" || l.Label == "" || l.Rule == nil && !l.Unlimited {
 				t.Fatalf("limit %d: %+v", i, l)
 			}
 		}

@@ -275,17 +275,18 @@ func dumpHTTPDescriptor(h *HTTPDescriptor) jsonHTTPDescriptor {
 
 func dumpLimit(l *Limit) jsonLimit {
 	jl := jsonLimit{
-		Index: l.Index, ID: l.ID, Label: l.Label, Name: l.Name, Unlimited: l.Unlimited,
+		Index: l.Index, ID: l.ID(), Label: l.Label, Name: l.Name, Unlimited: l.Unlimited,
 		Shadow: l.Shadow, CountDenied: l.CountDeniedHits, Calendar: calendarZone(l), Replaces: l.Replaces, Line: l.Line, Column: l.Column,
 	}
 	if l.Unlimited {
 		return jl
 	}
-	rpu := l.RequestsPerUnit
-	jl.Algorithm, jl.Unit, jl.UnitMultiplier, jl.RequestsPerUnit = l.Algorithm.String(), l.Unit.String(), l.UnitMultiplier, &rpu
-	jl.Window, jl.WindowSeconds = compactWindow(l), int64(l.Window.Seconds())
-	if l.Algorithm == TokenBucket {
-		burst := l.Burst
+	r := l.Rule
+	rpu := r.Limit
+	jl.Algorithm, jl.Unit, jl.UnitMultiplier, jl.RequestsPerUnit = r.Algorithm(), r.Unit.String(), r.Multiplier, &rpu
+	jl.Window, jl.WindowSeconds = compactWindow(l), int64(r.Window.Seconds())
+	if r.Algorithm() == "token_bucket" {
+		burst := r.Burst
 		jl.Burst = &burst
 	}
 	return jl
@@ -324,8 +325,8 @@ func dumpAction(a *action) jsonAction {
 
 // calendarZone is the time zone of a calendar limit, "" for another.
 func calendarZone(l *Limit) string {
-	if l.Calendar == nil {
+	if l.Rule == nil || l.Rule.Calendar == nil {
 		return ""
 	}
-	return l.Calendar.String()
+	return l.Rule.Calendar.String()
 }

@@ -2,50 +2,16 @@ package descriptors
 
 import (
 	"strconv"
-	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
-)
 
-// Bounds that keep the engines' arithmetic safe; validation says so.
-const (
-	// maxWindow is the longest window, unit_multiplier × unit.
-	maxWindow = 100 * 365 * 24 * time.Hour
-	// maxTokenSpan bounds burst × emission interval of a token_bucket, in
-	// microseconds: the bucket's span stays exact in a float64 (Lua numbers).
-	maxTokenSpan = 1 << 53
-	// maxSlidingLog bounds requests_per_unit of a sliding_log, which keeps
-	// one entry per admitted hit.
-	maxSlidingLog = 100000
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 var (
-	unitList      = strings.Join(unitNames[1:], "|")
-	algorithmList = strings.Join(algorithmNames[:], "|")
-	// unitCodes are the short forms of units in labels ("5m", "1d").
-	unitCodes = [...]string{"", "s", "m", "h", "d", "w", "mo", "y"}
+	unitList      = engine.UnitNames()
+	algorithmList = engine.AlgorithmNames()
 )
-
-// parseUnit reads a unit name in any case.
-func parseUnit(s string) (Unit, bool) {
-	for u := Second; u <= Year; u++ {
-		if strings.EqualFold(s, unitNames[u]) {
-			return u, true
-		}
-	}
-	return UnitUnknown, false
-}
-
-// parseAlgorithm reads an algorithm name in any case.
-func parseAlgorithm(s string) (Algorithm, bool) {
-	for a, name := range algorithmNames {
-		if strings.EqualFold(s, name) {
-			return Algorithm(a), true
-		}
-	}
-	return FixedWindow, false
-}
 
 // limits parses a descriptor's rate_limit or rate_limits and checks that no
 // two of them share a counter identity.
@@ -61,11 +27,11 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
 		if l.Unlimited && len(nodes) > 1 {
 			p.errorf(n, "an unlimited limit must be the only limit of its descriptor")
 		}
-		if l.ID != "" {
-			if first, dup := ids[l.ID]; dup {
-				p.errorf(n, "duplicate limit %s (same algorithm, window and name as the limit at %d:%d)", l.ID, first.Line, first.Column)
+		if id := l.ID(); id != "" {
+			if first, dup := ids[id]; dup {
+				p.errorf(n, "duplicate limit %s (same algorithm, window and name as the limit at %d:%d)", id, first.Line, first.Column)
 			} else {
-				ids[l.ID] = l
+				ids[id] = l
 			}
 		}
 		out = append(out, l)
@@ -122,17 +88,19 @@ func distinctLabels(limits []*Limit) {
 	for _, l := range limits {
 		switch {
 		case seen[l.Label] <= 1 || l.Name != "":
-		case l.Calendar != nil:
+		case l.Rule == nil:
+		case l.Rule.Calendar != nil:
 			l.Label += "/calendar"
-		case l.Algorithm != FixedWindow:
-			l.Label += "/" + l.Algorithm.String()
+		case l.Rule.Algorithm() != "fixed_window":
+			l.Label += "/" + l.Rule.Algorithm()
 		}
 	}
 }
 
 // limitFields are the fields of one limit as given (non-null), for the
-// checks that relate them.
+// checks that relate them, and the spec they make.
 type limitFields struct {
+	spec                        engine.Spec
 	unit, rpu, alg, burst, mult field // k is nil when not given
 	calendar, zone              field
 	replaceNodes                []*yaml.Node
@@ -142,15 +110,36 @@ type limitFields struct {
 	bad                         bool // a field did not parse (reported): skip the checks that relate fields
 }
 
+// at returns the field of the spec field named name.
+func (g *limitFields) at(name string) field {
+	switch name {
+	case "unit":
+		return g.unit
+	case "requests_per_unit":
+		return g.rpu
+	case "algorithm":
+		return g.alg
+	case "burst":
+		return g.burst
+	case "unit_multiplier":
+		return g.mult
+	case "calendar":
+		return g.calendar
+	case "time_zone":
+		return g.zone
+	}
+	return field{}
+}
+
 // limit parses and validates one limit of d, in phases: its fields, then
-// either the unlimited rules or its window and algorithm, then its identity.
+// either the unlimited rules or its rule (engine.Compile), then its label.
 // what names it in messages.
 func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "%s must be a mapping, got %s", what, describe(n))
 		return nil
 	}
-	l := &Limit{Descriptor: d, UnitMultiplier: 1}
+	l := &Limit{Descriptor: d}
 	l.Line, l.Column = at(n)
 	g := p.limitFields(n, l)
 	l.Shadow = g.shadow || d.ShadowMode
@@ -164,14 +153,8 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 		p.unlimited(n, l, g)
 		return l
 	}
-	if !p.window(n, l, g) {
+	if !p.rule(n, l, &g) {
 		return l
-	}
-	p.algorithm(l, g)
-	p.calendar(l, g)
-	l.ID = CounterID(l.Algorithm, l.Window, l.Name)
-	if l.Calendar != nil {
-		l.ID = CalendarCounterID(l.Unit, l.Calendar, l.Name)
 	}
 	l.Label = l.Name
 	if window := compactWindow(l); l.Label == "" && p.spendNames(len(d.Path)+1+len(window), n) {
@@ -180,10 +163,46 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	return l
 }
 
+// rule compiles the limit's fields into l.Rule, reporting each problem at
+// its field, and reports whether it did.
+func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
+	if g.unit.k == nil {
+		if !g.unitBad {
+			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
+		}
+		return false
+	}
+	if g.bad {
+		return false // reported
+	}
+	g.spec.Name = l.Name
+	if g.zone.k != nil {
+		g.spec.TimeZoneSet = true
+		if g.calendar.k != nil {
+			// Its presence alone is a problem without calendar: true.
+			g.spec.TimeZone, g.spec.TimeZoneSet = p.str(g.zone)
+		}
+	}
+	r, errs := engine.Compile(g.spec)
+	for _, e := range errs {
+		f := g.at(e.Field)
+		at := f.v
+		if e.Key {
+			at = f.k
+		}
+		if at == nil {
+			at = n
+		}
+		p.errorf(at, "%s", e.Msg)
+	}
+	l.Rule = r
+	return r != nil
+}
+
 // limitFields decodes the fields of the limit n into l and returns what
 // was given.
 func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
-	var g limitFields
+	g := limitFields{spec: engine.Spec{Multiplier: 1}}
 	var ok bool
 	for _, f := range p.fields(n) {
 		given := !isNull(p.resolve(f.v))
@@ -194,7 +213,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			g.unitBad = !ok
 			if ok && s != "" {
 				g.unit = f
-				if l.Unit, ok = parseUnit(s); !ok {
+				if g.spec.Unit, ok = engine.ParseUnit(s); !ok {
 					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
 				}
 			}
@@ -203,7 +222,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			if given {
 				g.rpu = f
 			}
-			l.RequestsPerUnit, ok = p.uint32Field(f)
+			g.spec.Limit, ok = p.uint32Field(f)
 			g.bad = g.bad || !ok
 		case "unlimited":
 			l.Unlimited = p.boolean(f)
@@ -214,8 +233,8 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 		case "algorithm":
 			var s string
 			if s, ok = p.str(f); ok && s != "" {
-				g.alg = f
-				if l.Algorithm, ok = parseAlgorithm(s); !ok {
+				g.alg, g.spec.Algorithm = f, s
+				if ok = engine.IsAlgorithm(s); !ok {
 					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
 				}
 			}
@@ -224,12 +243,13 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			if given {
 				g.burst = f
 			}
-			l.Burst, ok = p.uint32Field(f)
+			g.spec.Burst, ok = p.uint32Field(f)
+			g.spec.BurstSet = given
 			g.bad = g.bad || !ok
 		case "unit_multiplier":
 			if given {
 				g.mult = f
-				if l.UnitMultiplier, ok = p.uint32Field(f); ok && l.UnitMultiplier == 0 {
+				if g.spec.Multiplier, ok = p.uint32Field(f); ok && g.spec.Multiplier == 0 {
 					p.errorf(f.v, "unit_multiplier must be at least 1")
 					ok = false
 				}
@@ -241,7 +261,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			g.countDenied = p.boolean(f)
 		case "calendar":
 			if p.boolean(f) {
-				g.calendar = f
+				g.calendar, g.spec.Calendar = f, true
 			}
 		case "time_zone":
 			if given {
@@ -268,121 +288,9 @@ func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
 			p.errorf(f.k, "should not specify %s when unlimited", f.key)
 		}
 	}
-	l.Unit, l.UnitMultiplier, l.RequestsPerUnit, l.Algorithm, l.Burst = UnitUnknown, 0, 0, FixedWindow, 0
-	l.ID = "unlimited" + nameSuffix(l.Name)
 	l.Label = l.Name
 	if l.Label == "" && p.spendNames(len(l.Descriptor.Path)+len("/unlimited"), n) {
 		l.Label = l.Descriptor.Path + "/unlimited"
-	}
-}
-
-// window sets l.Window from its unit and multiplier, and reports whether
-// the limit is sound enough for the checks that follow.
-func (p *parser) window(n *yaml.Node, l *Limit, g limitFields) bool {
-	if g.unit.k == nil {
-		if !g.unitBad {
-			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
-		}
-		return false
-	}
-	if g.bad {
-		return false // reported
-	}
-	if time.Duration(l.UnitMultiplier) > maxWindow/l.Unit.Duration() {
-		at := g.unit.v
-		if g.mult.k != nil {
-			at = g.mult.v
-		}
-		p.errorf(at, "window %d × %s is longer than 100 years", l.UnitMultiplier, l.Unit)
-		return false
-	}
-	l.Window = time.Duration(l.UnitMultiplier) * l.Unit.Duration()
-	return true
-}
-
-// calendar reads calendar: true and time_zone: a fixed window of one day,
-// ISO week, month or year of a time zone's calendar.
-func (p *parser) calendar(l *Limit, g limitFields) {
-	if g.calendar.k == nil {
-		if g.zone.k != nil {
-			p.errorf(g.zone.k, "time_zone is only for calendar: true limits")
-		}
-		return
-	}
-	switch {
-	case l.Unit < Day:
-		p.errorf(g.calendar.k, "calendar: true needs unit day, week, month or year, not %s", l.Unit)
-		return
-	case l.Algorithm != FixedWindow:
-		p.errorf(g.calendar.k, "calendar: true is for algorithm fixed_window, not %s (a calendar window is a fixed window)", l.Algorithm)
-		return
-	case l.UnitMultiplier != 1:
-		p.errorf(g.calendar.k, "calendar: true counts one %s at a time: unit_multiplier must be 1, not %d", l.Unit, l.UnitMultiplier)
-		return
-	}
-	l.Calendar = time.UTC
-	if g.zone.k == nil {
-		return
-	}
-	name, ok := p.str(g.zone)
-	if !ok {
-		return
-	}
-	loc, err := time.LoadLocation(name)
-	if err != nil || name == "" || name == "Local" {
-		p.errorf(g.zone.v, "time_zone %q is not an IANA time zone name (such as Europe/Paris or UTC)", name)
-		return
-	}
-	l.Calendar = loc
-}
-
-// algorithm checks the fields that depend on l's algorithm.
-func (p *parser) algorithm(l *Limit, g limitFields) {
-	if g.burst.k != nil && l.Algorithm != TokenBucket {
-		p.errorf(g.burst.k, "burst is only for algorithm token_bucket, not %s", l.Algorithm)
-	}
-	switch l.Algorithm {
-	case TokenBucket:
-		p.tokenBucket(l, g.rpu, g.burst)
-	case SlidingLog:
-		if l.RequestsPerUnit > maxSlidingLog {
-			p.errorf(g.rpu.v, "requests_per_unit %d is too large for sliding_log (at most %d: it keeps one entry per hit; use sliding_window)",
-				l.RequestsPerUnit, maxSlidingLog)
-		}
-	default:
-		l.Burst = 0
-	}
-}
-
-// tokenBucket defaults and bounds burst: one token per microsecond at most,
-// and the bucket's span (burst × emission interval) within 2^53 µs.
-func (p *parser) tokenBucket(l *Limit, rpuF, burstF field) {
-	if burstF.k == nil {
-		l.Burst = l.RequestsPerUnit
-	}
-	windowMicros := uint64(l.Window / time.Microsecond)
-	switch {
-	case l.RequestsPerUnit == 0:
-		if l.Burst > 0 {
-			p.errorf(burstF.v, "burst %d needs requests_per_unit above 0 (a token_bucket with requests_per_unit 0 denies every request)", l.Burst)
-		}
-		return
-	case burstF.k != nil && l.Burst == 0:
-		p.errorf(burstF.v, "burst must be at least 1 when requests_per_unit is above 0 (a bucket of 0 admits nothing)")
-		return
-	case uint64(l.RequestsPerUnit) > windowMicros:
-		p.errorf(rpuF.v, "requests_per_unit %d per %d %s is more than one token per microsecond (token_bucket allows at most 1000000 per second)",
-			l.RequestsPerUnit, l.UnitMultiplier, l.Unit)
-		return
-	}
-	interval := (windowMicros + uint64(l.RequestsPerUnit) - 1) / uint64(l.RequestsPerUnit)
-	if uint64(l.Burst) > maxTokenSpan/interval {
-		at := rpuF.v
-		msg := "requests_per_unit %d (the default burst) × emission interval %dµs is more than 2^53µs (about 285 years)"
-		if burstF.k != nil {
-			at, msg = burstF.v, "burst %d × emission interval %dµs is more than 2^53µs (about 285 years)"
-		}
-		p.errorf(at, msg, l.Burst, interval)
 	}
 }
 
@@ -416,8 +324,8 @@ func (p *parser) replaces(f field) ([]string, []*yaml.Node) {
 
 // compactWindow is a limit's window for labels and the dump: "1s", "5m".
 func compactWindow(l *Limit) string {
-	if l.Unlimited || l.Unit == UnitUnknown {
+	if l.Rule == nil {
 		return ""
 	}
-	return strconv.FormatUint(uint64(l.UnitMultiplier), 10) + unitCodes[l.Unit]
+	return strconv.FormatUint(uint64(l.Rule.Multiplier), 10) + l.Rule.Unit.Code()
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -250,14 +252,14 @@ func TestParseGood(t *testing.T) {
 		t.Errorf("status node at %d:%d, want 45:13", status.Line, status.Column)
 	}
 	month := status.Limits[0]
-	if month.Unit != Month || month.Window != 30*24*time.Hour || month.ID != "fw2592000s" || month.Line != 47 || month.Column != 26 {
+	if month.Rule.Unit != engine.Month || month.Rule.Window != 30*24*time.Hour || month.ID() != "fw2592000s" || month.Line != 47 || month.Column != 26 {
 		t.Errorf("month limit = %+v", month)
 	}
 	unlimited := ref.Descriptors[1].Limits[0]
-	if !unlimited.Unlimited || unlimited.Window != 0 || unlimited.Unit != UnitUnknown || unlimited.ID != "unlimited" {
+	if !unlimited.Unlimited || unlimited.Rule != nil || unlimited.ID() != "unlimited" {
 		t.Errorf("unlimited limit = %+v", unlimited)
 	}
-	if rpu := ref.Descriptors[4].Limits[0].RequestsPerUnit; rpu != 0 {
+	if rpu := ref.Descriptors[4].Limits[0].Rule.Limit; rpu != 0 {
 		t.Errorf("requests_per_unit: 0 read as %d", rpu)
 	}
 	wild := ref.Descriptors[4]
@@ -287,22 +289,22 @@ func TestParseGood(t *testing.T) {
 
 	ext := c.Domain("ext")
 	apiKey := ext.Descriptors[0].Limits
-	if tb := apiKey[0]; tb.Algorithm != TokenBucket || tb.Burst != 100 || tb.RequestsPerUnit != 50 {
+	if tb := apiKey[0].Rule; tb.Algorithm() != engine.TokenBucket || tb.Burst != 100 || tb.Limit != 50 {
 		t.Errorf("token bucket = %+v", tb)
 	}
-	if steady := apiKey[1]; steady.Burst != 20 || steady.Algorithm != TokenBucket {
-		t.Errorf("steady: Burst %d Algorithm %v, want the default burst 20 and token_bucket", steady.Burst, steady.Algorithm)
+	if steady := apiKey[1].Rule; steady.Burst != 20 || steady.Algorithm() != engine.TokenBucket {
+		t.Errorf("steady: Burst %d Algorithm %v, want the default burst 20 and token_bucket", steady.Burst, steady.Algorithm())
 	}
 	if daily := apiKey[2]; !daily.Shadow || daily.Descriptor.ShadowMode {
 		t.Errorf("daily_quota: Shadow %v (want true: its own shadow_mode), descriptor ShadowMode %v (want false)", daily.Shadow, daily.Descriptor.ShadowMode)
 	}
 	for _, l := range apiKey[3:] {
-		if l.Window != 5*time.Minute || l.UnitMultiplier != 5 || l.Burst != 0 {
-			t.Errorf("%s: Window %v UnitMultiplier %d Burst %d, want 5m, 5, 0", l.ID, l.Window, l.UnitMultiplier, l.Burst)
+		if r := l.Rule; r.Window != 5*time.Minute || r.Multiplier != 5 || r.Burst != 0 {
+			t.Errorf("%s: Window %v UnitMultiplier %d Burst %d, want 5m, 5, 0", l.ID(), r.Window, r.Multiplier, r.Burst)
 		}
 	}
 	gold := ext.Descriptors[1]
-	if l := gold.Limits[0]; l.RequestsPerUnit != 500 || l.Burst != 500 || !l.Shadow || l.Algorithm != TokenBucket {
+	if l := gold.Limits[0]; l.Rule.Limit != 500 || l.Rule.Burst != 500 || !l.Shadow || l.Rule.Algorithm() != engine.TokenBucket {
 		t.Errorf("tier=gold limit (merge key, overrides) = %+v", l)
 	}
 	if l := gold.Children[0].Limits[0]; l.Shadow {
@@ -367,9 +369,14 @@ func TestLimitIdentity(t *testing.T) {
 	for _, tt := range tests {
 		c := parseString(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: "+tt.limit+"\n")
 		l := c.Limits()[0]
-		if l.ID != tt.wantID || l.Label != tt.wantLabel || l.Window != tt.wantWindow || l.Burst != tt.wantBurst {
+		var window time.Duration
+		var burst uint32
+		if l.Rule != nil {
+			window, burst = l.Rule.Window, l.Rule.Burst
+		}
+		if l.ID() != tt.wantID || l.Label != tt.wantLabel || window != tt.wantWindow || burst != tt.wantBurst {
 			t.Errorf("rate_limit: %s: ID %q Label %q Window %v Burst %d; want %q %q %v %d",
-				tt.limit, l.ID, l.Label, l.Window, l.Burst, tt.wantID, tt.wantLabel, tt.wantWindow, tt.wantBurst)
+				tt.limit, l.ID(), l.Label, window, burst, tt.wantID, tt.wantLabel, tt.wantWindow, tt.wantBurst)
 		}
 	}
 }
@@ -435,10 +442,10 @@ descriptors:
 		t.Fatalf("domain: 7 not read as \"7\"; domains %v", c.Domains())
 	}
 	code, flagNode := d.Descriptors[0], d.Descriptors[1]
-	if code.Value != "404" || !code.ShadowMode || !code.QuotaMode || code.Limits[0].RequestsPerUnit != 16 {
+	if code.Value != "404" || !code.ShadowMode || !code.QuotaMode || code.Limits[0].Rule.Limit != 16 {
 		t.Errorf("code = %+v, limit %+v", code, code.Limits[0])
 	}
-	if flagNode.Value != "true" || flagNode.DetailedMetric || flagNode.Limits[0].RequestsPerUnit != 1000 {
+	if flagNode.Value != "true" || flagNode.DetailedMetric || flagNode.Limits[0].Rule.Limit != 1000 {
 		t.Errorf("flag = %+v, limit %+v", flagNode, flagNode.Limits[0])
 	}
 }
@@ -472,7 +479,7 @@ func TestUnlimitedIgnoresRequestsPerUnit(t *testing.T) {
 		t.Fatalf("Parse = %v, want the file accepted as the reference accepts it", err)
 	}
 	l := cfg.Domain("d").Descriptors[0].Limits[0]
-	if !l.Unlimited || l.RequestsPerUnit != 0 {
+	if !l.Unlimited || l.Rule != nil {
 		t.Errorf("limit = %+v, want unlimited with requests_per_unit ignored", l)
 	}
 }
@@ -506,7 +513,7 @@ func TestParseNumbers(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || c.Limits()[0].RequestsPerUnit != tt.want {
+		if err != nil || c.Limits()[0].Rule.Limit != tt.want {
 			t.Errorf("requests_per_unit: %s: %v, %v; want %d", tt.rpu, c, err, tt.want)
 		}
 	}
@@ -580,14 +587,14 @@ descriptors:
 		t.Fatal(err)
 	}
 	ls := cfg.Domain("quota").Match([]Entry{{Key: "tenant", Value: "a"}}).Limits
-	if ls[0].Calendar == nil || ls[0].Calendar.String() != "Europe/Paris" || ls[0].ID != "cal.month@Europe/Paris" {
-		t.Errorf("calendar month in Paris: Calendar %v, ID %q", ls[0].Calendar, ls[0].ID)
+	if ls[0].Rule.Calendar == nil || ls[0].Rule.Calendar.String() != "Europe/Paris" || ls[0].ID() != "cal.month@Europe/Paris" {
+		t.Errorf("calendar month in Paris: Calendar %v, ID %q", ls[0].Rule.Calendar, ls[0].ID())
 	}
-	if ls[1].Calendar != nil || ls[1].ID == ls[0].ID || ls[1].Label == ls[0].Label {
-		t.Errorf("a plain month (30 days) must be another counter and label: %q %q / %q %q", ls[1].ID, ls[1].Label, ls[0].ID, ls[0].Label)
+	if ls[1].Rule.Calendar != nil || ls[1].ID() == ls[0].ID() || ls[1].Label == ls[0].Label {
+		t.Errorf("a plain month (30 days) must be another counter and label: %q %q / %q %q", ls[1].ID(), ls[1].Label, ls[0].ID(), ls[0].Label)
 	}
-	if ls[2].Calendar != time.UTC {
-		t.Errorf("calendar without time_zone: %v, want UTC", ls[2].Calendar)
+	if ls[2].Rule.Calendar != time.UTC {
+		t.Errorf("calendar without time_zone: %v, want UTC", ls[2].Rule.Calendar)
 	}
 	for _, bad := range []struct{ yaml, want string }{
 		{"{unit: hour, requests_per_unit: 1, calendar: true}", "calendar: true needs unit day, week, month or year"},

@@ -49,18 +49,18 @@ func mergeDomain(first, d *Domain, top map[*Domain]map[Entry]bool) []*Error {
 	if seen == nil {
 		seen = make(map[Entry]bool, len(first.Descriptors)+len(d.Descriptors))
 		for _, o := range first.Descriptors {
-			seen[Entry{o.Key, o.Value}] = true
+			seen[Entry{Key: o.Key, Value: o.Value}] = true
 		}
 		top[first] = seen
 	}
 	var errs []*Error
 	for _, n := range d.Descriptors {
-		if seen[Entry{n.Key, n.Value}] {
+		if seen[Entry{Key: n.Key, Value: n.Value}] {
 			errs = append(errs, &Error{File: d.File, Line: n.Line, Column: n.Column,
 				Msg: fmt.Sprintf("duplicate descriptor %q in domain %q, which %s defines too (merged domains may not repeat a top-level descriptor)", n.Path, d.Name, first.File)})
 			continue
 		}
-		seen[Entry{n.Key, n.Value}] = true
+		seen[Entry{Key: n.Key, Value: n.Value}] = true
 		first.Descriptors = append(first.Descriptors, n)
 	}
 	first.HTTPDescriptors = append(first.HTTPDescriptors, d.HTTPDescriptors...)

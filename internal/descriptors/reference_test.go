@@ -28,7 +28,7 @@ func matchLimits(t *testing.T, c *Config, domain string, kv ...string) string {
 			out = append(out, "unlimited")
 			continue
 		}
-		out = append(out, fmt.Sprintf("%d/%s", l.RequestsPerUnit, l.Unit))
+		out = append(out, fmt.Sprintf("%d/%s", l.Rule.Limit, l.Rule.Unit))
 	}
 	if len(out) == 0 {
 		return "none"
@@ -93,7 +93,7 @@ func TestReferenceCorpusLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Domain("test-domain").Match([]Entry{{"key2", "x"}}).Metadata["service_with_quota"]; got == nil {
+	if got := c.Domain("test-domain").Match([]Entry{{Key: "key2", Value: "x"}}).Metadata["service_with_quota"]; got == nil {
 		t.Errorf("metadata.yaml: key2's metadata.service_with_quota is missing")
 	}
 }

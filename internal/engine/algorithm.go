@@ -3,8 +3,6 @@ package engine
 import (
 	"math"
 	"time"
-
-	"github.com/rlsproject/rls/internal/descriptors"
 )
 
 // State is the stored state of one counter: one limit of one descriptor.
@@ -28,10 +26,13 @@ type LogEntry struct {
 }
 
 // algorithm is one way of counting, whole: how it judges, consumes and gives
-// back hits on a State, and the instants it reports. Instants are
-// microseconds since the epoch. normalize turns the decision's instant into
-// the counter's own (see below); every other method but expiry takes st
-// normalized and that instant. Implementations are stateless values.
+// back hits on a State, the instants it reports, and what it checks and
+// derives when a Spec is compiled. Instants are microseconds since the
+// epoch. normalize turns the decision's instant into the counter's own (see
+// below); every other method but expiry takes st normalized and that
+// instant. Implementations are stateless values; adding one is a file of
+// its own and its line in algorithms (and a section in the Redis scripts:
+// see doc.go).
 //
 // Time can go backwards (an NTP step, another process's clock): a counter
 // never resets or refills on a backward step. normalize returns the
@@ -44,78 +45,110 @@ type LogEntry struct {
 // functions, section by section, with the same arithmetic: a differential
 // test holds the two to identical answers.
 type algorithm interface {
+	// name is the algorithm's name (in configs, unless it is a form of
+	// another: see form); code its stable code (Rule.Code).
+	name() string
+	code() uint8
+	// compile checks what of s is the algorithm's own, completes r (its
+	// burst), and returns the algorithm r counts with (itself; calendar: true
+	// then turns a fixed window into a calendarWindow, see compileCalendar).
+	compile(s *Spec, r *Rule, errs *specErrors) algorithm
+	// counterID is the identity of r's counter without its name part.
+	counterID(r *Rule) string
 	// normalize brings st to the decision's instant t without changing what
 	// it means (window rollover, expired log entries dropped, a TAT not in
 	// the past) and returns the counter's instant: t, or later when the
 	// state has seen later instants. A store keeps the normalized state
 	// whether or not the request is admitted.
-	normalize(l *descriptors.Limit, st *State, t int64) int64
+	normalize(r *Rule, st *State, t int64) int64
 	// admits reports whether hits fit at t. With 0 hits it reports whether
 	// the limit is not exceeded (a look that consumes nothing).
-	admits(l *descriptors.Limit, st *State, t int64, hits uint64) bool
+	admits(r *Rule, st *State, t int64, hits uint64) bool
 	// consume takes hits at t without checking the limit.
-	consume(l *descriptors.Limit, st *State, t int64, hits uint64)
+	consume(r *Rule, st *State, t int64, hits uint64)
 	// giveBack refunds hits at t; a counter never goes below zero and a
 	// bucket never holds more than its burst.
-	giveBack(l *descriptors.Limit, st *State, t int64, hits uint64)
+	giveBack(r *Rule, st *State, t int64, hits uint64)
 	// remaining returns the hits the limit still admits at t.
-	remaining(l *descriptors.Limit, st *State, t int64) uint64
+	remaining(r *Rule, st *State, t int64) uint64
 	// resetAt returns the instant reported as the limit's reset (see
 	// Result.Reset).
-	resetAt(l *descriptors.Limit, st *State, t int64) int64
+	resetAt(r *Rule, st *State, t int64) int64
 	// retryAt returns an instant no later than the first one at which hits
 	// would be admitted, nothing else being consumed meanwhile, for a request
 	// denied at t; never when no instant will admit them (more hits than
 	// the limit, or the bucket, holds).
-	retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64
+	retryAt(r *Rule, st *State, t int64, hits uint64) int64
 	// expiry returns the instant from which st is equivalent to the zero
 	// State: a store may forget it then. 0 means it already is.
-	expiry(l *descriptors.Limit, st *State) int64
+	expiry(r *Rule, st *State) int64
+	// capacity, quotaWindow, denialCoversMoreHits, stateSizeVaries and
+	// calendarBounds answer Rule's methods of the same names.
+	capacity(r *Rule) uint64
+	quotaWindow(r *Rule, end time.Time) time.Duration
+	denialCoversMoreHits() bool
+	stateSizeVaries() bool
+	calendarBounds(r *Rule, at int64) ([4]int64, bool)
+}
+
+// form is an algorithm that configs do not name: a form of another, which
+// compile turns into it (a calendar window is a fixed window with
+// calendar: true). configName is the name of that other.
+type form interface {
+	configName() string
+}
+
+// configName returns the name configs give a.
+func configName(a algorithm) string {
+	if f, ok := a.(form); ok {
+		return f.configName()
+	}
+	return a.name()
 }
 
 // never is what retryAt returns for hits that no instant admits
 // (Result.Never).
 const never = math.MaxInt64
 
-// algorithms holds the implementation of each descriptors.Algorithm.
+// algorithms are the implementations by code. The codes are part of the
+// Redis store's wire contract (decide.lua's algorithms table, checked
+// against this one when the store loads its library): append only.
 var algorithms = [...]algorithm{
-	descriptors.FixedWindow:   fixedWindow{},
-	descriptors.SlidingWindow: slidingWindow{},
-	descriptors.SlidingLog:    slidingLog{},
-	descriptors.TokenBucket:   tokenBucket{},
+	fixedWindow{},
+	slidingWindow{},
+	slidingLog{},
+	tokenBucket{},
+	calendarWindow{},
 }
 
-// algorithmOf returns the implementation of l's algorithm: a fixed window
-// with a calendar is a calendar window. The config admits no other
-// algorithm, so an unknown one is a programmer error.
-func algorithmOf(l *descriptors.Limit) algorithm {
-	if l.Calendar != nil {
-		return calendarWindow{}
+// Algorithms returns the algorithms' names by code (index): what a store
+// that mirrors them must know.
+func Algorithms() []string {
+	names := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		names[i] = a.name()
 	}
-	return algorithms[l.Algorithm]
+	return names
 }
 
-// Expiry returns the instant from which st is equivalent to the zero State
-// for limit l: a store may forget it then. 0 means it already is.
-func Expiry(l *descriptors.Limit, st *State) int64 {
-	return algorithmOf(l).expiry(l, st)
-}
+// windowQuota is quotaWindow of the algorithms whose quota is their limit
+// per their window.
+func windowQuota(r *Rule, _ time.Time) time.Duration { return r.Window }
 
-// Capacity is the most hits that l can ever admit at once: its limit, or a
-// token bucket's burst (none when it refills nothing). More hits are denied
-// whatever the wait (Result.Never).
-func Capacity(l *descriptors.Limit) uint64 {
-	switch {
-	case l.Algorithm != descriptors.TokenBucket:
-		return uint64(l.RequestsPerUnit)
-	case l.RequestsPerUnit == 0:
-		return 0
+// limitCapacity is the capacity of the algorithms that admit at most their
+// limit at once.
+func limitCapacity(r *Rule) uint64 { return uint64(r.Limit) }
+
+// noBurst is the check of the algorithms that have no burst.
+func noBurst(s *Spec, r *Rule, errs *specErrors) {
+	if s.BurstSet {
+		errs.add("burst", true, "burst is only for algorithm token_bucket, not %s", r.alg.name())
 	}
-	return uint64(l.Burst)
 }
 
-// window returns the limit's window in microseconds (≥ 1 for a valid limit).
-func window(l *descriptors.Limit) int64 { return l.Window.Microseconds() }
+// noCalendarBounds is calendarBounds of the algorithms whose window is a
+// length.
+func noCalendarBounds(*Rule, int64) ([4]int64, bool) { return [4]int64{}, false }
 
 // windowStart returns the start of the epoch-aligned window holding t.
 func windowStart(t, w int64) int64 { return t - t%w }

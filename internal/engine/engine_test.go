@@ -2,11 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"math/big"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 )
@@ -29,7 +30,7 @@ func (r *reference) Apply(ctx context.Context, items []engine.Item, results []en
 	defer r.mu.Unlock()
 	states := make([]*engine.State, len(items))
 	for i := range items {
-		k := [2]string{items[i].Desc, items[i].Limit.ID}
+		k := [2]string{items[i].Desc, items[i].Rule.ID}
 		if r.states[k] == nil {
 			r.states[k] = new(engine.State)
 		}
@@ -48,21 +49,21 @@ func TestExpiry(t *testing.T) {
 	w := time.Minute
 	t0 := storetest.T0
 	for _, tc := range []struct {
-		alg  descriptors.Algorithm
+		alg  string
 		hits uint64
 		want time.Duration // after t0; -1: 0 (already expired)
 	}{
-		{descriptors.FixedWindow, 1, w},
-		{descriptors.FixedWindow, 0, -1},
-		{descriptors.SlidingWindow, 1, 2 * w},
-		{descriptors.SlidingLog, 1, w},
-		{descriptors.SlidingLog, 0, -1},
-		{descriptors.TokenBucket, 1, 6 * time.Second},
+		{engine.FixedWindow, 1, w},
+		{engine.FixedWindow, 0, -1},
+		{engine.SlidingWindow, 1, 2 * w},
+		{engine.SlidingLog, 1, w},
+		{engine.SlidingLog, 0, -1},
+		{engine.TokenBucket, 1, 6 * time.Second},
 	} {
-		l := storetest.Limit(tc.alg, 10, w, 10)
+		l := storetest.Rule(tc.alg, 10, w, 10)
 		var st engine.State
-		engine.Evaluate(t0, []engine.Item{{Desc: "d/k=v", Limit: l, Hits: tc.hits}}, []*engine.State{&st}, make([]engine.Result, 1))
-		got := engine.Expiry(l, &st)
+		engine.Evaluate(t0, []engine.Item{{Desc: "d/k=v", Rule: l, Hits: tc.hits}}, []*engine.State{&st}, make([]engine.Result, 1))
+		got := l.Expiry(&st)
 		want := int64(0)
 		if tc.want >= 0 {
 			want = t0.Add(tc.want).UnixMicro()
@@ -74,15 +75,15 @@ func TestExpiry(t *testing.T) {
 }
 
 func BenchmarkEvaluate(b *testing.B) {
-	windows := []*descriptors.Limit{
-		storetest.Limit(descriptors.FixedWindow, 1<<30, time.Second, 0),
-		storetest.Limit(descriptors.SlidingWindow, 1<<30, time.Minute, 0),
-		storetest.Limit(descriptors.TokenBucket, 1_000_000, time.Second, 1_000_000),
+	windows := []*engine.Rule{
+		storetest.Rule(engine.FixedWindow, 1<<30, time.Second, 0),
+		storetest.Rule(engine.SlidingWindow, 1<<30, time.Minute, 0),
+		storetest.Rule(engine.TokenBucket, 1_000_000, time.Second, 1_000_000),
 	}
 	items := make([]engine.Item, len(windows))
 	states := make([]*engine.State, len(windows))
 	for i, l := range windows {
-		items[i] = engine.Item{Desc: "api/remote_address=10.0.0.1", Limit: l, Hits: 1}
+		items[i] = engine.Item{Desc: "api/remote_address=10.0.0.1", Rule: l, Hits: 1}
 		states[i] = new(engine.State)
 	}
 	results := make([]engine.Result, len(items))
@@ -91,5 +92,65 @@ func BenchmarkEvaluate(b *testing.B) {
 	for b.Loop() {
 		now = now.Add(time.Microsecond)
 		engine.Evaluate(now, items, states, results)
+	}
+}
+
+// TestAlgorithmCodes: an algorithm's code is its place in the registry (the
+// Redis scripts' table follows it), and configs name each algorithm that is
+// not a form of another.
+func TestAlgorithmCodes(t *testing.T) {
+	for code, name := range engine.Algorithms() {
+		spec := engine.Spec{Algorithm: name, Unit: engine.Day, Multiplier: 1, Limit: 1}
+		if name == "calendar_window" {
+			spec = engine.Spec{Unit: engine.Day, Multiplier: 1, Limit: 1, Calendar: true}
+		}
+		r, errs := engine.Compile(spec)
+		if len(errs) > 0 {
+			t.Errorf("Compile(%+v): %v", spec, errs)
+			continue
+		}
+		if int(r.Code()) != code {
+			t.Errorf("algorithm %s: code %d, registered at %d", name, r.Code(), code)
+		}
+	}
+	if got, want := engine.AlgorithmNames(), "fixed_window|sliding_window|sliding_log|token_bucket"; got != want {
+		t.Errorf("AlgorithmNames() = %q, want %q", got, want)
+	}
+}
+
+// TestTokenBucketQuotaWindowAgainstBigRat: a token bucket's advertised window is
+// ⌈burst × window ÷ requests_per_unit⌉ seconds, computed exactly (128-bit
+// arithmetic) for every limit the config admits, checked against math/big
+// on seeded random limits; the advertised rate never exceeds the
+// configured one, and the default burst advertises the limit's own window.
+func TestTokenBucketQuotaWindowAgainstBigRat(t *testing.T) {
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, 0))
+	units := []engine.Unit{engine.Second, engine.Minute, engine.Hour, engine.Day, engine.Week, engine.Month, engine.Year}
+	for n := 0; n < 20000; n++ {
+		u, m := units[rng.IntN(len(units))], uint32(1+rng.IntN(100))
+		w := time.Duration(m) * u.Duration()
+		r := uint32(1 + rng.Uint64N(uint64(min(w.Microseconds(), 1<<32-1))))
+		interval := (w.Microseconds() + int64(r) - 1) / int64(r)
+		b := uint32(1 + rng.Uint64N(uint64(min(1<<53/interval, 1<<32-1))))
+		if n%4 == 0 {
+			b = r // the default burst
+		}
+		got := engine.MustCompile(engine.Spec{Algorithm: engine.TokenBucket, Unit: u, Multiplier: m, Limit: r, Burst: b, BurstSet: true}).QuotaWindow(time.Time{})
+		exact := new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(int64(b)), big.NewInt(w.Microseconds())), new(big.Int).Mul(big.NewInt(int64(r)), big.NewInt(1e6)))
+		secs := new(big.Int).Quo(exact.Num(), exact.Denom())
+		if !exact.IsInt() {
+			secs.Add(secs, big.NewInt(1))
+		}
+		if want := time.Duration(secs.Int64()) * time.Second; got != want {
+			t.Fatalf("seed %d: QuotaWindow(%d per %s, burst %d) = %s, want ⌈%s⌉ s = %s", seed, r, w, b, got, exact.FloatString(6), want)
+		}
+		// b/got ≤ r/w, the configured rate.
+		if new(big.Int).Mul(big.NewInt(int64(b)), big.NewInt(w.Microseconds())).Cmp(new(big.Int).Mul(big.NewInt(int64(r)), big.NewInt(got.Microseconds()))) > 0 {
+			t.Fatalf("seed %d: %d per %s, burst %d: advertised %d per %s, more than the configured rate", seed, r, w, b, b, got)
+		}
+		if b == r && got != w {
+			t.Fatalf("seed %d: %d per %s with the default burst advertises a window of %s", seed, r, w, got)
+		}
 	}
 }

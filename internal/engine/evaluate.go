@@ -42,16 +42,16 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 		// are over.
 		for i := range items {
 			if it := &items[i]; results[i].Admitted && !over[it.Group] {
-				take(algorithmOf(it.Limit), it, states[i], times[i])
+				take(it.Rule.alg, it, states[i], times[i])
 			}
 		}
 	}
 	chargeDenied(t, items, states, results, times, admitted, over)
 	for i := range items {
 		it, st, r, tc := &items[i], states[i], &results[i], times[i]
-		alg := algorithmOf(it.Limit)
-		r.Remaining = alg.remaining(it.Limit, st, tc)
-		r.Reset = micros(alg.resetAt(it.Limit, st, tc) - t)
+		alg := it.Rule.alg
+		r.Remaining = alg.remaining(it.Rule, st, tc)
+		r.Reset = micros(alg.resetAt(it.Rule, st, tc) - t)
 	}
 	return admitted
 }
@@ -63,9 +63,9 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 func judge(t int64, items []Item, states []*State, results []Result, snaps []State, times []int64) {
 	for i := range items {
 		it, st := &items[i], states[i]
-		alg := algorithmOf(it.Limit)
+		alg := it.Rule.alg
 		if j := firstOf(states, i); j == i {
-			times[i] = alg.normalize(it.Limit, st, t)
+			times[i] = alg.normalize(it.Rule, st, t)
 			snaps[i] = *st
 		} else {
 			times[i] = times[j]
@@ -73,7 +73,7 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 		tc := times[i]
 		r := &results[i]
 		*r = Result{}
-		if it.Refund || alg.admits(it.Limit, st, tc, it.Hits) {
+		if it.Refund || alg.admits(it.Rule, st, tc, it.Hits) {
 			r.Admitted = true
 			take(alg, it, st, tc)
 		} else {
@@ -85,7 +85,7 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 // retry writes into r when the denied item it could pass, as of the
 // decision's instant t (the counter's is tc), or that it never can.
 func retry(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
-	if at := alg.retryAt(it.Limit, st, tc, it.Hits); at == never {
+	if at := alg.retryAt(it.Rule, st, tc, it.Hits); at == never {
 		r.Never, r.RetryAfter = true, 0
 	} else {
 		r.Never, r.RetryAfter = false, micros(at-t)
@@ -104,15 +104,15 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 		if !it.CountDenied || it.Refund || (admitted && r.Admitted && !over[it.Group]) {
 			continue
 		}
-		alg := algorithmOf(it.Limit)
+		alg := it.Rule.alg
 		st, tc := states[i], times[i]
 		if !r.Admitted {
-			r.RemainingBeforeCharge = alg.remaining(it.Limit, st, tc)
+			r.RemainingBeforeCharge = alg.remaining(it.Rule, st, tc)
 		}
-		alg.consume(it.Limit, st, tc, it.Hits)
+		alg.consume(it.Rule, st, tc, it.Hits)
 		switch {
 		case r.Admitted:
-		case alg.admits(it.Limit, st, tc, it.Hits):
+		case alg.admits(it.Rule, st, tc, it.Hits):
 			// Denied only by hits the request took back: it passes now.
 			r.Never, r.RetryAfter = false, 0
 		default:
@@ -125,9 +125,9 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 // consumes its hits, or gives them back for a refund.
 func take(alg algorithm, it *Item, st *State, t int64) {
 	if it.Refund {
-		alg.giveBack(it.Limit, st, t, it.Hits)
+		alg.giveBack(it.Rule, st, t, it.Hits)
 	} else {
-		alg.consume(it.Limit, st, t, it.Hits)
+		alg.consume(it.Rule, st, t, it.Hits)
 	}
 }
 

@@ -1,14 +1,27 @@
 package engine
 
-import "github.com/rlsproject/rls/internal/descriptors"
+import "time"
 
 // fixedWindow counts hits per window, windows aligned to the Unix epoch (as
 // envoyproxy/ratelimit). State: Count hits in the window that starts at
-// Start.
+// Start. With calendar: true it is a calendarWindow.
 type fixedWindow struct{}
 
-func (fixedWindow) normalize(l *descriptors.Limit, st *State, t int64) int64 {
-	return enterWindow(st, windowStart(t, window(l)), t)
+// FixedWindow is the algorithm's name (Spec.Algorithm).
+const FixedWindow = "fixed_window"
+
+func (fixedWindow) name() string { return FixedWindow }
+func (fixedWindow) code() uint8  { return 0 }
+
+func (a fixedWindow) compile(s *Spec, r *Rule, errs *specErrors) algorithm {
+	noBurst(s, r, errs)
+	return a
+}
+
+func (fixedWindow) counterID(r *Rule) string { return windowID("fw", r) }
+
+func (fixedWindow) normalize(r *Rule, st *State, t int64) int64 {
+	return enterWindow(st, windowStart(t, r.window()), t)
 }
 
 // enterWindow moves a fixed or calendar window's state at instant t into
@@ -24,38 +37,49 @@ func enterWindow(st *State, ws, t int64) int64 {
 	return t
 }
 
-func (fixedWindow) admits(l *descriptors.Limit, st *State, _ int64, hits uint64) bool {
-	limit := uint64(l.RequestsPerUnit)
+func (fixedWindow) admits(r *Rule, st *State, _ int64, hits uint64) bool {
+	limit := uint64(r.Limit)
 	return hits <= limit && st.Count+hits <= limit // hits ≤ limit first: no overflow
 }
 
-func (fixedWindow) consume(_ *descriptors.Limit, st *State, _ int64, hits uint64) {
+func (fixedWindow) consume(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count += hits
 }
 
-func (fixedWindow) giveBack(_ *descriptors.Limit, st *State, _ int64, hits uint64) {
+func (fixedWindow) giveBack(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count -= min(st.Count, hits)
 }
 
-func (fixedWindow) remaining(l *descriptors.Limit, st *State, _ int64) uint64 {
-	limit := uint64(l.RequestsPerUnit)
+func (fixedWindow) remaining(r *Rule, st *State, _ int64) uint64 {
+	limit := uint64(r.Limit)
 	return limit - min(limit, st.Count)
 }
 
-func (fixedWindow) resetAt(l *descriptors.Limit, st *State, _ int64) int64 {
-	return st.Start + window(l)
+func (fixedWindow) resetAt(r *Rule, st *State, _ int64) int64 {
+	return st.Start + r.window()
 }
 
-func (fixedWindow) retryAt(l *descriptors.Limit, st *State, _ int64, hits uint64) int64 {
-	if hits > uint64(l.RequestsPerUnit) {
+func (fixedWindow) retryAt(r *Rule, st *State, _ int64, hits uint64) int64 {
+	if hits > uint64(r.Limit) {
 		return never
 	}
-	return st.Start + window(l)
+	return st.Start + r.window()
 }
 
-func (fixedWindow) expiry(l *descriptors.Limit, st *State) int64 {
+func (fixedWindow) expiry(r *Rule, st *State) int64 {
 	if st.Count == 0 {
 		return 0
 	}
-	return st.Start + window(l)
+	return st.Start + r.window()
+}
+
+func (fixedWindow) quotaWindow(r *Rule, end time.Time) time.Duration { return windowQuota(r, end) }
+func (fixedWindow) capacity(r *Rule) uint64                          { return limitCapacity(r) }
+
+// A denial's retry instant is the window's end whatever the hits.
+func (fixedWindow) denialCoversMoreHits() bool { return true }
+func (fixedWindow) stateSizeVaries() bool      { return false }
+
+func (fixedWindow) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
+	return noCalendarBounds(r, at)
 }

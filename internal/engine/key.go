@@ -3,19 +3,41 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/base64"
-
-	"github.com/rlsproject/rls/internal/descriptors"
+	"strconv"
+	"time"
 )
+
+// The key layout of counters, in one place: a change here is a data
+// migration (counters kept under the old keys are forgotten), so
+// TestKeyLayout holds every part of it to a golden file.
+//
+// A counter is identified by its descriptor's identity (AppendDescriptorKey)
+// and its rule's identity among the rules of that descriptor (Rule.ID,
+// built by the functions below from what each algorithm names). A store
+// that keeps counters under string keys (Redis) keys a counter as
+//
+//	<prefix>{<descriptor identity>}:<rule ID>
+//
+// where the braces make the descriptor identity Redis Cluster's hash tag
+// (all windows of one descriptor share a slot), and may derive further keys
+// of the same counter by appending a suffix (WindowKeySuffix). Notices that
+// a counter's hits were given back go to the channel FreedChannel(prefix).
 
 // maxPart is the longest escaped key part kept readable; longer parts are
 // replaced by a hash so that keys stay short whatever the request sends.
 const maxPart = 64
 
-// AppendDescriptorKey appends the counter identity of one request
-// descriptor: the domain, then for each entry "/" + key + "=" + value. When
-// the entry's level matched a share_threshold wildcard, "~" + the pattern
-// stands in for "=" + value, so that all values matching it share counters.
-// node is the node that the entries matched (nil for a request override).
+// Entry is one (key, value) pair of a request descriptor.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// AppendDescriptorKey appends the identity of one request descriptor: the
+// domain, then for each entry "/" + key + "=" + value. Where shares[i] is
+// not "" (the entry's level matched a share_threshold wildcard), "~" +
+// shares[i] (the pattern) stands in for "=" + value, so that all values
+// matching it share counters.
 //
 // The encoding is unambiguous: '%', '/', '=', '~', '#', '{', '}', ':' and
 // bytes outside printable ASCII are percent-escaped, and a part whose escaped
@@ -23,12 +45,8 @@ const maxPart = 64
 // SHA-256. Different descriptors never share a counter (unlike
 // envoyproxy/ratelimit, where ("a_b","c") and ("a","b_c") collide), and the
 // result contains no '{' or '}', so it can sit inside a Redis hash tag.
-func AppendDescriptorKey(dst []byte, domain string, entries []descriptors.Entry, node *descriptors.Descriptor) []byte {
+func AppendDescriptorKey(dst []byte, domain string, entries []Entry, shares []string) []byte {
 	dst = appendPart(dst, domain)
-	var shares []string
-	if node != nil && node.Depth == len(entries)-1 {
-		shares = node.Shares
-	}
 	for i, e := range entries {
 		dst = append(dst, '/')
 		dst = appendPart(dst, e.Key)
@@ -41,6 +59,49 @@ func AppendDescriptorKey(dst []byte, domain string, entries []descriptors.Entry,
 		dst = appendPart(dst, e.Value)
 	}
 	return dst
+}
+
+// CounterKey returns the string key of the counter of rule r for the
+// descriptor whose identity is desc, under prefix.
+func CounterKey(prefix, desc string, r *Rule) string {
+	return prefix + "{" + desc + "}:" + r.ID
+}
+
+// WindowKeySuffix is appended to a window counter's key (fixed, sliding and
+// calendar windows) for its second key: the window's start and the
+// previous window's count (see the Redis store's scripts).
+const WindowKeySuffix = ":s"
+
+// FreedChannel returns the channel on which notices that hits of a counter
+// were given back are published, for counters keyed under prefix.
+func FreedChannel(prefix string) string { return prefix + "freed" }
+
+// windowID is the rule identity of a window of a length: the algorithm's
+// code (its prefix: "fw", "sw", "sl", "tb") and the window in whole seconds
+// ("fw60s").
+func windowID(prefix string, r *Rule) string {
+	return prefix + strconv.FormatInt(int64(r.Window/time.Second), 10) + "s"
+}
+
+// calendarID is the rule identity of a calendar window: its unit and time
+// zone ("cal.month@Europe/Paris"), another counter than a fixed window of
+// the same nominal length, and one per zone.
+func calendarID(r *Rule) string {
+	return "cal." + r.Unit.String() + "@" + r.Calendar.String()
+}
+
+// UnlimitedID is the identity, among the limits of a descriptor, of an
+// unlimited one named name: it has no counter, but no two limits of a
+// descriptor may share an identity.
+func UnlimitedID(name string) string { return "unlimited" + nameSuffix(name) }
+
+// nameSuffix is the part of a rule identity that its name adds: ":" + the
+// name's length + ":" + the name ("tb1s:5:burst").
+func nameSuffix(name string) string {
+	if name == "" {
+		return ""
+	}
+	return ":" + strconv.Itoa(len(name)) + ":" + name
 }
 
 // mustEscape[c] is true for the bytes that appendPart percent-escapes.

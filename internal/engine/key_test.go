@@ -3,16 +3,14 @@ package engine
 import (
 	"strings"
 	"testing"
-
-	"github.com/rlsproject/rls/internal/descriptors"
 )
 
-func key(domain string, node *descriptors.Descriptor, kv ...string) string {
-	var entries []descriptors.Entry
+func key(domain string, shares []string, kv ...string) string {
+	var entries []Entry
 	for i := 0; i < len(kv); i += 2 {
-		entries = append(entries, descriptors.Entry{Key: kv[i], Value: kv[i+1]})
+		entries = append(entries, Entry{Key: kv[i], Value: kv[i+1]})
 	}
-	return string(AppendDescriptorKey(nil, domain, entries, node))
+	return string(AppendDescriptorKey(nil, domain, entries, shares))
 }
 
 func TestDescriptorKey(t *testing.T) {
@@ -64,38 +62,19 @@ func TestDescriptorKeyBoundedAndTagSafe(t *testing.T) {
 }
 
 func TestDescriptorKeyShareThreshold(t *testing.T) {
-	cfg, err := descriptors.Parse("share.yaml", []byte(`
-domain: d
-descriptors:
-  - key: path
-    value: /api/*
-    share_threshold: true
-    descriptors:
-      - key: method
-        rate_limit: {unit: second, requests_per_unit: 1}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries := func(path string) []descriptors.Entry {
-		return []descriptors.Entry{{Key: "path", Value: path}, {Key: "method", Value: "GET"}}
-	}
-	leaf := cfg.Domain("d").Match(entries("/api/a"))
-	if leaf == nil {
-		t.Fatal("no node matched (path=/api/a, method=GET)")
-	}
-	a := string(AppendDescriptorKey(nil, "d", entries("/api/a"), leaf))
-	b := string(AppendDescriptorKey(nil, "d", entries("/api/b"), leaf))
+	shares := []string{"/api/*", ""}
+	a := key("d", shares, "path", "/api/a", "method", "GET")
+	b := key("d", shares, "path", "/api/b", "method", "GET")
 	if a != b || a != "d/path~%2Fapi%2F*/method=GET" {
 		t.Errorf("share_threshold keys = %q and %q, want both %q", a, b, "d/path~%2Fapi%2F*/method=GET")
 	}
 	if c := key("d", nil, "path", "/api/a", "method", "GET"); c == a {
-		t.Errorf("an override (no node) used the shared key %q", c)
+		t.Errorf("a descriptor without shares (an override) used the shared key %q", c)
 	}
 }
 
 func BenchmarkDescriptorKey(b *testing.B) {
-	entries := []descriptors.Entry{{Key: "remote_address", Value: "192.168.10.23"}, {Key: "path", Value: "/api/v1/users"}}
+	entries := []Entry{{Key: "remote_address", Value: "192.168.10.23"}, {Key: "path", Value: "/api/v1/users"}}
 	buf := make([]byte, 0, 128)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -2,8 +2,7 @@ package engine
 
 import (
 	"math"
-
-	"github.com/rlsproject/rls/internal/descriptors"
+	"time"
 )
 
 // slidingWindow is Cloudflare's estimate of a sliding window: two adjacent
@@ -12,8 +11,21 @@ import (
 // that starts at Start, Prev hits in the window before it.
 type slidingWindow struct{}
 
-func (slidingWindow) normalize(l *descriptors.Limit, st *State, t int64) int64 {
-	w := window(l)
+// SlidingWindow is the algorithm's name (Spec.Algorithm).
+const SlidingWindow = "sliding_window"
+
+func (slidingWindow) name() string { return SlidingWindow }
+func (slidingWindow) code() uint8  { return 1 }
+
+func (a slidingWindow) compile(s *Spec, r *Rule, errs *specErrors) algorithm {
+	noBurst(s, r, errs)
+	return a
+}
+
+func (slidingWindow) counterID(r *Rule) string { return windowID("sw", r) }
+
+func (slidingWindow) normalize(r *Rule, st *State, t int64) int64 {
+	w := r.window()
 	ws := windowStart(t, w)
 	switch {
 	case ws < st.Start:
@@ -36,44 +48,44 @@ func (slidingWindow) estimate(st *State, t, w int64) float64 {
 	return est + float64(st.Count)
 }
 
-// WindowCount is the hits that a fixed or sliding window (l) compares with
-// its limit at t, its state st normalized to t: the sliding window's
+// WindowCount is the hits that a fixed or sliding window rule r compares
+// with its limit at t, its state st normalized to t: the sliding window's
 // estimate, or the fixed window's count. For tools that measure accuracy.
-func WindowCount(l *descriptors.Limit, st *State, t int64) float64 {
-	if l.Algorithm == descriptors.SlidingWindow {
-		return slidingWindow{}.estimate(st, t, window(l))
+func WindowCount(r *Rule, st *State, t int64) float64 {
+	if a, ok := r.alg.(slidingWindow); ok {
+		return a.estimate(st, t, r.window())
 	}
 	return float64(st.Count)
 }
 
-func (a slidingWindow) admits(l *descriptors.Limit, st *State, t int64, hits uint64) bool {
-	limit := uint64(l.RequestsPerUnit)
-	return hits <= limit && a.estimate(st, t, window(l))+float64(hits) <= float64(limit)
+func (a slidingWindow) admits(r *Rule, st *State, t int64, hits uint64) bool {
+	limit := uint64(r.Limit)
+	return hits <= limit && a.estimate(st, t, r.window())+float64(hits) <= float64(limit)
 }
 
-func (slidingWindow) consume(_ *descriptors.Limit, st *State, _ int64, hits uint64) {
+func (slidingWindow) consume(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count += hits
 }
 
-func (slidingWindow) giveBack(_ *descriptors.Limit, st *State, _ int64, hits uint64) {
+func (slidingWindow) giveBack(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count -= min(st.Count, hits)
 }
 
-func (a slidingWindow) remaining(l *descriptors.Limit, st *State, t int64) uint64 {
-	r := float64(l.RequestsPerUnit) - a.estimate(st, t, window(l))
-	if r <= 0 {
+func (a slidingWindow) remaining(r *Rule, st *State, t int64) uint64 {
+	rem := float64(r.Limit) - a.estimate(st, t, r.window())
+	if rem <= 0 {
 		return 0
 	}
-	return uint64(math.Floor(r))
+	return uint64(math.Floor(rem))
 }
 
-func (slidingWindow) resetAt(l *descriptors.Limit, st *State, _ int64) int64 {
-	return st.Start + window(l)
+func (slidingWindow) resetAt(r *Rule, st *State, _ int64) int64 {
+	return st.Start + r.window()
 }
 
-func (slidingWindow) retryAt(l *descriptors.Limit, st *State, t int64, hits uint64) int64 {
-	w := window(l)
-	limit := uint64(l.RequestsPerUnit)
+func (slidingWindow) retryAt(r *Rule, st *State, t int64, hits uint64) int64 {
+	w := r.window()
+	limit := uint64(r.Limit)
 	end := st.Start + w
 	if hits > limit {
 		return never
@@ -90,12 +102,21 @@ func (slidingWindow) retryAt(l *descriptors.Limit, st *State, t int64, hits uint
 	return max(end, min(end+w, end+int64(math.Floor(e))-1))
 }
 
-func (slidingWindow) expiry(l *descriptors.Limit, st *State) int64 {
+func (slidingWindow) expiry(r *Rule, st *State) int64 {
 	switch {
 	case st.Count > 0:
-		return st.Start + 2*window(l)
+		return st.Start + 2*r.window()
 	case st.Prev > 0:
-		return st.Start + window(l)
+		return st.Start + r.window()
 	}
 	return 0
+}
+
+func (slidingWindow) quotaWindow(r *Rule, end time.Time) time.Duration { return windowQuota(r, end) }
+func (slidingWindow) capacity(r *Rule) uint64                          { return limitCapacity(r) }
+func (slidingWindow) denialCoversMoreHits() bool                       { return false }
+func (slidingWindow) stateSizeVaries() bool                            { return false }
+
+func (slidingWindow) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
+	return noCalendarBounds(r, at)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"math"
 	"time"
-
-	"github.com/rlsproject/rls/internal/descriptors"
 )
 
 // MaxHits bounds the hits of one item. Requests asking for more are rejected
@@ -18,13 +16,12 @@ const MaxHits = math.MaxUint32
 // Item is one limit of one request descriptor, as a store judges it.
 type Item struct {
 	// Desc identifies the request descriptor's counters: the output of
-	// AppendDescriptorKey. Items with equal Desc and Limit.ID share a
-	// counter: (Desc, Limit.ID) is the counter's identity, which every store
-	// keys its state by (descriptors.CounterID builds the ID).
+	// AppendDescriptorKey. Items with equal Desc and Rule.ID share a
+	// counter: (Desc, Rule.ID) is the counter's identity, which every store
+	// keys its state by (key.go).
 	Desc string
-	// Limit is the configured (or request override) limit. It must not be
-	// unlimited.
-	Limit *descriptors.Limit
+	// Rule is the compiled limit (configured, or a request's override).
+	Rule *Rule
 	// Hits to consume (0 = only look), at most MaxHits.
 	Hits uint64
 	// Refund gives Hits back instead of consuming them (is_negative_hits).

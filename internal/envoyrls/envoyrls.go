@@ -9,6 +9,7 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -180,33 +182,33 @@ func (r *request) reset() {
 	r.req.Domain = ""
 }
 
-func unitFromProto(u typev3.RateLimitUnit) descriptors.Unit {
+func unitFromProto(u typev3.RateLimitUnit) engine.Unit {
 	switch u {
 	case typev3.RateLimitUnit_SECOND:
-		return descriptors.Second
+		return engine.Second
 	case typev3.RateLimitUnit_MINUTE:
-		return descriptors.Minute
+		return engine.Minute
 	case typev3.RateLimitUnit_HOUR:
-		return descriptors.Hour
+		return engine.Hour
 	case typev3.RateLimitUnit_DAY:
-		return descriptors.Day
+		return engine.Day
 	case typev3.RateLimitUnit_MONTH:
-		return descriptors.Month
+		return engine.Month
 	case typev3.RateLimitUnit_YEAR:
-		return descriptors.Year
+		return engine.Year
 	}
-	return descriptors.UnitUnknown
+	return engine.UnitUnknown
 }
 
 var unitToProto = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
-	descriptors.UnitUnknown: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
-	descriptors.Second:      rlsv3.RateLimitResponse_RateLimit_SECOND,
-	descriptors.Minute:      rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	descriptors.Hour:        rlsv3.RateLimitResponse_RateLimit_HOUR,
-	descriptors.Day:         rlsv3.RateLimitResponse_RateLimit_DAY,
-	descriptors.Week:        rlsv3.RateLimitResponse_RateLimit_WEEK,
-	descriptors.Month:       rlsv3.RateLimitResponse_RateLimit_MONTH,
-	descriptors.Year:        rlsv3.RateLimitResponse_RateLimit_YEAR,
+	engine.UnitUnknown: rlsv3.RateLimitResponse_RateLimit_UNKNOWN,
+	engine.Second:      rlsv3.RateLimitResponse_RateLimit_SECOND,
+	engine.Minute:      rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	engine.Hour:        rlsv3.RateLimitResponse_RateLimit_HOUR,
+	engine.Day:         rlsv3.RateLimitResponse_RateLimit_DAY,
+	engine.Week:        rlsv3.RateLimitResponse_RateLimit_WEEK,
+	engine.Month:       rlsv3.RateLimitResponse_RateLimit_MONTH,
+	engine.Year:        rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 var codeToProto = [...]rlsv3.RateLimitResponse_Code{
@@ -258,7 +260,7 @@ func (c *converter) currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_
 // rate-limit filter writes a status's window in X-RateLimit-Limit as its
 // unit's length alone (MONTH 30 days, YEAR 365 days), unit_multiplier
 // left out.
-var envoyUnits = [...]descriptors.Unit{descriptors.Second, descriptors.Minute, descriptors.Hour, descriptors.Day, descriptors.Week, descriptors.Month, descriptors.Year}
+var envoyUnits = [...]engine.Unit{engine.Second, engine.Minute, engine.Hour, engine.Day, engine.Week, engine.Month, engine.Year}
 
 // currentLimitOf returns what current_limit says of l: requests_per_unit,
 // unit and unit_multiplier, the limit's policy (service.Policy) in the
@@ -272,18 +274,22 @@ var envoyUnits = [...]descriptors.Unit{descriptors.Second, descriptors.Minute, d
 // would make its X-RateLimit-Limit overstate the rate, while a longer one
 // keeps B (≥ limit_remaining) and only understates it. A bucket that takes
 // more than a year to fill is YEAR × its years, rounded up.
-func currentLimitOf(l *descriptors.Limit) (rpu uint32, unit descriptors.Unit, mult uint32) {
-	rpu, w := service.Quota(l), service.PolicyWindow(l)
-	if l.Algorithm != descriptors.TokenBucket || w == l.Window {
-		return rpu, l.Unit, l.UnitMultiplier
+func currentLimitOf(l *descriptors.Limit) (rpu uint32, unit engine.Unit, mult uint32) {
+	r := l.Rule
+	rpu = uint32(min(r.Capacity(), math.MaxUint32))
+	// A calendar window's length is not a unit's: it is written as
+	// configured (its quota window depends on the instant).
+	if w := r.QuotaWindow(time.Time{}); r.Calendar != nil || w == r.Window {
+		return rpu, r.Unit, r.Multiplier
 	}
+	w := r.QuotaWindow(time.Time{})
 	for _, u := range envoyUnits {
 		if u.Duration() >= w {
 			return rpu, u, 1
 		}
 	}
-	year := descriptors.Year.Duration()
-	return rpu, descriptors.Year, uint32(min((w+year-1)/year, 1<<32-1))
+	year := engine.Year.Duration()
+	return rpu, engine.Year, uint32(min((w+year-1)/year, 1<<32-1))
 }
 
 func (c *converter) duration(d time.Duration) *durationpb.Duration {

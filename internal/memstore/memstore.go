@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -82,8 +81,8 @@ type entry struct {
 }
 
 type counter struct {
-	id      string // Limit.ID
-	limit   *descriptors.Limit
+	id      string // Rule.ID
+	rule    *engine.Rule
 	st      engine.State
 	expires int64 // µs since the epoch; the state is zero from then on
 	touched bool  // by the Apply in progress
@@ -268,15 +267,15 @@ func (c *applyCall) locate(s *Store) {
 			sh.entries[c.hashes[i]] = ent
 		}
 		c.entries[i] = ent
-		j := counterIndex(ent, it.Limit.ID)
+		j := counterIndex(ent, it.Rule.ID)
 		if j < 0 {
 			j = len(ent.counters)
-			ent.counters = append(ent.counters, counter{id: it.Limit.ID, limit: it.Limit})
+			ent.counters = append(ent.counters, counter{id: it.Rule.ID, rule: it.Rule})
 			sh.counters++
 			ent.resize = true
 		}
-		if it.Limit.Algorithm == descriptors.SlidingLog {
-			ent.resize = true // the log's capacity may change
+		if it.Rule.StateSizeVaries() {
+			ent.resize = true // a log's capacity may change
 		}
 		c.indexes[i] = j
 	}
@@ -290,7 +289,7 @@ func (c *applyCall) load(t int64) {
 		if ctr.expires <= t {
 			ctr.st = engine.State{Log: ctr.st.Log[:0]}
 		}
-		ctr.limit = c.items[i].Limit
+		ctr.rule = c.items[i].Rule
 		c.states[i] = &ctr.st
 	}
 }
@@ -305,7 +304,7 @@ func (c *applyCall) load(t int64) {
 func (c *applyCall) settle(s *Store, t int64) {
 	for i, ent := range c.entries {
 		ctr := &ent.counters[c.indexes[i]]
-		ctr.expires = engine.Expiry(ctr.limit, &ctr.st)
+		ctr.expires = ctr.rule.Expiry(&ctr.st)
 		ctr.touched = true
 	}
 	for i, ent := range c.entries {
@@ -341,7 +340,7 @@ func (c *applyCall) settle(s *Store, t int64) {
 	}
 }
 
-// counterIndex returns the index of the counter with limit ID id, -1 if
+// counterIndex returns the index of the counter with rule ID id, -1 if
 // absent. IDs come from the config, so equal IDs are usually the same
 // string and compare by pointer.
 func counterIndex(e *entry, id string) int {

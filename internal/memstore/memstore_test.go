@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 )
@@ -19,9 +18,9 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func hit(t *testing.T, s *Store, desc string, l *descriptors.Limit) bool {
+func hit(t *testing.T, s *Store, desc string, l *engine.Rule) bool {
 	t.Helper()
-	ok, err := s.Apply(context.Background(), []engine.Item{{Desc: desc, Limit: l, Hits: 1}}, make([]engine.Result, 1))
+	ok, err := s.Apply(context.Background(), []engine.Item{{Desc: desc, Rule: l, Hits: 1}}, make([]engine.Result, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +32,7 @@ func TestMemoryBounded(t *testing.T) {
 	const maxBytes = 1 << 20
 	s := New(Options{Now: clock.Now, MaxBytes: maxBytes})
 	defer s.Close()
-	l := storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0)
+	l := storetest.Rule(engine.FixedWindow, 10, time.Hour, 0)
 	// A flood of distinct values, far more than fit.
 	for i := range 100_000 {
 		hit(t, s, fmt.Sprintf("api/remote_address=10.%d.%d.%d", i>>16, (i>>8)&255, i&255), l)
@@ -60,8 +59,8 @@ func TestEvictsClosestToExpiryFirst(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0)
 	s := New(Options{Now: clock.Now, MaxBytes: numShards * 4 * (entryOverhead + counterOverhead)})
 	defer s.Close()
-	day := storetest.Limit(descriptors.FixedWindow, 1, 24*time.Hour, 0)
-	second := storetest.Limit(descriptors.FixedWindow, 1, time.Second, 0)
+	day := storetest.Rule(engine.FixedWindow, 1, 24*time.Hour, 0)
+	second := storetest.Rule(engine.FixedWindow, 1, time.Second, 0)
 	// One long-lived counter, then many short-lived ones in the same store.
 	hit(t, s, "d/k=long", day)
 	for i := range 2000 {
@@ -76,7 +75,7 @@ func TestExpiredCountersReclaimed(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0)
 	s := New(Options{Now: clock.Now, SweepEvery: time.Millisecond})
 	defer s.Close()
-	l := storetest.Limit(descriptors.SlidingLog, 5, time.Second, 0)
+	l := storetest.Rule(engine.SlidingLog, 5, time.Second, 0)
 	for i := range 1000 {
 		hit(t, s, fmt.Sprintf("d/k=%d", i), l)
 	}
@@ -100,7 +99,7 @@ func TestExpiredCountersReclaimed(t *testing.T) {
 func TestDeniedFirstRequestKeepsNothing(t *testing.T) {
 	s := New(Options{Now: storetest.NewClock(storetest.T0).Now})
 	defer s.Close()
-	zero := storetest.Limit(descriptors.FixedWindow, 0, time.Hour, 0)
+	zero := storetest.Rule(engine.FixedWindow, 0, time.Hour, 0)
 	for i := range 100 {
 		if hit(t, s, fmt.Sprintf("d/k=%d", i), zero) {
 			t.Fatal("a limit of 0 admitted")
@@ -121,9 +120,9 @@ func BenchmarkApply(b *testing.B) {
 	s := New(Options{})
 	defer s.Close()
 	items := []engine.Item{
-		{Desc: "api/remote_address=10.0.0.1", Limit: storetest.Limit(descriptors.FixedWindow, 1<<30, time.Second, 0), Hits: 1},
-		{Desc: "api/remote_address=10.0.0.1", Limit: storetest.Limit(descriptors.FixedWindow, 1<<30, time.Minute, 0), Hits: 1},
-		{Desc: "api/remote_address=10.0.0.1", Limit: storetest.Limit(descriptors.SlidingWindow, 1<<30, time.Hour, 0), Hits: 1},
+		{Desc: "api/remote_address=10.0.0.1", Rule: storetest.Rule(engine.FixedWindow, 1<<30, time.Second, 0), Hits: 1},
+		{Desc: "api/remote_address=10.0.0.1", Rule: storetest.Rule(engine.FixedWindow, 1<<30, time.Minute, 0), Hits: 1},
+		{Desc: "api/remote_address=10.0.0.1", Rule: storetest.Rule(engine.SlidingWindow, 1<<30, time.Hour, 0), Hits: 1},
 	}
 	results := make([]engine.Result, len(items))
 	ctx := context.Background()
@@ -136,14 +135,14 @@ func BenchmarkApply(b *testing.B) {
 func BenchmarkApplyParallel(b *testing.B) {
 	s := New(Options{})
 	defer s.Close()
-	l := storetest.Limit(descriptors.FixedWindow, 1<<30, time.Second, 0)
+	l := storetest.Rule(engine.FixedWindow, 1<<30, time.Second, 0)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		results := make([]engine.Result, 1)
 		i := 0
 		for pb.Next() {
 			i++
-			items := []engine.Item{{Desc: fmt.Sprintf("api/ip=%d", i%1024), Limit: l, Hits: 1}}
+			items := []engine.Item{{Desc: fmt.Sprintf("api/ip=%d", i%1024), Rule: l, Hits: 1}}
 			s.Apply(context.Background(), items, results)
 		}
 	})

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 )
@@ -21,10 +20,10 @@ func TestCollectors(t *testing.T) {
 	defer s.Close()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(s.Collectors()...)
-	l := storetest.Limit(descriptors.FixedWindow, 10, time.Minute, 0)
+	l := storetest.Rule(engine.FixedWindow, 10, time.Minute, 0)
 	for i, desc := range []string{"", "d/k=1", "d/k=2"} {
 		if desc != "" {
-			items := []engine.Item{{Desc: desc, Limit: l, Hits: 1}}
+			items := []engine.Item{{Desc: desc, Rule: l, Hits: 1}}
 			if ok, err := s.Apply(context.Background(), items, make([]engine.Result, 1)); !ok || err != nil {
 				t.Fatalf("step %d: Apply(%s) = %v %v, want admitted", i, desc, ok, err)
 			}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 )
@@ -16,7 +15,7 @@ import (
 // counters, and reports the bytes each active counter costs: the store's
 // own accounting (bytes/key) and the Go heap growth (heap-bytes/key).
 func BenchmarkActiveKeys(b *testing.B) {
-	l := storetest.Limit(descriptors.FixedWindow, 1<<30, time.Hour, 0)
+	l := storetest.Rule(engine.FixedWindow, 1<<30, time.Hour, 0)
 	for _, n := range []int{1_000, 10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
 			runtime.GC()
@@ -29,7 +28,7 @@ func BenchmarkActiveKeys(b *testing.B) {
 			ctx := context.Background()
 			for i := range descs {
 				descs[i] = fmt.Sprintf("api/remote_address=10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
-				s.Apply(ctx, []engine.Item{{Desc: descs[i], Limit: l, Hits: 1}}, results)
+				s.Apply(ctx, []engine.Item{{Desc: descs[i], Rule: l, Hits: 1}}, results)
 			}
 			runtime.GC()
 			var after runtime.MemStats
@@ -38,7 +37,7 @@ func BenchmarkActiveKeys(b *testing.B) {
 			if counters != n {
 				b.Fatalf("%d counters held, want %d", counters, n)
 			}
-			items := []engine.Item{{Limit: l, Hits: 1}}
+			items := []engine.Item{{Rule: l, Hits: 1}}
 			b.ReportAllocs()
 			b.ResetTimer()
 			i := 0

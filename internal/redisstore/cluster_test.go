@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -25,13 +24,13 @@ func TestClusterConformance(t *testing.T) {
 
 // descsOnDistinctMasters finds n descriptor identities whose counters live
 // on n different masters.
-func descsOnDistinctMasters(t *testing.T, c *redistest.Cluster, s *Store, l *descriptors.Limit, n int) []string {
+func descsOnDistinctMasters(t *testing.T, c *redistest.Cluster, s *Store, l *engine.Rule, n int) []string {
 	t.Helper()
 	seen := map[string]bool{}
 	var out []string
 	for i := 0; len(out) < n && i < 1000; i++ {
 		d := fmt.Sprintf("d/user=u%d", i)
-		m := c.Master(c.KeySlot(s.base(&engine.Item{Desc: d, Limit: l})))
+		m := c.Master(c.KeySlot(s.base(&engine.Item{Desc: d, Rule: l})))
 		if !seen[m.Addr()] {
 			seen[m.Addr()] = true
 			out = append(out, d)
@@ -44,11 +43,11 @@ func descsOnDistinctMasters(t *testing.T, c *redistest.Cluster, s *Store, l *des
 }
 
 // oneHitEach returns an item of one hit for every limit of every descriptor.
-func oneHitEach(descs []string, limits []*descriptors.Limit) []engine.Item {
+func oneHitEach(descs []string, limits []*engine.Rule) []engine.Item {
 	var items []engine.Item
 	for _, d := range descs {
 		for _, l := range limits {
-			items = append(items, engine.Item{Desc: d, Limit: l, Hits: 1})
+			items = append(items, engine.Item{Desc: d, Rule: l, Hits: 1})
 		}
 	}
 	return items
@@ -60,22 +59,22 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	clock := storetest.NewClock(storetest.T0)
 	s := newStore(t, Options{ClusterSeeds: c.Seeds(), Now: clock.Now})
-	windows := []*descriptors.Limit{
-		storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0),
-		storetest.Limit(descriptors.TokenBucket, 5, time.Minute, 5),
-		storetest.Limit(descriptors.SlidingLog, 5, time.Minute, 0),
+	windows := []*engine.Rule{
+		storetest.Rule(engine.FixedWindow, 5, time.Minute, 0),
+		storetest.Rule(engine.TokenBucket, 5, time.Minute, 5),
+		storetest.Rule(engine.SlidingLog, 5, time.Minute, 0),
 	}
 	descs := descsOnDistinctMasters(t, c, s, windows[0], 3)
 	items := oneHitEach(descs, windows)
-	strict := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	strict := storetest.Rule(engine.FixedWindow, 1, time.Minute, 0)
 	strict.ID += ":6:strict"
 	ctx := context.Background()
 	results := make([]engine.Result, len(items)+1)
 	// Use up the strict limit of the third descriptor.
-	if ok, err := s.Apply(ctx, []engine.Item{{Desc: descs[2], Limit: strict, Hits: 1}}, results); err != nil || !ok {
+	if ok, err := s.Apply(ctx, []engine.Item{{Desc: descs[2], Rule: strict, Hits: 1}}, results); err != nil || !ok {
 		t.Fatalf("setup: %v %v", ok, err)
 	}
-	withStrict := append(append([]engine.Item{}, items...), engine.Item{Desc: descs[2], Limit: strict, Hits: 1})
+	withStrict := append(append([]engine.Item{}, items...), engine.Item{Desc: descs[2], Rule: strict, Hits: 1})
 	for i := range 3 {
 		ok, err := s.Apply(ctx, withStrict, results)
 		if err != nil || ok {
@@ -97,7 +96,7 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 	}
 	for i := range look {
 		if results[i].Remaining != 5 {
-			t.Errorf("%s %s: remaining %d after denied requests, want 5 (nothing consumed)", look[i].Desc, look[i].Limit.Algorithm, results[i].Remaining)
+			t.Errorf("%s %s: remaining %d after denied requests, want 5 (nothing consumed)", look[i].Desc, look[i].Rule.Algorithm(), results[i].Remaining)
 		}
 	}
 	// Admitted across masters: consumed everywhere.
@@ -106,7 +105,7 @@ func TestClusterAllOrNothingAcrossMasters(t *testing.T) {
 	}
 	for i := range items {
 		if results[i].Remaining != 4 {
-			t.Errorf("%s %s: remaining %d, want 4", items[i].Desc, items[i].Limit.Algorithm, results[i].Remaining)
+			t.Errorf("%s %s: remaining %d, want 4", items[i].Desc, items[i].Rule.Algorithm(), results[i].Remaining)
 		}
 	}
 }
@@ -122,16 +121,16 @@ func TestClusterDeniedStatuses(t *testing.T) {
 	mem := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: time.Hour}) // no sweeps: counters are forgotten when touched, as Redis forgets them
 	t.Cleanup(func() { mem.Close() })
 
-	windows := []*descriptors.Limit{
-		storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0),
-		storetest.Limit(descriptors.SlidingWindow, 5, time.Minute, 0),
-		storetest.Limit(descriptors.TokenBucket, 5, time.Minute, 3),
-		storetest.Limit(descriptors.SlidingLog, 5, time.Minute, 0),
+	windows := []*engine.Rule{
+		storetest.Rule(engine.FixedWindow, 5, time.Minute, 0),
+		storetest.Rule(engine.SlidingWindow, 5, time.Minute, 0),
+		storetest.Rule(engine.TokenBucket, 5, time.Minute, 3),
+		storetest.Rule(engine.SlidingLog, 5, time.Minute, 0),
 	}
 	descs := descsOnDistinctMasters(t, c, cl, windows[0], 3)
 	items := oneHitEach(descs, windows)
-	refund := engine.Item{Desc: descs[0], Limit: storetest.Limit(descriptors.FixedWindow, 9, time.Minute, 0), Hits: 2}
-	strict := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	refund := engine.Item{Desc: descs[0], Rule: storetest.Rule(engine.FixedWindow, 9, time.Minute, 0), Hits: 2}
+	strict := storetest.Rule(engine.FixedWindow, 1, time.Minute, 0)
 	strict.ID += ":6:strict"
 	ctx := context.Background()
 	apply := func(step string, req []engine.Item, wantOK bool) {
@@ -147,17 +146,17 @@ func TestClusterDeniedStatuses(t *testing.T) {
 		}
 		for i := range req {
 			if got[i] != want[i] {
-				t.Errorf("%s: %s %s: cluster %+v, memstore %+v", step, req[i].Desc, req[i].Limit.ID, got[i], want[i])
+				t.Errorf("%s: %s %s: cluster %+v, memstore %+v", step, req[i].Desc, req[i].Rule.ID, got[i], want[i])
 			}
 		}
 	}
 	apply("fill the refunded counter", []engine.Item{refund, refund}, true)
-	apply("use up the strict limit", []engine.Item{{Desc: descs[2], Limit: strict, Hits: 1}}, true)
+	apply("use up the strict limit", []engine.Item{{Desc: descs[2], Rule: strict, Hits: 1}}, true)
 	clock.Set(clock.Now().Add(5 * time.Second))
-	withRefund := append(append([]engine.Item{}, items...), engine.Item{Desc: refund.Desc, Limit: refund.Limit, Hits: 1, Refund: true})
+	withRefund := append(append([]engine.Item{}, items...), engine.Item{Desc: refund.Desc, Rule: refund.Rule, Hits: 1, Refund: true})
 	apply("admitted across masters", withRefund, true)
 	clock.Set(clock.Now().Add(5 * time.Second))
-	denied := append(append([]engine.Item{}, withRefund...), engine.Item{Desc: descs[2], Limit: strict, Hits: 1})
+	denied := append(append([]engine.Item{}, withRefund...), engine.Item{Desc: descs[2], Rule: strict, Hits: 1})
 	for i := range 3 {
 		apply(fmt.Sprintf("denied %d", i), denied, false)
 		clock.Set(clock.Now().Add(time.Second))
@@ -165,7 +164,7 @@ func TestClusterDeniedStatuses(t *testing.T) {
 	// A fresh descriptor: its bucket and log were empty before the denied
 	// request reserved, so they must read full and empty again.
 	master := func(d string) string {
-		return c.Master(c.KeySlot(cl.base(&engine.Item{Desc: d, Limit: windows[0]}))).Addr()
+		return c.Master(c.KeySlot(cl.base(&engine.Item{Desc: d, Rule: windows[0]}))).Addr()
 	}
 	fresh := "f/user=0"
 	for i := 1; master(fresh) == master(descs[2]); i++ {
@@ -173,9 +172,9 @@ func TestClusterDeniedStatuses(t *testing.T) {
 	}
 	var fr []engine.Item
 	for _, l := range windows {
-		fr = append(fr, engine.Item{Desc: fresh, Limit: l, Hits: 2})
+		fr = append(fr, engine.Item{Desc: fresh, Rule: l, Hits: 2})
 	}
-	apply("denied with fresh counters", append(fr, engine.Item{Desc: descs[2], Limit: strict, Hits: 1}), false)
+	apply("denied with fresh counters", append(fr, engine.Item{Desc: descs[2], Rule: strict, Hits: 1}), false)
 }
 
 // TestClusterReleaseAnnounced: when a request denied on another master
@@ -188,30 +187,30 @@ func TestClusterReleaseAnnounced(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0)
 	a := newStore(t, Options{ClusterSeeds: c.Seeds(), Now: clock.Now, DenyCache: true})
 	b := newStore(t, Options{ClusterSeeds: c.Seeds(), Now: clock.Now})
-	l := storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0)
-	override := storetest.Limit(descriptors.FixedWindow, 10, time.Minute, 0)
+	l := storetest.Rule(engine.FixedWindow, 5, time.Minute, 0)
+	override := storetest.Rule(engine.FixedWindow, 10, time.Minute, 0)
 	override.ID = l.ID
 	descs := descsOnDistinctMasters(t, c, b, l, 2)
-	strict := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	strict := storetest.Rule(engine.FixedWindow, 1, time.Minute, 0)
 	strict.ID += ":6:strict"
 	ctx := context.Background()
 	res := make([]engine.Result, 2)
 	// a uses up descs[0]'s 5 and caches the denial of the 6th.
-	if ok, err := a.Apply(ctx, []engine.Item{{Desc: descs[0], Limit: l, Hits: 5}}, res); err != nil || !ok {
+	if ok, err := a.Apply(ctx, []engine.Item{{Desc: descs[0], Rule: l, Hits: 5}}, res); err != nil || !ok {
 		t.Fatalf("5 hits of 5: %v %v, want admitted", ok, err)
 	}
 	for i := range 2 {
-		ok, err := a.Apply(ctx, []engine.Item{{Desc: descs[0], Limit: l, Hits: 1}}, res)
+		ok, err := a.Apply(ctx, []engine.Item{{Desc: descs[0], Rule: l, Hits: 1}}, res)
 		if err != nil || ok || res[0].Cached != (i == 1) {
 			t.Fatalf("ask %d after 5 of 5: %v %v cached %v; want denied, the second from the cache", i, ok, err, res[0].Cached)
 		}
 	}
 	// b: a request reserving 1 hit of descs[0] (under the override) and
 	// denied on descs[1]'s master.
-	if ok, err := b.Apply(ctx, []engine.Item{{Desc: descs[1], Limit: strict, Hits: 1}}, res); err != nil || !ok {
+	if ok, err := b.Apply(ctx, []engine.Item{{Desc: descs[1], Rule: strict, Hits: 1}}, res); err != nil || !ok {
 		t.Fatalf("setup: %v %v", ok, err)
 	}
-	if ok, err := b.Apply(ctx, []engine.Item{{Desc: descs[0], Limit: override, Hits: 1}, {Desc: descs[1], Limit: strict, Hits: 1}}, res); err != nil || ok || !res[0].Admitted {
+	if ok, err := b.Apply(ctx, []engine.Item{{Desc: descs[0], Rule: override, Hits: 1}, {Desc: descs[1], Rule: strict, Hits: 1}}, res); err != nil || ok || !res[0].Admitted {
 		t.Fatalf("request denied on one master: %v %v %+v; want denied with descs[0]'s part reserved", ok, err, res)
 	}
 	waitCacheEmpty(t, a, "the release was not announced to the other process within 5 s")
@@ -232,14 +231,14 @@ func TestClusterDifferential(t *testing.T) {
 	mem := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: time.Hour}) // no sweeps: counters are forgotten when touched, as Redis forgets them
 	t.Cleanup(func() { mem.Close() })
 
-	var limits []*descriptors.Limit
+	var limits []*engine.Rule
 	for _, alg := range storetest.Algorithms() {
 		for _, rpu := range []uint32{1, 3, 10} {
 			burst := uint32(0)
-			if alg == descriptors.TokenBucket {
+			if alg == engine.TokenBucket {
 				burst = rpu + uint32(rng.IntN(3))
 			}
-			l := storetest.Limit(alg, rpu, time.Minute, burst)
+			l := storetest.Rule(alg, rpu, time.Minute, burst)
 			if rpu >= 3 {
 				l.ID += ":shared" // the 3 and the 10 share a counter, as an override does
 			}
@@ -259,7 +258,7 @@ func TestClusterDifferential(t *testing.T) {
 		for i := range items {
 			it := &items[i]
 			it.Desc = descs[rng.IntN(len(descs))]
-			it.Limit = limits[rng.IntN(len(limits))]
+			it.Rule = limits[rng.IntN(len(limits))]
 			it.Hits = uint64(rng.IntN(3))
 			it.Refund = rng.IntN(6) == 0
 			if it.Refund {

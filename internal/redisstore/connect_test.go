@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
@@ -18,7 +17,7 @@ import (
 // oneHit is a request of one hit on a fixed window of a million an hour:
 // admitted whenever Redis decides it.
 func oneHit(desc string) []engine.Item {
-	return []engine.Item{{Desc: desc, Limit: storetest.Limit(descriptors.FixedWindow, 1_000_000, time.Hour, 0), Hits: 1}}
+	return []engine.Item{{Desc: desc, Rule: storetest.Rule(engine.FixedWindow, 1_000_000, time.Hour, 0), Hits: 1}}
 }
 
 // TestTLSFirstCallAfterReady: a store started against Redis over TLS, warmed
@@ -145,7 +144,7 @@ func waitDecided(t *testing.T, s *Store, items []engine.Item, what string) {
 func TestClusterKilledMasterFailsFast(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	s := newStore(t, Options{ClusterSeeds: c.Seeds(), Timeout: 2 * time.Second})
-	l := oneHit("x")[0].Limit
+	l := oneHit("x")[0].Rule
 	descs := descsOnDistinctMasters(t, c, s, l, 2)
 	victim, other := oneHit(descs[0]), oneHit(descs[1])
 	for _, items := range [][]engine.Item{victim, other} {
@@ -211,7 +210,7 @@ func TestNewConnectionNotChargedToTheCall(t *testing.T) {
 		c := redistest.StartProxiedCluster(t, 3)
 		s := newStore(t, Options{ClusterSeeds: c.Seeds(), Timeout: timeout})
 		var items []engine.Item
-		for _, d := range descsOnDistinctMasters(t, c, s, oneHit("x")[0].Limit, 3) {
+		for _, d := range descsOnDistinctMasters(t, c, s, oneHit("x")[0].Rule, 3) {
 			items = append(items, everyAlgorithm(d, 1)...)
 		}
 		check(t, s, c.Proxies, items)

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -121,7 +120,7 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 		}
 		d, ok := c.m[bases[i]]
 		answered = cacheable(it) && ok && d.matches(it) && d.holds(now) &&
-			(it.Hits == d.hits || it.Hits > d.hits && it.Limit.Algorithm == descriptors.FixedWindow)
+			(it.Hits == d.hits || it.Hits > d.hits && it.Rule.DenialCoversMoreHits())
 	}
 	if !answered {
 		return false, c.epoch
@@ -130,9 +129,9 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 	for i := range items {
 		d := c.m[bases[i]]
 		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: d.resetAt.Sub(now)}
-		if items[i].Hits > engine.Capacity(items[i].Limit) {
-			// More hits than the limit (a fixed window, the one algorithm
-			// answered for more hits than the denial's): no wait admits them.
+		if items[i].Hits > items[i].Rule.Capacity() {
+			// More hits than the limit (a rule whose denial covers more hits
+			// than the denial's): no wait admits them.
 			results[i].RetryAfter, results[i].Never = 0, true
 		}
 	}
@@ -149,8 +148,8 @@ func (d *denial) holds(now time.Time) bool {
 }
 
 func (d *denial) matches(it *engine.Item) bool {
-	l := it.Limit
-	return d.rpu == l.RequestsPerUnit && d.burst == l.Burst && d.window == l.Window
+	r := it.Rule
+	return d.rpu == r.Limit && d.burst == r.Burst && d.window == r.Window
 }
 
 // remember stores the denials of a request that Redis answered; sent is
@@ -189,7 +188,7 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 		// A denial with no reset or retry ahead would never hold; one that
 		// never passes (Never) has no retry either.
 		if r.Admitted || !cacheable(it) || r.RetryAfter <= 0 || r.Reset <= 0 || r.Remaining != 0 ||
-			it.Hits != 1 && it.Limit.Algorithm != descriptors.FixedWindow {
+			it.Hits != 1 && !it.Rule.DenialCoversMoreHits() {
 			continue
 		}
 		if c.noticedSince(epoch, bases[i]) {
@@ -206,10 +205,10 @@ func (c *denyCache) remember(items []engine.Item, bases []string, results []engi
 		} else if len(c.m) >= c.max {
 			c.evict(sent)
 		}
-		l := it.Limit
+		rule := it.Rule
 		c.m[bases[i]] = denial{
 			at: at, until: at.Add(r.RetryAfter), resetAt: at.Add(r.Reset), hits: it.Hits, remaining: r.Remaining,
-			rpu: l.RequestsPerUnit, burst: l.Burst, window: l.Window,
+			rpu: rule.Limit, burst: rule.Burst, window: rule.Window,
 		}
 	}
 }

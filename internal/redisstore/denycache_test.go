@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
@@ -24,15 +23,15 @@ func TestDenyCacheStats(t *testing.T) {
 	if _, ok := newStore(t, Options{URL: srv.URL()}).DenyCacheStats(); ok {
 		t.Error("DenyCacheStats of a store without denial cache: ok, want false")
 	}
-	minute := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	minute := storetest.Rule(engine.FixedWindow, 1, time.Minute, 0)
 	// An override sharing the counter under another limit (its burst is
 	// part of what a cached denial was computed under).
 	override := *minute
 	override.Burst = 7
-	apply := func(desc string, l *descriptors.Limit) bool {
+	apply := func(desc string, l *engine.Rule) bool {
 		t.Helper()
 		results := make([]engine.Result, 1)
-		_, err := s.Apply(context.Background(), []engine.Item{{Desc: desc, Limit: l, Hits: 1}}, results)
+		_, err := s.Apply(context.Background(), []engine.Item{{Desc: desc, Rule: l, Hits: 1}}, results)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +40,7 @@ func TestDenyCacheStats(t *testing.T) {
 	type step = struct {
 		what   string
 		desc   string
-		limit  *descriptors.Limit
+		limit  *engine.Rule
 		at     time.Duration
 		cached bool
 		want   DenyCacheStats

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
@@ -17,10 +16,10 @@ func everyAlgorithm(desc string, hits uint64) []engine.Item {
 	var items []engine.Item
 	for _, alg := range storetest.Algorithms() {
 		burst := uint32(0)
-		if alg == descriptors.TokenBucket {
+		if alg == engine.TokenBucket {
 			burst = 100
 		}
-		items = append(items, engine.Item{Desc: desc, Limit: storetest.Limit(alg, 100, time.Hour, burst), Hits: hits})
+		items = append(items, engine.Item{Desc: desc, Rule: storetest.Rule(alg, 100, time.Hour, burst), Hits: hits})
 	}
 	return items
 }
@@ -55,8 +54,8 @@ func lookFull(t *testing.T, s *Store, items []engine.Item, what string) {
 		settle(t, s)
 	}
 	for i, r := range results {
-		if l := look[i].Limit; r.Remaining != uint64(l.RequestsPerUnit) {
-			t.Errorf("%s: %s remaining %d, want the whole limit %d (a request rls did not answer consumed)", what, l.Algorithm, r.Remaining, l.RequestsPerUnit)
+		if l := look[i].Rule; r.Remaining != uint64(l.Limit) {
+			t.Errorf("%s: %s remaining %d, want the whole limit %d (a request rls did not answer consumed)", what, l.Algorithm(), r.Remaining, l.Limit)
 		}
 	}
 }
@@ -263,7 +262,7 @@ func TestCloseGivesBackLateReplies(t *testing.T) {
 // again), and each cut is counted as indeterminate.
 func TestCutRepliesRunOnce(t *testing.T) {
 	check := func(t *testing.T, s *Store, cuts func() int, heal func()) {
-		items := []engine.Item{{Desc: "d/k=cut", Limit: storetest.Limit(descriptors.FixedWindow, 1000, time.Hour, 0), Hits: 1}}
+		items := []engine.Item{{Desc: "d/k=cut", Rule: storetest.Rule(engine.FixedWindow, 1000, time.Hour, 0), Hits: 1}}
 		results := make([]engine.Result, 1)
 		failed := 0
 		for range 300 {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
@@ -20,7 +19,7 @@ func TestCollectors(t *testing.T) {
 	s := newStore(t, Options{URL: srv.URL()})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(s.Collectors()...)
-	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 2, time.Hour, 0), Hits: 1}}
+	items := []engine.Item{{Desc: "d/k=v", Rule: storetest.Rule(engine.FixedWindow, 2, time.Hour, 0), Hits: 1}}
 	results := make([]engine.Result, 1)
 	for range 3 { // 2 admitted, 1 denied: 3 decisions
 		if _, err := s.Apply(context.Background(), items, results); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -22,11 +21,11 @@ import (
 // perSecondLimit reports whether l's counters live on the per-second Redis:
 // a window shorter than a minute (unit: second with a unit_multiplier
 // under 60). The window, not the unit, decides: it is part of the counter's
-// identity (Limit.ID), so that limits sharing a counter (a configured
+// identity (Rule.ID), so that limits sharing a counter (a configured
 // window of 60 seconds and a request override of one minute) share a
 // store too.
-func perSecondLimit(l *descriptors.Limit) bool {
-	return l.Calendar == nil && l.Window < time.Minute
+func perSecondLimit(r *engine.Rule) bool {
+	return r.Calendar == nil && r.Window < time.Minute
 }
 
 // newPerSecond returns the store of opts.PerSecond: its connection fields,
@@ -65,7 +64,7 @@ func (s *Store) applySplit(ctx context.Context, items []engine.Item, results []e
 	shares := [2]share{{store: s}, {store: s.perSecond}}
 	for i := range items {
 		sh := &shares[0]
-		if perSecondLimit(items[i].Limit) {
+		if perSecondLimit(items[i].Rule) {
 			sh = &shares[1]
 		}
 		sh.idx = append(sh.idx, i)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -50,11 +49,11 @@ func TestPerSecondAllOrNothing(t *testing.T) {
 	first, second := redistest.Start(t), redistest.Start(t)
 	clock := storetest.NewClock(storetest.T0)
 	s := newStore(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, Now: clock.Now})
-	perSecond := storetest.Limit(descriptors.FixedWindow, 2, time.Second, 0)
-	perMinute := storetest.Limit(descriptors.FixedWindow, 3, time.Minute, 0)
+	perSecond := storetest.Rule(engine.FixedWindow, 2, time.Second, 0)
+	perMinute := storetest.Rule(engine.FixedWindow, 3, time.Minute, 0)
 	ctx := context.Background()
-	item := func(l *descriptors.Limit, hits uint64) engine.Item {
-		return engine.Item{Desc: "d/user=u", Limit: l, Hits: hits}
+	item := func(l *engine.Rule, hits uint64) engine.Item {
+		return engine.Item{Desc: "d/user=u", Rule: l, Hits: hits}
 	}
 	res := make([]engine.Result, 2)
 	ask := func(step string, items []engine.Item, want bool, wantRemaining ...uint64) {
@@ -66,7 +65,7 @@ func TestPerSecondAllOrNothing(t *testing.T) {
 		s.releasing.Wait()
 		for i, w := range wantRemaining {
 			if res[i].Remaining != w {
-				t.Errorf("%s: %s remaining %d, want %d", step, items[i].Limit.ID, res[i].Remaining, w)
+				t.Errorf("%s: %s remaining %d, want %d", step, items[i].Rule.ID, res[i].Remaining, w)
 			}
 		}
 	}
@@ -95,15 +94,15 @@ func TestPerSecondAllOrNothing(t *testing.T) {
 // and reserved again with the descriptor told over.
 func TestPerSecondQuotaGroupSplit(t *testing.T) {
 	first, second := redistest.Start(t), redistest.Start(t)
-	perSecond := storetest.Limit(descriptors.FixedWindow, 1, time.Second, 0)
-	perMinute := storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0)
-	tight := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	perSecond := storetest.Rule(engine.FixedWindow, 1, time.Second, 0)
+	perMinute := storetest.Rule(engine.FixedWindow, 5, time.Minute, 0)
+	tight := storetest.Rule(engine.FixedWindow, 1, time.Minute, 0)
 	tight.ID += ":5:tight"
 	// Two limits of one counter (as an override shares a configured
 	// limit's): the second item sees the first one's tentative hits.
-	roomy := storetest.Limit(descriptors.FixedWindow, 10, time.Second, 0)
+	roomy := storetest.Rule(engine.FixedWindow, 10, time.Second, 0)
 	roomy.ID += ":shared"
-	small := storetest.Limit(descriptors.FixedWindow, 3, time.Second, 0)
+	small := storetest.Rule(engine.FixedWindow, 3, time.Second, 0)
 	small.ID = roomy.ID
 	for _, tc := range []struct {
 		name        string
@@ -114,13 +113,13 @@ func TestPerSecondQuotaGroupSplit(t *testing.T) {
 	}{
 		{
 			name:  "its second over, its minute admits",
-			setup: []engine.Item{{Desc: "d/q=over", Limit: perSecond, Hits: 1}},
+			setup: []engine.Item{{Desc: "d/q=over", Rule: perSecond, Hits: 1}},
 			req: []engine.Item{
-				{Desc: "d/q=over", Limit: perSecond, Hits: 1, Group: 1},
-				{Desc: "d/q=over", Limit: perMinute, Hits: 1, Group: 1},
-				{Desc: "d/q=passes", Limit: perMinute, Hits: 1, Group: 2},
+				{Desc: "d/q=over", Rule: perSecond, Hits: 1, Group: 1},
+				{Desc: "d/q=over", Rule: perMinute, Hits: 1, Group: 1},
+				{Desc: "d/q=passes", Rule: perMinute, Hits: 1, Group: 2},
 			},
-			look:   []engine.Item{{Desc: "d/q=over", Limit: perMinute}, {Desc: "d/q=passes", Limit: perMinute}},
+			look:   []engine.Item{{Desc: "d/q=over", Rule: perMinute}, {Desc: "d/q=passes", Rule: perMinute}},
 			wantOK: true, wantRegroup: true,
 		},
 		{
@@ -129,12 +128,12 @@ func TestPerSecondQuotaGroupSplit(t *testing.T) {
 			// judged again, it must still be (its hits not taken).
 			name: "its minute over, a later item on a shared counter",
 			req: []engine.Item{
-				{Desc: "d/q=over", Limit: roomy, Hits: 2, Group: 1},
-				{Desc: "d/q=over", Limit: small, Hits: 2, Group: 1, Shadow: true},
-				{Desc: "d/q=over", Limit: tight, Hits: 2, Group: 1},
-				{Desc: "d/q=passes", Limit: perMinute, Hits: 1, Group: 2},
+				{Desc: "d/q=over", Rule: roomy, Hits: 2, Group: 1},
+				{Desc: "d/q=over", Rule: small, Hits: 2, Group: 1, Shadow: true},
+				{Desc: "d/q=over", Rule: tight, Hits: 2, Group: 1},
+				{Desc: "d/q=passes", Rule: perMinute, Hits: 1, Group: 2},
 			},
-			look:   []engine.Item{{Desc: "d/q=over", Limit: roomy}, {Desc: "d/q=over", Limit: tight}, {Desc: "d/q=passes", Limit: perMinute}},
+			look:   []engine.Item{{Desc: "d/q=over", Rule: roomy}, {Desc: "d/q=over", Rule: tight}, {Desc: "d/q=passes", Rule: perMinute}},
 			wantOK: true, wantRegroup: true,
 		},
 	} {
@@ -204,15 +203,15 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 	mem := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: time.Hour}) // no sweeps: counters are forgotten when touched, as Redis forgets them
 	t.Cleanup(func() { mem.Close() })
 
-	var limits []*descriptors.Limit
+	var limits []*engine.Rule
 	for _, alg := range storetest.Algorithms() {
 		for _, w := range []time.Duration{time.Second, 2 * time.Second, time.Minute, time.Hour} {
 			for _, rpu := range []uint32{1, 3, 10} {
 				burst := uint32(0)
-				if alg == descriptors.TokenBucket {
+				if alg == engine.TokenBucket {
 					burst = rpu + uint32(rng.IntN(3))
 				}
-				l := storetest.Limit(alg, rpu, w, burst)
+				l := storetest.Rule(alg, rpu, w, burst)
 				if rpu >= 3 {
 					l.ID += ":shared" // the 3 and the 10 share a counter, as an override does
 				}
@@ -225,7 +224,7 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 	if hot {
 		ones := limits[:0:0]
 		for _, l := range limits {
-			if l.RequestsPerUnit == 1 {
+			if l.Limit == 1 {
 				ones = append(ones, l)
 			}
 		}
@@ -256,12 +255,12 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 		for i := range items {
 			it := &items[i]
 			it.Desc = descs[rng.IntN(len(descs))]
-			it.Limit = limits[rng.IntN(len(limits))]
+			it.Rule = limits[rng.IntN(len(limits))]
 			if hot {
 				// one window of each store, one hit, nothing else
 				it.Desc = items[0].Desc
-				for perSecondLimit(it.Limit) != (i == 0) {
-					it.Limit = limits[rng.IntN(len(limits))]
+				for perSecondLimit(it.Rule) != (i == 0) {
+					it.Rule = limits[rng.IntN(len(limits))]
 				}
 				it.Hits = 1
 				continue
@@ -277,7 +276,7 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 		}
 		perSecond := 0
 		for i := range items {
-			if perSecondLimit(items[i].Limit) {
+			if perSecondLimit(items[i].Rule) {
 				perSecond++
 			}
 		}
@@ -328,14 +327,14 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 // The figure is the latency of one decision, round trips included.
 func BenchmarkPerSecond(b *testing.B) {
 	first, second := redistest.Start(b), redistest.Start(b)
-	wins := []*descriptors.Limit{
-		storetest.Limit(descriptors.FixedWindow, 1<<30, time.Second, 0),
-		storetest.Limit(descriptors.FixedWindow, 1<<30, time.Minute, 0),
-		storetest.Limit(descriptors.SlidingWindow, 1<<30, time.Hour, 0),
+	wins := []*engine.Rule{
+		storetest.Rule(engine.FixedWindow, 1<<30, time.Second, 0),
+		storetest.Rule(engine.FixedWindow, 1<<30, time.Minute, 0),
+		storetest.Rule(engine.SlidingWindow, 1<<30, time.Hour, 0),
 	}
 	items := make([]engine.Item, len(wins))
 	for i, l := range wins {
-		items[i] = engine.Item{Desc: "bench/k=v", Limit: l, Hits: 1}
+		items[i] = engine.Item{Desc: "bench/k=v", Rule: l, Hits: 1}
 	}
 	for _, tc := range []struct {
 		name string

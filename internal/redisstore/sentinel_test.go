@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
@@ -76,11 +75,11 @@ func TestSentinelFailover(t *testing.T) {
 	a := newStore(t, Options{Sentinel: opts.Sentinel, Timeout: opts.Timeout, minPipelineBound: starvedBound, Logger: opts.Logger, DenyCache: true})
 	b := newStore(t, opts) // another rls process
 	ctx := context.Background()
-	hour := storetest.Limit(descriptors.FixedWindow, 100, time.Hour, 0)
-	one := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
+	hour := storetest.Rule(engine.FixedWindow, 100, time.Hour, 0)
+	one := storetest.Rule(engine.FixedWindow, 1, time.Hour, 0)
 	one.ID += ":3:one"
-	counted := []engine.Item{{Desc: "d/k=counted", Limit: hour, Hits: 1}}
-	cached := []engine.Item{{Desc: "d/k=cached", Limit: one, Hits: 1}}
+	counted := []engine.Item{{Desc: "d/k=counted", Rule: hour, Hits: 1}}
+	cached := []engine.Item{{Desc: "d/k=cached", Rule: one, Hits: 1}}
 	res := make([]engine.Result, 1)
 	apply := func(s *Store, step string, items []engine.Item, want bool) {
 		t.Helper()
@@ -173,7 +172,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	// Another process gives the hit back on the new master: the notice
 	// reaches a through its new subscription.
-	apply(b, "the hit given back", []engine.Item{{Desc: "d/k=cached", Limit: one, Hits: 1, Refund: true}}, true)
+	apply(b, "the hit given back", []engine.Item{{Desc: "d/k=cached", Rule: one, Hits: 1, Refund: true}}, true)
 	waitCacheEmpty(t, a, "the refund on the new master was not announced to the store within 5 s")
 	if stats := a.Stats(); stats.Indeterminate != st0.Indeterminate {
 		t.Errorf("Stats() = %+v (at the failover: %+v), want no indeterminate outcome after it", stats, st0)
@@ -225,7 +224,7 @@ func TestMasterChangeForgetsWhatHeldForTheOldOne(t *testing.T) {
 func TestSentinelTLS(t *testing.T) {
 	pki := testpki.New(t)
 	st := redistest.StartSentinel(t, redistest.SentinelConfig{TLS: pki, Password: "data-secret"})
-	items := []engine.Item{{Desc: "d/k=tls", Limit: storetest.Limit(descriptors.FixedWindow, 5, time.Hour, 0), Hits: 1}}
+	items := []engine.Item{{Desc: "d/k=tls", Rule: storetest.Rule(engine.FixedWindow, 5, time.Hour, 0), Hits: 1}}
 	res := make([]engine.Result, 1)
 	s := newStore(t, Options{URL: "rediss://:data-secret@redis.example/0", CAFile: pki.CA, Sentinel: sentinelOf(st), Timeout: time.Second})
 	if ok, err := s.Apply(context.Background(), items, res); err != nil || !ok || res[0].Remaining != 4 {

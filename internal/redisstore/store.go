@@ -424,7 +424,7 @@ func (s *Store) nowArg() string {
 // base returns the key of an item's counter: the prefix, the descriptor's
 // identity as the hash tag, the limit's counter ID.
 func (s *Store) base(it *engine.Item) string {
-	return s.opts.Prefix + "{" + it.Desc + "}:" + it.Limit.ID
+	return engine.CounterKey(s.opts.Prefix, it.Desc, it.Rule)
 }
 
 // Apply implements engine.Store.

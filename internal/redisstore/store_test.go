@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -106,15 +105,15 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 	red := newStore(t, Options{URL: srv.URL(), Now: clock.Now, Prefix: fmt.Sprintf("diff%d:%s:", seed, t.Name()), DenyCache: denyCache}) // a replayed seed runs every subtest with it
 
 	windows := []time.Duration{time.Second, 2 * time.Second, time.Minute, time.Hour}
-	var limits []*descriptors.Limit
+	var limits []*engine.Rule
 	for _, alg := range storetest.Algorithms() {
 		for _, w := range windows {
 			for _, rpu := range []uint32{0, 1, 3, 10, 1000} {
 				burst := uint32(0)
-				if alg == descriptors.TokenBucket {
+				if alg == engine.TokenBucket {
 					burst = rpu * uint32(1+rng.IntN(3))
 				}
-				l := storetest.Limit(alg, rpu, w, burst)
+				l := storetest.Rule(alg, rpu, w, burst)
 				if rpu != 3 {
 					// One counter per limit variant, except that the 3 and 10
 					// variants share one, as an override shares the counter of
@@ -128,14 +127,14 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 		}
 	}
 	for _, rpu := range []uint32{1, 3, 10} {
-		limits = append(limits, storetest.CalendarLimit(descriptors.Day, rpu, time.UTC))
+		limits = append(limits, storetest.CalendarRule(engine.Day, rpu, time.UTC))
 	}
 	descs := []string{"d/a=1", "d/a=2", "d/b=1", "d/c=x"}
 	if hot {
 		// Limits of 0, 1 and 3 (a quarter of them shared by 3 and 10).
 		small := limits[:0:0]
 		for _, l := range limits {
-			if l.RequestsPerUnit <= 3 || rng.IntN(4) == 0 {
+			if l.Limit <= 3 || rng.IntN(4) == 0 {
 				small = append(small, l)
 			}
 		}
@@ -156,7 +155,7 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 		for i := range items {
 			it := &items[i]
 			it.Desc = descs[rng.IntN(len(descs))]
-			it.Limit = limits[rng.IntN(len(limits))]
+			it.Rule = limits[rng.IntN(len(limits))]
 			it.Hits = uint64(rng.IntN(4))
 			if rng.IntN(8) == 0 {
 				it.Hits = uint64(rng.IntN(20))
@@ -210,7 +209,7 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 func describe(items []engine.Item) string {
 	var b strings.Builder
 	for _, it := range items {
-		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d hits %d refund %v shadow %v count denied %v group %d", it.Desc, it.Limit.Algorithm, it.Limit.RequestsPerUnit, it.Limit.Window, it.Limit.Burst, it.Hits, it.Refund, it.Shadow, it.CountDenied, it.Group)
+		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d hits %d refund %v shadow %v count denied %v group %d", it.Desc, it.Rule.Algorithm(), it.Rule.Limit, it.Rule.Window, it.Rule.Burst, it.Hits, it.Refund, it.Shadow, it.CountDenied, it.Group)
 	}
 	return b.String()
 }
@@ -238,13 +237,13 @@ func TestOneCallPerRequest(t *testing.T) {
 	s := newStore(t, Options{URL: srv.URL()})
 	var items []engine.Item
 	for d := range 3 {
-		for _, l := range []*descriptors.Limit{
-			storetest.Limit(descriptors.FixedWindow, 1000, time.Second, 0),
-			storetest.Limit(descriptors.SlidingWindow, 1000, time.Minute, 0),
-			storetest.Limit(descriptors.TokenBucket, 1000, time.Hour, 1000),
-			storetest.Limit(descriptors.SlidingLog, 1000, time.Hour, 0),
+		for _, l := range []*engine.Rule{
+			storetest.Rule(engine.FixedWindow, 1000, time.Second, 0),
+			storetest.Rule(engine.SlidingWindow, 1000, time.Minute, 0),
+			storetest.Rule(engine.TokenBucket, 1000, time.Hour, 1000),
+			storetest.Rule(engine.SlidingLog, 1000, time.Hour, 0),
 		} {
-			items = append(items, engine.Item{Desc: fmt.Sprintf("d/k=%d", d), Limit: l, Hits: 1})
+			items = append(items, engine.Item{Desc: fmt.Sprintf("d/k=%d", d), Rule: l, Hits: 1})
 		}
 	}
 	results := make([]engine.Result, len(items))
@@ -268,7 +267,7 @@ func TestOneCallPerRequest(t *testing.T) {
 func TestLibraryReloadedAfterFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL()})
-	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	items := []engine.Item{{Desc: "d/k=v", Rule: storetest.Rule(engine.FixedWindow, 10, time.Hour, 0), Hits: 1}}
 	results := make([]engine.Result, 1)
 	for i := range 3 {
 		if i == 1 {
@@ -287,10 +286,10 @@ func TestDenyCache(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.T0.Add(10 * time.Second))
 	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
-	l := storetest.Limit(descriptors.FixedWindow, 2, time.Minute, 0)
-	l2 := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
-	other := storetest.Limit(descriptors.FixedWindow, 100, time.Minute, 0)
-	items := []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}, {Desc: "d/k=v", Limit: l2, Hits: 1}}
+	l := storetest.Rule(engine.FixedWindow, 2, time.Minute, 0)
+	l2 := storetest.Rule(engine.FixedWindow, 1, time.Hour, 0)
+	other := storetest.Rule(engine.FixedWindow, 100, time.Minute, 0)
+	items := []engine.Item{{Desc: "d/k=v", Rule: l, Hits: 1}, {Desc: "d/k=v", Rule: l2, Hits: 1}}
 	results := make([]engine.Result, 3)
 	apply := func(items []engine.Item) bool {
 		t.Helper()
@@ -346,7 +345,7 @@ func TestDenyCache(t *testing.T) {
 	clock.Set(storetest.T0.Add(61 * time.Second))
 	items[1].Hits = 1
 	apply(items[1:]) // denied and cached
-	withOther := []engine.Item{items[1], {Desc: "d/other=1", Limit: other, Hits: 1}}
+	withOther := []engine.Item{items[1], {Desc: "d/other=1", Rule: other, Hits: 1}}
 	before := s.Stats().RoundTrips
 	if apply(withOther) || s.Stats().RoundTrips == before {
 		t.Fatal("a request with an unknown item was answered from the cache")
@@ -360,10 +359,10 @@ func TestDenyCacheDroppedByRefund(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.T0)
 	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
-	l := storetest.Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	l := storetest.Rule(engine.FixedWindow, 1, time.Minute, 0)
 	results := make([]engine.Result, 1)
 	hit := func(refund bool) bool {
-		ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1, Refund: refund}}, results)
+		ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Rule: l, Hits: 1, Refund: refund}}, results)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,9 +381,9 @@ func TestDenyCacheDroppedByRefund(t *testing.T) {
 func TestRestartedRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL(), Timeout: time.Second, PoolSize: 8})
-	l := storetest.Limit(descriptors.FixedWindow, 1_000_000, time.Hour, 0)
+	l := storetest.Rule(engine.FixedWindow, 1_000_000, time.Hour, 0)
 	apply := func(i int) error {
-		_, err := s.Apply(context.Background(), []engine.Item{{Desc: fmt.Sprintf("d/k=%d", i), Limit: l, Hits: 1}}, make([]engine.Result, 1))
+		_, err := s.Apply(context.Background(), []engine.Item{{Desc: fmt.Sprintf("d/k=%d", i), Rule: l, Hits: 1}}, make([]engine.Result, 1))
 		return err
 	}
 	// Fill the pool with connections.
@@ -419,7 +418,7 @@ func TestRestartedRedis(t *testing.T) {
 func TestStoppedRedisTimesOut(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL(), Timeout: 50 * time.Millisecond})
-	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	items := []engine.Item{{Desc: "d/k=v", Rule: storetest.Rule(engine.FixedWindow, 10, time.Hour, 0), Hits: 1}}
 	results := make([]engine.Result, 1)
 	if _, err := s.Apply(context.Background(), items, results); err != nil {
 		t.Fatal(err)
@@ -457,15 +456,15 @@ func BenchmarkApply(b *testing.B) {
 		b.Run(shape.name, func(b *testing.B) {
 			w, _ := strconv.Atoi(os.Getenv("RLS_BENCH_WORKERS"))
 			s := newStore(b, Options{URL: srv.URL(), Workers: w})
-			wins := []*descriptors.Limit{
-				storetest.Limit(descriptors.FixedWindow, 1<<30, time.Second, 0),
-				storetest.Limit(descriptors.FixedWindow, 1<<30, time.Minute, 0),
-				storetest.Limit(descriptors.SlidingWindow, 1<<30, time.Hour, 0),
+			wins := []*engine.Rule{
+				storetest.Rule(engine.FixedWindow, 1<<30, time.Second, 0),
+				storetest.Rule(engine.FixedWindow, 1<<30, time.Minute, 0),
+				storetest.Rule(engine.SlidingWindow, 1<<30, time.Hour, 0),
 			}
 			var items []engine.Item
 			for d := range shape.descs {
 				for w := range shape.wins {
-					items = append(items, engine.Item{Desc: fmt.Sprintf("bench/k=%d", d), Limit: wins[w], Hits: 1})
+					items = append(items, engine.Item{Desc: fmt.Sprintf("bench/k=%d", d), Rule: wins[w], Hits: 1})
 				}
 			}
 			b.ReportAllocs()
@@ -516,7 +515,7 @@ func redisCPU(tb testing.TB, addr string) float64 {
 func TestTLSAndPassword(t *testing.T) {
 	files := testpki.New(t)
 	srv := redistest.StartWith(t, redistest.Config{Password: "s3cret", TLS: files})
-	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	items := []engine.Item{{Desc: "d/k=v", Rule: storetest.Rule(engine.FixedWindow, 10, time.Hour, 0), Hits: 1}}
 	results := make([]engine.Result, 1)
 
 	s := newStore(t, Options{URL: "rediss://:s3cret@" + srv.Addr() + "/0", CAFile: files.CA})
@@ -549,7 +548,7 @@ func TestTLSAndPassword(t *testing.T) {
 func TestTLSClientCertificate(t *testing.T) {
 	files := testpki.New(t)
 	srv := redistest.StartWith(t, redistest.Config{TLS: files, ClientCerts: true})
-	items := []engine.Item{{Desc: "d/k=v", Limit: storetest.Limit(descriptors.FixedWindow, 10, time.Hour, 0), Hits: 1}}
+	items := []engine.Item{{Desc: "d/k=v", Rule: storetest.Rule(engine.FixedWindow, 10, time.Hour, 0), Hits: 1}}
 	results := make([]engine.Result, 1)
 	url := "rediss://" + srv.Addr() + "/0"
 	s := newStore(t, Options{URL: url, CAFile: files.CA, CertFile: files.Cert, KeyFile: files.Key})
@@ -590,7 +589,7 @@ func TestWindowKeysExpireTogether(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock.Set(storetest.T0)
-			item := engine.Item{Desc: "d/k=" + tc.name, Limit: storetest.Limit(descriptors.SlidingWindow, 10, time.Minute, 0), Hits: 1}
+			item := engine.Item{Desc: "d/k=" + tc.name, Rule: storetest.Rule(engine.SlidingWindow, 10, time.Minute, 0), Hits: 1}
 			results := make([]engine.Result, 1)
 			apply := func() {
 				t.Helper()
@@ -631,10 +630,10 @@ func TestWindowKeysExpireTogether(t *testing.T) {
 func TestDenyCacheBounded(t *testing.T) {
 	c := newDenyCache(100)
 	c.setLive(true)
-	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
+	l := storetest.Rule(engine.FixedWindow, 1, time.Hour, 0)
 	now := storetest.T0
 	for i := range 1000 {
-		items := []engine.Item{{Desc: fmt.Sprint("d/k=", i), Limit: l, Hits: 1}}
+		items := []engine.Item{{Desc: fmt.Sprint("d/k=", i), Rule: l, Hits: 1}}
 		c.remember(items, []string{fmt.Sprint("base", i)}, []engine.Result{{RetryAfter: time.Hour}}, false, now, c.epoch)
 	}
 	if len(c.m) > 100 {
@@ -652,12 +651,12 @@ func TestMergedScripts(t *testing.T) {
 	merged := newStore(t, Options{URL: srv.URL(), Prefix: "merged:", Now: clock})
 	alone := newStore(t, Options{URL: srv.URL(), Prefix: "alone:", Now: clock, PerScript: 1})
 
-	limits := []*descriptors.Limit{
-		storetest.Limit(descriptors.FixedWindow, 5, time.Second, 0),
-		storetest.Limit(descriptors.FixedWindow, 9, time.Minute, 0),
-		storetest.Limit(descriptors.SlidingWindow, 7, time.Minute, 0),
-		storetest.Limit(descriptors.SlidingLog, 4, time.Minute, 0),
-		storetest.Limit(descriptors.TokenBucket, 3, time.Second, 6),
+	limits := []*engine.Rule{
+		storetest.Rule(engine.FixedWindow, 5, time.Second, 0),
+		storetest.Rule(engine.FixedWindow, 9, time.Minute, 0),
+		storetest.Rule(engine.SlidingWindow, 7, time.Minute, 0),
+		storetest.Rule(engine.SlidingLog, 4, time.Minute, 0),
+		storetest.Rule(engine.TokenBucket, 3, time.Second, 6),
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	type request struct {
@@ -668,7 +667,7 @@ func TestMergedScripts(t *testing.T) {
 	for range 60 {
 		var r request
 		for range 1 + rng.IntN(4) {
-			it := engine.Item{Desc: fmt.Sprint("t/k=", rng.IntN(3)), Limit: limits[rng.IntN(len(limits))], Hits: uint64(rng.IntN(3))}
+			it := engine.Item{Desc: fmt.Sprint("t/k=", rng.IntN(3)), Rule: limits[rng.IntN(len(limits))], Hits: uint64(rng.IntN(3))}
 			it.Refund = rng.IntN(8) == 0
 			it.Shadow = rng.IntN(8) == 0
 			r.items = append(r.items, it)
@@ -733,11 +732,11 @@ func TestDenyCacheSeesRefundElsewhere(t *testing.T) {
 	clock := storetest.NewClock(storetest.T0)
 	a := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
 	b := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
-	l := storetest.Limit(descriptors.FixedWindow, 2, time.Minute, 0)
+	l := storetest.Rule(engine.FixedWindow, 2, time.Minute, 0)
 	results := make([]engine.Result, 1)
 	hit := func(s *Store, refund bool) bool {
 		t.Helper()
-		ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1, Refund: refund}}, results)
+		ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Rule: l, Hits: 1, Refund: refund}}, results)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -759,8 +758,8 @@ func TestDenyCacheSeesRefundElsewhere(t *testing.T) {
 // arrived is not kept, and nothing is kept while the notices are not live.
 func TestDenyCacheEpoch(t *testing.T) {
 	c := newDenyCache(100)
-	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
-	items := []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}}
+	l := storetest.Rule(engine.FixedWindow, 1, time.Hour, 0)
+	items := []engine.Item{{Desc: "d/k=v", Rule: l, Hits: 1}}
 	denied := []engine.Result{{RetryAfter: time.Hour, Reset: time.Hour}}
 	bases := []string{"base"}
 	now := storetest.T0
@@ -816,12 +815,12 @@ func TestDenyCacheAfterRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.T0)
 	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true, Timeout: time.Second})
-	l := storetest.Limit(descriptors.FixedWindow, 1, time.Hour, 0)
+	l := storetest.Rule(engine.FixedWindow, 1, time.Hour, 0)
 	results := make([]engine.Result, 1)
 	deniedTwice := func() {
 		t.Helper()
 		for i := range 3 {
-			ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Limit: l, Hits: 1}}, results)
+			ok, err := s.Apply(context.Background(), []engine.Item{{Desc: "d/k=v", Rule: l, Hits: 1}}, results)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -868,18 +867,18 @@ func TestNoChannelPermission(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	l := storetest.Limit(descriptors.FixedWindow, 5, time.Minute, 0)
+	l := storetest.Rule(engine.FixedWindow, 5, time.Minute, 0)
 	results := make([]engine.Result, 2)
 	ctx := context.Background()
-	if ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/b=1", Limit: l, Hits: 2}}, results); err != nil || !ok {
+	if ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/b=1", Rule: l, Hits: 2}}, results); err != nil || !ok {
 		t.Fatalf("setup: %v %v", ok, err)
 	}
 	// Consume one of a, give one of b back: the refund publishes.
-	ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/a=1", Limit: l, Hits: 1}, {Desc: "d/b=1", Limit: l, Hits: 1, Refund: true}}, results)
+	ok, err := s.Apply(ctx, []engine.Item{{Desc: "d/a=1", Rule: l, Hits: 1}, {Desc: "d/b=1", Rule: l, Hits: 1, Refund: true}}, results)
 	if err != nil || !ok || results[0].Remaining != 4 || results[1].Remaining != 4 {
 		t.Fatalf("a request with a refund, without the channel's permission: %v %v %+v; want admitted, 4 and 4 left", ok, err, results)
 	}
-	look := []engine.Item{{Desc: "d/a=1", Limit: l}, {Desc: "d/b=1", Limit: l}}
+	look := []engine.Item{{Desc: "d/a=1", Rule: l}, {Desc: "d/b=1", Rule: l}}
 	if ok, err := s.Apply(ctx, look, results); err != nil || !ok || results[0].Remaining != 4 || results[1].Remaining != 4 {
 		t.Fatalf("after it: %v %v %+v; want 4 and 4 left (written once, whole)", ok, err, results)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -91,17 +90,6 @@ func (lib library) fcall(ctx context.Context, client redis.UniversalClient, fn s
 	}
 	return client.FCall(ctx, fn, keys, args...)
 }
-
-// Algorithm codes: descriptors.Algorithm.
-const (
-	algFixedWindow   = int(descriptors.FixedWindow)
-	algSlidingWindow = int(descriptors.SlidingWindow)
-	algSlidingLog    = int(descriptors.SlidingLog)
-	algTokenBucket   = int(descriptors.TokenBucket)
-	// algCalendarWindow is a fixed window with a calendar: its window
-	// argument is engine.CalendarBounds around the store's clock.
-	algCalendarWindow = 4
-)
 
 // decide.lua's arguments (decide_entry): the number of requests, then per
 // request requestHead fields at the request* positions and itemFields per
@@ -189,7 +177,7 @@ func requestArgs(mode, now string, at time.Time, items []engine.Item, bases []st
 	args[requestItems-1] = len(items)
 	for i := range items {
 		it := &items[i]
-		l := it.Limit
+		r := it.Rule
 		flags := 0
 		if it.Refund {
 			flags |= flagRefund
@@ -202,15 +190,13 @@ func requestArgs(mode, now string, at time.Time, items []engine.Item, bases []st
 		}
 		var f [itemFields]any
 		f[itemBase-1] = bases[i]
-		f[itemAlgorithm-1] = int(l.Algorithm)
-		f[itemWindow-1] = l.Window.Microseconds()
-		if l.Calendar != nil {
-			b := engine.CalendarBounds(l, at)
-			f[itemAlgorithm-1] = algCalendarWindow
+		f[itemAlgorithm-1] = int(r.Code())
+		f[itemWindow-1] = r.Window.Microseconds()
+		if b, ok := r.CalendarBounds(at.UnixMicro()); ok {
 			f[itemWindow-1] = fmt.Sprintf("%d:%d:%d:%d", b[0], b[1], b[2], b[3])
 		}
-		f[itemLimit-1] = l.RequestsPerUnit
-		f[itemBurst-1] = l.Burst
+		f[itemLimit-1] = r.Limit
+		f[itemBurst-1] = r.Burst
 		f[itemHits-1] = it.Hits
 		f[itemFlags-1] = flags
 		f[itemGroup-1] = it.Group

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/clientip"
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -542,12 +543,12 @@ func (p *parser) override(n *yaml.Node, what string) *service.Override {
 	}
 	if v := fs["unit"]; v != nil {
 		s := p.str(v, what+".unit")
-		for u := descriptors.Second; u <= descriptors.Year; u++ {
+		for u := engine.Second; u <= engine.Year; u++ {
 			if strings.EqualFold(s, u.String()) {
 				o.Unit = u
 			}
 		}
-		if o.Unit == descriptors.UnitUnknown {
+		if o.Unit == engine.UnitUnknown {
 			p.errorf(v, "%s.unit: %q is not one of second|minute|hour|day|week|month|year", what, s)
 		}
 	} else if n.Kind == yaml.MappingNode {

@@ -107,7 +107,7 @@ func appendLimitHeaders(h []Header, names *LimitHeaderNames, nodes []*descriptor
 		return h
 	}
 	return append(h,
-		Header{Key: names.Limit, Value: strconv.FormatUint(uint64(chosen.Limit.RequestsPerUnit), 10)},
+		Header{Key: names.Limit, Value: strconv.FormatUint(uint64(chosen.Limit.Rule.Limit), 10)},
 		Header{Key: names.Remaining, Value: strconv.FormatUint(uint64(chosen.Remaining), 10)},
 		Header{Key: names.Reset, Value: strconv.FormatInt(CeilSeconds(chosen.ResetAfter), 10)},
 	)

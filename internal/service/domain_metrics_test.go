@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/memstore"
 )
 
@@ -40,7 +41,7 @@ func TestUnmatchedDescriptorsCounted(t *testing.T) {
 		t.Fatalf("series before any request: %v, want none", got)
 	}
 	over := desc("nothing", "x")
-	over.Override = &Override{RequestsPerUnit: 1, Unit: descriptors.Minute}
+	over.Override = &Override{RequestsPerUnit: 1, Unit: engine.Minute}
 	for _, tc := range []struct {
 		domain string
 		descs  []Descriptor

@@ -284,7 +284,7 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 				it.Hits, it.Refund = de.Hits, d.Refund
 				judged[k] = it
 				reset := time.Duration(0)
-				if l.Calendar != nil {
+				if l.Rule.Calendar != nil {
 					reset = s.calendarLeft(l, &now)
 				}
 				if results != nil {
@@ -296,7 +296,7 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 					r := results[k]
 					v := &verdicts[k]
 					v.Admitted = d.Refund || de.Hits <= r.Remaining
-					v.Never = !v.Admitted && de.Hits > engine.Capacity(l)
+					v.Never = !v.Admitted && de.Hits > l.Rule.Capacity()
 					le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset.String(), Admits: v.Admitted, Never: v.Never}
 					if !v.Admitted && !l.Shadow {
 						de.Code = OverLimit.String()
@@ -339,8 +339,9 @@ func explainLimit(dom *descriptors.Domain, l *descriptors.Limit) LimitExplanatio
 		le.At = fmt.Sprintf("%s:%d:%d", dom.File, l.Line, l.Column)
 	}
 	if !l.Unlimited {
-		le.RequestsPerUnit, le.Unit, le.UnitMultiplier = l.RequestsPerUnit, l.Unit.String(), l.UnitMultiplier
-		le.Window, le.Algorithm, le.Burst = l.Window.String(), l.Algorithm.String(), l.Burst
+		r := l.Rule
+		le.RequestsPerUnit, le.Unit, le.UnitMultiplier = r.Limit, r.Unit.String(), r.Multiplier
+		le.Window, le.Algorithm, le.Burst = r.Window.String(), r.Algorithm(), r.Burst
 	}
 	return le
 }

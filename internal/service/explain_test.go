@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 func (f *fixture) explain(t *testing.T, req *Request) *Explanation {
@@ -76,7 +77,7 @@ func TestExplainLimits(t *testing.T) {
 	four := desc("remote_address", "10.0.0.9")
 	four.HasHits, four.Hits = true, 4
 	over := desc("override_me", "x")
-	over.Override = &Override{RequestsPerUnit: 7, Unit: descriptors.Minute}
+	over.Override = &Override{RequestsPerUnit: 7, Unit: engine.Minute}
 	tests := []struct {
 		name    string
 		req     *Request

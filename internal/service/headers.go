@@ -3,13 +3,11 @@ package service
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rlsproject/rls/internal/descriptors"
-	"github.com/rlsproject/rls/internal/engine"
 )
 
 // HeaderMode selects the rate-limit headers of a response.
@@ -116,7 +114,7 @@ func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
 	reset := strconv.FormatInt(CeilSeconds(b.ResetAfter), 10)
 	if mode == HeadersDraft03 || mode == HeadersBoth {
 		var lim strings.Builder
-		lim.WriteString(strconv.FormatUint(uint64(Quota(b.Limit)), 10))
+		lim.WriteString(strconv.FormatUint(min(b.Limit.Rule.Capacity(), math.MaxUint32), 10))
 		resp.policies(func(p *Policy) {
 			fmt.Fprintf(&lim, ", %d;w=%d", p.Quota, int64(p.Window/time.Second))
 			if p.Limit.Name != "" {
@@ -149,90 +147,42 @@ func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
 }
 
 // Policy is a limit as an answer advertises it (X-RateLimit-Limit,
-// RateLimit-Policy, /debug/explain): Quota hits per Window, where what
-// remains of the limit (limit_remaining) is never more than Quota.
-//
-//   - A token bucket of requests_per_unit R per window W and burst B:
-//     B per the time its empty bucket takes to fill, B × W ÷ R, rounded up
-//     to whole seconds (so the advertised rate is never more than R per
-//     W). With the default burst that is R per W.
-//   - A calendar window (calendar: true): requests_per_unit per the length
-//     of the calendar window that the answer speaks of, the one that ends
-//     at its reset (29 days for February 2024, 23 hours for a day that
-//     starts summer time).
-//   - Any other limit: requests_per_unit per its window.
+// RateLimit-Policy, /debug/explain): Quota hits per Window, the rule's
+// capacity per its quota window (engine.Rule.QuotaWindow: a token bucket's
+// fill time, a calendar window's own length), so that what remains of the
+// limit (limit_remaining) is never more than Quota.
 type Policy struct {
 	Limit  *descriptors.Limit
 	Quota  uint32
 	Window time.Duration // whole seconds
 }
 
-// Quota returns what l advertises per policy window: a token bucket's
-// burst (its capacity), else requests_per_unit.
-func Quota(l *descriptors.Limit) uint32 {
-	if l.Algorithm == descriptors.TokenBucket {
-		return l.Burst
-	}
-	return l.RequestsPerUnit
-}
-
-// PolicyWindow returns the window that l's policy advertises, but for a
-// calendar limit, whose window depends on the instant (Service.policy):
-// for a token bucket the time its empty bucket takes to fill, ⌈B × W ÷ R⌉
-// whole seconds (computed exactly), else l.Window.
-func PolicyWindow(l *descriptors.Limit) time.Duration {
-	if l.Algorithm != descriptors.TokenBucket || l.RequestsPerUnit == 0 {
-		return l.Window
-	}
-	// ⌈B × W[µs] ÷ (R × 10⁶)⌉ in 128 bits: B × W can pass 2⁶⁴. The
-	// config keeps the quotient far below maxSeconds (B × W ÷ R ≤ 2⁵³ µs);
-	// beyond, the window saturates.
-	const maxSeconds = math.MaxInt64 / uint64(time.Second)
-	den := uint64(l.RequestsPerUnit) * 1e6
-	hi, lo := bits.Mul64(uint64(l.Burst), uint64(l.Window.Microseconds()))
-	if hi >= den {
-		return time.Duration(maxSeconds) * time.Second
-	}
-	q, rem := bits.Div64(hi, lo, den)
-	if rem > 0 {
-		q++
-	}
-	return time.Duration(min(q, maxSeconds)) * time.Second
-}
-
 // policy returns l's policy in an answer whose result for l resets after
-// reset. now is the instant of the answer, read from s.now on first use
-// (only a calendar limit needs it) and shared by the answer's limits.
+// reset: the rule's capacity per its quota window (engine.Rule.QuotaWindow).
+// now is the instant of the answer, read from s.now on first use (only a
+// calendar limit's window depends on it) and shared by the answer's
+// limits.
 func (s *Service) policy(l *descriptors.Limit, reset time.Duration, now *time.Time) Policy {
-	p := Policy{Limit: l, Quota: Quota(l), Window: PolicyWindow(l)}
-	if l.Calendar != nil {
+	r := l.Rule
+	var end time.Time
+	if r.Calendar != nil {
 		if now.IsZero() {
 			*now = s.now()
 		}
-		p.Window = calendarWindowEnding(l, now.Add(reset))
+		end = now.Add(reset)
 	}
-	return p
+	return Policy{Limit: l, Quota: uint32(min(r.Capacity(), math.MaxUint32)), Window: r.QuotaWindow(end)}
 }
 
 // calendarLeft returns the time from now (read as policy does) to the end
-// of l's calendar window holding it: a calendar limit's reset when the
-// store could not say.
+// of calendar limit l's window holding it: its reset when the store could
+// not say.
 func (s *Service) calendarLeft(l *descriptors.Limit, now *time.Time) time.Duration {
 	if now.IsZero() {
 		*now = s.now()
 	}
-	b := engine.CalendarBounds(l, *now)
+	b, _ := l.Rule.CalendarBounds(now.UnixMicro())
 	return time.UnixMicro(b[2]).Sub(*now)
-}
-
-// calendarWindowEnding returns the length of calendar limit l's window
-// that ends at end. It takes the window holding end − 12 h: every
-// calendar window is at least 23 hours long (a day that starts summer
-// time), so that instant lies in the window ending at end even when end
-// was computed with a clock hours away from the store's.
-func calendarWindowEnding(l *descriptors.Limit, end time.Time) time.Duration {
-	b := engine.CalendarBounds(l, end.Add(-12*time.Hour))
-	return time.Duration(b[2]-b[1]) * time.Microsecond
 }
 
 // sfString renders s as a Structured Field string (RFC 8941): quoted, with

@@ -24,14 +24,14 @@ func never(items []engine.Item, results []engine.Result) bool {
 // impossible counts a request that can never pass, and logs it at a
 // bounded rate with the first limit that never admits: the client (or the
 // proxy's hits_addend) asks for more than the config allows.
-func (s *Service) impossible(cur *loaded, dom *descriptors.Domain, items []engine.Item, results []engine.Result) {
+func (s *Service) impossible(cur *loaded, dom *descriptors.Domain, sc *scratch, results []engine.Result) {
 	cur.domains[dom.Name].countImpossible()
 	s.neverLog.Do(func() {
-		for i := range items {
-			if r := &results[i]; r.Never && !items[i].Shadow {
-				l := items[i].Limit
+		for i := range sc.items {
+			if r := &results[i]; r.Never && !sc.items[i].Shadow {
+				l := sc.limits[i]
 				s.log.Warn("a request asks more hits than a limit can ever admit: denied, with no Retry-After",
-					"domain", dom.Name, "limit", l.Label, "hits", items[i].Hits, "capacity", engine.Capacity(l), "algorithm", l.Algorithm.String())
+					"domain", dom.Name, "limit", l.Label, "hits", sc.items[i].Hits, "capacity", l.Rule.Capacity(), "algorithm", l.Rule.Algorithm())
 				return
 			}
 		}

@@ -35,7 +35,7 @@ func TestNeverPassesHasNoRetryAfter(t *testing.T) {
 		if resp.Code != OverLimit || !resp.Never || st.Code != OverLimit || !st.Never {
 			t.Fatalf("request %d: hits 4 against 3/s: %s never=%v (status %s never=%v), want OVER_LIMIT never", i, resp.Code, resp.Never, st.Code, st.Never)
 		}
-		if st.Limit == nil || st.Limit.Window != time.Second || st.ResetAfter != time.Second || st.Remaining != 3 {
+		if st.Limit == nil || st.Limit.Rule.Window != time.Second || st.ResetAfter != time.Second || st.Remaining != 3 {
 			t.Errorf("request %d: binding %v reset %s remaining %d, want the 1s limit (the one that never admits 4), reset 1s, 3 remaining", i, st.Limit, st.ResetAfter, st.Remaining)
 		}
 		h := headerMap(resp)

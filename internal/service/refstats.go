@@ -239,12 +239,12 @@ func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
 // remained just before that charge: Remaining is read after it). Of a
 // request that names one counter twice, the store reports the state after
 // both items: the split of each is then approximate.
-func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.Entry, it *engine.Item, r *engine.Result) {
+func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.Entry, l *descriptors.Limit, it *engine.Item, r *engine.Result) {
 	if it.Refund {
 		return
 	}
-	series := rs.series(rc, domain, entries, it)
-	lim := uint64(it.Limit.RequestsPerUnit)
+	series := rs.series(rc, domain, entries, l)
+	lim := uint64(l.Rule.Limit)
 	hits := it.Hits
 	if r.Cached {
 		// Denied from the denial cache, as the reference's local cache
@@ -302,8 +302,8 @@ var discardSeries = &refSeries{total: discard, over: discard, near: discard, wit
 
 // series returns the counters that item it of a request descriptor with
 // entries counts into.
-func (rs *refStats) series(rc *refConfig, domain string, entries []descriptors.Entry, it *engine.Item) *refSeries {
-	if it.Limit.Index < 0 || it.Limit.Index >= len(rc.byLimit) {
+func (rs *refStats) series(rc *refConfig, domain string, entries []descriptors.Entry, l *descriptors.Limit) *refSeries {
+	if l.Index < 0 || l.Index >= len(rc.byLimit) {
 		// A request override: the request's key and values.
 		parts := make([]string, len(entries))
 		for i, e := range entries {
@@ -314,7 +314,7 @@ func (rs *refStats) series(rc *refConfig, domain string, entries []descriptors.E
 		}
 		return rs.valueSeries(rc.override[domain], parts)
 	}
-	n := rc.byLimit[it.Limit.Index]
+	n := rc.byLimit[l.Index]
 	if n.fixed != nil {
 		if s := n.fixed.series.Load(); s != nil {
 			return s

@@ -46,7 +46,7 @@ type Descriptor struct {
 // Override is a limit given by the request instead of the configured one.
 type Override struct {
 	RequestsPerUnit uint32
-	Unit            descriptors.Unit
+	Unit            engine.Unit
 	UnitMultiplier  uint32 // 0 means 1
 }
 
@@ -87,7 +87,7 @@ func (req *Request) validate() error {
 			return invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the maximum %d", d.Hits, uint64(MaxHits))
 		}
 		if o := d.Override; o != nil {
-			if o.Unit == descriptors.UnitUnknown || o.Unit.Duration() == 0 {
+			if o.Unit == engine.UnitUnknown || o.Unit.Duration() == 0 {
 				return invalid(fmt.Sprintf("descriptors[%d].limit.unit", i), "must be set (SECOND, MINUTE, HOUR, DAY, MONTH or YEAR)")
 			}
 			if mult := max(o.UnitMultiplier, 1); time.Duration(mult) > maxOverride/o.Unit.Duration() {
@@ -198,21 +198,14 @@ func (req *Request) hits(d *Descriptor) uint64 {
 	return uint64(max(req.HitsAddend, 1))
 }
 
-// overrideLimit builds the limit of a request override. Its counter is the
-// one of a configured, unnamed fixed window of the same length on the same
-// entries, as in envoyproxy/ratelimit.
+// overrideLimit builds the limit of a request override (validate checked
+// it). Its counter is the one of a configured, unnamed fixed window of the
+// same length on the same entries, as in envoyproxy/ratelimit.
 func overrideLimit(o *Override) *descriptors.Limit {
-	mult := max(o.UnitMultiplier, 1)
-	w := time.Duration(mult) * o.Unit.Duration()
 	return &descriptors.Limit{
-		Unit:            o.Unit,
-		UnitMultiplier:  mult,
-		Window:          w,
-		RequestsPerUnit: o.RequestsPerUnit,
-		Algorithm:       descriptors.FixedWindow,
-		ID:              descriptors.CounterID(descriptors.FixedWindow, w, ""),
-		Label:           "override",
-		Index:           -1,
+		Rule:  engine.MustCompile(engine.Spec{Unit: o.Unit, Multiplier: max(o.UnitMultiplier, 1), Limit: o.RequestsPerUnit}),
+		Label: "override",
+		Index: -1,
 	}
 }
 

@@ -224,6 +224,7 @@ type scratch struct {
 	items   []engine.Item
 	results []engine.Result
 	owner   []int    // descriptor index of each item
+	limits  []*descriptors.Limit // the limit of each item
 	key     []byte   // identities of the request's descriptors, back to back
 	spans   [][2]int // each limited descriptor's identity in key
 	nodes   []*descriptors.Descriptor
@@ -274,7 +275,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		cur.domains[dom.Name].countUnmatched(unmatched)
 	}
 	sc.buildItems(req, resp, replaced, s.countDenied, s.ref.GlobalQuota)
-	items, owner := sc.items, sc.owner
+	items := sc.items
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
 		s.finishAnswer(sc.nodes, resp, headers)
@@ -287,7 +288,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	results := sc.results[:len(items)]
 	admitted, err := s.apply(ctx, items, results)
 	if err != nil {
-		return s.storeFailed(req, resp, items, owner, headers, err)
+		return s.storeFailed(req, resp, sc, headers, err)
 	}
 
 	if !admitted {
@@ -299,12 +300,13 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	s.fillStatuses(cur, dom, req, resp, sc, results, headers != HeadersOff)
 	if !admitted {
 		if resp.Never = never(items, results); resp.Never {
-			s.impossible(cur, dom, items, results)
+			s.impossible(cur, dom, sc, results)
 		}
 	}
 	s.finishAnswer(sc.nodes, resp, headers)
 	for i := range items {
 		items[i] = engine.Item{} // drop references to config and strings
+		sc.limits[i] = nil
 	}
 	return resp, nil
 }
@@ -347,6 +349,7 @@ func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[
 func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool, countDenied, allQuota bool) {
 	items := sc.items[:0]
 	owner := sc.owner[:0]
+	limits := sc.limits[:0]
 	sc.key, sc.spans = sc.key[:0], sc.spans[:0]
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -368,7 +371,7 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				// its offsets are parked in Desc's place until the buffer
 				// becomes one string below.
 				start := len(sc.key)
-				sc.key = engine.AppendDescriptorKey(sc.key, req.Domain, d.Entries, node)
+				sc.key = engine.AppendDescriptorKey(sc.key, req.Domain, d.Entries, node.KeyShares(len(d.Entries)))
 				sc.spans = append(sc.spans, [2]int{start, len(sc.key)})
 			}
 			var group int32
@@ -376,7 +379,7 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				group = int32(i + 1)
 			}
 			items = append(items, engine.Item{
-				Limit:       l,
+				Rule:        l.Rule,
 				Hits:        req.hits(d),
 				Refund:      d.Refund,
 				Shadow:      l.Shadow,
@@ -384,12 +387,13 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				Group:       group,
 			})
 			owner = append(owner, i)
+			limits = append(limits, l)
 		}
 		if unlimited && len(items) == first {
 			st.Remaining = math.MaxUint32
 		}
 	}
-	sc.items, sc.owner = items, owner
+	sc.items, sc.owner, sc.limits = items, owner, limits
 	if len(items) > 0 {
 		// One allocation for the identities of all descriptors.
 		keys := string(sc.key)
@@ -465,7 +469,7 @@ func answerMargin(left time.Duration) time.Duration {
 }
 
 // storeFailed answers per the store-error policy.
-func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item, owner []int, headers HeaderMode, err error) (*Response, error) {
+func (s *Service) storeFailed(req *Request, resp *Response, sc *scratch, headers HeaderMode, err error) (*Response, error) {
 	s.m.storeErrors.Inc()
 	s.errLog.Do(func() {
 		s.log.Warn("store call failed", "domain", req.Domain, "policy", s.onStoreError, "error", err)
@@ -478,21 +482,21 @@ func (s *Service) storeFailed(req *Request, resp *Response, items []engine.Item,
 		s.m.requestsOver.Inc()
 		resp.Code = OverLimit
 		var now time.Time
-		for i, it := range items {
-			st := &resp.Statuses[owner[i]]
+		for i, it := range sc.items {
+			st, l := &resp.Statuses[sc.owner[i]], sc.limits[i]
 			// No result: the limit's window from now, or for a calendar
 			// limit what is left of the calendar window holding now.
-			reset := it.Limit.Window
-			if it.Limit.Calendar != nil {
-				reset = s.calendarLeft(it.Limit, &now)
+			reset := l.Rule.Window
+			if l.Rule.Calendar != nil {
+				reset = s.calendarLeft(l, &now)
 			}
 			if !it.Shadow && st.Limit == nil {
 				st.Code = OverLimit
-				st.Limit = it.Limit
+				st.Limit = l
 				st.ResetAfter = reset
 			}
 			if headers != HeadersOff {
-				st.Policies = append(st.Policies, s.policy(it.Limit, reset, &now)) // every policy in the headers
+				st.Policies = append(st.Policies, s.policy(l, reset, &now)) // every policy in the headers
 			}
 		}
 		resp.Headers = appendHeaders(nil, headers, resp)
@@ -511,11 +515,11 @@ func (p StoreErrorPolicy) String() string {
 func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Request, resp *Response, sc *scratch, results []engine.Result, withLimits bool) {
 	var now time.Time // read once, when a calendar limit needs it
 	for i := range sc.items {
-		it, r := &sc.items[i], &results[i]
+		it, r, l := &sc.items[i], &results[i], sc.limits[i]
 		st := &resp.Statuses[sc.owner[i]]
 		c := cur.override[dom.Name]
-		if it.Limit.Index >= 0 && it.Limit.Index < len(cur.counters) {
-			c = cur.counters[it.Limit.Index]
+		if l.Index >= 0 && l.Index < len(cur.counters) {
+			c = cur.counters[l.Index]
 		}
 		verdict := resultOver
 		switch {
@@ -526,13 +530,13 @@ func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Reques
 		}
 		sc.label = c.count(verdict, req.Descriptors[sc.owner[i]].Entries, sc.label)
 		if s.refStats != nil {
-			s.refStats.record(cur.ref, dom.Name, req.Descriptors[sc.owner[i]].Entries, it, r)
+			s.refStats.record(cur.ref, dom.Name, req.Descriptors[sc.owner[i]].Entries, l, it, r)
 		}
 		if withLimits {
-			st.Policies = append(st.Policies, s.policy(it.Limit, r.Reset, &now))
+			st.Policies = append(st.Policies, s.policy(l, r.Reset, &now))
 		}
 		if binds(st, it, r) {
-			st.Limit = it.Limit
+			st.Limit = l
 			st.Remaining = uint32(min(r.Remaining, math.MaxUint32))
 			st.ResetAfter = r.Reset
 			st.Never = false
@@ -553,7 +557,7 @@ func binds(st *Status, it *engine.Item, r *engine.Result) bool {
 		return true
 	}
 	deny := !r.Admitted && !it.Shadow
-	k := bindKey{shadow: it.Shadow, deny: deny, never: deny && r.Never, wait: r.Reset, remaining: r.Remaining, window: it.Limit.Window}
+	k := bindKey{shadow: it.Shadow, deny: deny, never: deny && r.Never, wait: r.Reset, remaining: r.Remaining, window: it.Rule.Window}
 	if deny && !r.Never {
 		k.wait = r.RetryAfter
 	}
@@ -573,7 +577,7 @@ type bindKey struct {
 }
 
 func (st *Status) bindKey() bindKey {
-	return bindKey{shadow: st.Limit.Shadow, deny: st.Code == OverLimit, never: st.Never, wait: st.ResetAfter, remaining: uint64(st.Remaining), window: st.Limit.Window}
+	return bindKey{shadow: st.Limit.Shadow, deny: st.Code == OverLimit, never: st.Never, wait: st.ResetAfter, remaining: uint64(st.Remaining), window: st.Limit.Rule.Window}
 }
 
 // over reports whether k binds rather than b.

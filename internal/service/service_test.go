@@ -128,10 +128,10 @@ func TestMultiWindow(t *testing.T) {
 		f.clock.Set(storetest.T0.Add(s.at))
 		resp := f.check(t, ip)
 		st := resp.Statuses[0]
-		if resp.Code != s.code || st.Code != s.code || st.Limit == nil || st.Limit.Window != s.window || st.Remaining != s.remaining || st.ResetAfter != s.reset {
+		if resp.Code != s.code || st.Code != s.code || st.Limit == nil || st.Limit.Rule.Window != s.window || st.Remaining != s.remaining || st.ResetAfter != s.reset {
 			var w time.Duration
 			if st.Limit != nil {
-				w = st.Limit.Window
+				w = st.Limit.Rule.Window
 			}
 			t.Fatalf("step %d (T0+%s): %s, status %s limit %s remaining %d reset %s; want %s, %s limit %s remaining %d reset %s",
 				i, s.at, resp.Code, st.Code, w, st.Remaining, st.ResetAfter, s.code, s.code, s.window, s.remaining, s.reset)
@@ -177,7 +177,7 @@ func TestStatusesInOrderAndAllOrNothing(t *testing.T) {
 func TestUnknownDomainIsOK(t *testing.T) {
 	f := newFixture(t, Options{})
 	resp := f.check(t, &Request{Domain: "nope", Descriptors: []Descriptor{
-		{Entries: []descriptors.Entry{{Key: "k", Value: "v"}}, Override: &Override{RequestsPerUnit: 0, Unit: descriptors.Second}},
+		{Entries: []descriptors.Entry{{Key: "k", Value: "v"}}, Override: &Override{RequestsPerUnit: 0, Unit: engine.Second}},
 	}})
 	if resp.Code != OK || resp.Statuses[0].Code != OK || resp.Statuses[0].Limit != nil {
 		t.Errorf("unknown domain: %+v, want OK with no limit, as envoyproxy/ratelimit answers", resp)
@@ -187,11 +187,11 @@ func TestUnknownDomainIsOK(t *testing.T) {
 func TestOverride(t *testing.T) {
 	f := newFixture(t, Options{})
 	d := desc("override_me", "x")
-	d.Override = &Override{RequestsPerUnit: 2, Unit: descriptors.Minute}
+	d.Override = &Override{RequestsPerUnit: 2, Unit: engine.Minute}
 	req := &Request{Domain: "api", Descriptors: []Descriptor{d}}
 	for i, want := range []Code{OK, OK, OverLimit} {
 		resp := f.check(t, req)
-		if resp.Code != want || resp.Statuses[0].Limit.RequestsPerUnit != 2 || resp.Statuses[0].Limit.Unit != descriptors.Minute {
+		if resp.Code != want || resp.Statuses[0].Limit.Rule.Limit != 2 || resp.Statuses[0].Limit.Rule.Unit != engine.Minute {
 			t.Fatalf("request %d with override 2/min: %s limit %+v, want %s with the override", i, resp.Code, resp.Statuses[0].Limit, want)
 		}
 	}
@@ -302,7 +302,7 @@ func TestInvalidRequests(t *testing.T) {
 	noUnit := desc("k", "v")
 	noUnit.Override = &Override{RequestsPerUnit: 5}
 	longOverride := desc("k", "v")
-	longOverride.Override = &Override{RequestsPerUnit: 5, Unit: descriptors.Year, UnitMultiplier: 101}
+	longOverride.Override = &Override{RequestsPerUnit: 5, Unit: engine.Year, UnitMultiplier: 101}
 	bigValues := make([]Descriptor, 20)
 	for i := range bigValues {
 		bigValues[i] = desc("k", strings.Repeat("v", MaxValueLen))

@@ -90,7 +90,7 @@ func limitOf(cfg *descriptors.Config, domain string) string {
 	if n == nil || len(n.Limits) == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%d/%s", n.Limits[0].RequestsPerUnit, n.Limits[0].Unit)
+	return fmt.Sprintf("%d/%s", n.Limits[0].Rule.Limit, n.Limits[0].Rule.Unit)
 }
 
 func run(t *testing.T, o xdsconfig.Options, tg xdsconfig.Target) {

@@ -11,12 +11,12 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -56,17 +56,13 @@ const (
 	us  = time.Microsecond
 )
 
-// Limit builds a limit as the config would.
-func Limit(alg descriptors.Algorithm, rpu uint32, window time.Duration, burst uint32) *descriptors.Limit {
-	return &descriptors.Limit{
-		Algorithm:       alg,
-		RequestsPerUnit: rpu,
-		Window:          window,
-		Burst:           burst,
-		Unit:            descriptors.Second,
-		UnitMultiplier:  uint32(window / time.Second),
-		ID:              descriptors.CounterID(alg, window, ""),
-	}
+// Rule builds the rule of algorithm alg with a limit of rpu per window
+// (whole seconds) and, for a token bucket, burst, as a config would.
+func Rule(alg string, rpu uint32, window time.Duration, burst uint32) *engine.Rule {
+	return engine.MustCompile(engine.Spec{
+		Algorithm: alg, Limit: rpu, Unit: engine.Second, Multiplier: uint32(window / time.Second),
+		Burst: burst, BurstSet: alg == engine.TokenBucket,
+	})
 }
 
 // Seed returns the seed of a randomized test: RLS_TEST_SEED when set (to
@@ -86,18 +82,12 @@ func Seed(t testing.TB) uint64 {
 	return seed
 }
 
-// CalendarLimit builds a calendar limit (calendar: true) of unit in loc,
-// as the config would.
-func CalendarLimit(unit descriptors.Unit, rpu uint32, loc *time.Location) *descriptors.Limit {
-	return &descriptors.Limit{
-		Algorithm:       descriptors.FixedWindow,
-		RequestsPerUnit: rpu,
-		Window:          unit.Duration(),
-		Unit:            unit,
-		UnitMultiplier:  1,
-		Calendar:        loc,
-		ID:              descriptors.CalendarCounterID(unit, loc, ""),
-	}
+// CalendarRule builds a calendar rule (calendar: true) of unit in loc, as
+// the config would.
+func CalendarRule(unit engine.Unit, rpu uint32, loc *time.Location) *engine.Rule {
+	return engine.MustCompile(engine.Spec{
+		Limit: rpu, Unit: unit, Multiplier: 1, Calendar: true, TimeZone: loc.String(), TimeZoneSet: true,
+	})
 }
 
 // since returns the instant given in loc as an offset from T0 (2027-01-15
@@ -116,13 +106,7 @@ var paris = func() *time.Location {
 
 // Algorithms returns every algorithm the config knows, for tests that draw
 // limits of all of them.
-func Algorithms() []descriptors.Algorithm {
-	var algs []descriptors.Algorithm
-	for a := descriptors.Algorithm(0); a.String() != "unknown"; a++ {
-		algs = append(algs, a)
-	}
-	return algs
-}
+func Algorithms() []string { return strings.Split(engine.AlgorithmNames(), "|") }
 
 // Run runs the whole suite against stores made by newStore. The timelines
 // below are the one table of each algorithm's behaviour: the engine runs
@@ -163,12 +147,12 @@ type step struct {
 
 type timeline struct {
 	name  string
-	limit *descriptors.Limit
+	limit *engine.Rule
 	steps []step
 }
 
 var timelines = []timeline{
-	{"FixedWindow", Limit(descriptors.FixedWindow, 3, time.Minute, 0), []step{
+	{"FixedWindow", Rule(engine.FixedWindow, 3, time.Minute, 0), []step{
 		{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
 		{at: 1 * sec, hits: 2, ok: true, remaining: 0, reset: 59 * sec},
 		{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: 58 * sec, retry: 58 * sec},
@@ -180,11 +164,11 @@ var timelines = []timeline{
 		{at: 63 * sec, hits: 2, refund: true, ok: true, remaining: 2, reset: 57 * sec},
 		{at: 64 * sec, hits: 9, refund: true, ok: true, remaining: 3, reset: 56 * sec}, // never below zero
 	}},
-	{"FixedWindowZeroLimit", Limit(descriptors.FixedWindow, 0, time.Second, 0), []step{
+	{"FixedWindowZeroLimit", Rule(engine.FixedWindow, 0, time.Second, 0), []step{
 		{at: 0, hits: 1, ok: false, remaining: 0, reset: sec, never: true},
 		{at: 0, hits: 0, ok: true, remaining: 0, reset: sec},
 	}},
-	{"SlidingWindow", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+	{"SlidingWindow", Rule(engine.SlidingWindow, 10, time.Minute, 0), []step{
 		{at: -30 * sec, hits: 10, ok: true, remaining: 0, reset: 30 * sec},
 		// At T0 the previous window still weighs fully: 10 of 10.
 		{at: 0, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 6*sec - us},
@@ -201,14 +185,14 @@ var timelines = []timeline{
 	}},
 	// The current window alone is full: only the next window, where it
 	// becomes the previous one and decays, can admit.
-	{"SlidingWindowNextWindow", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+	{"SlidingWindowNextWindow", Rule(engine.SlidingWindow, 10, time.Minute, 0), []step{
 		{at: 0, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
 		// 10×(60-e)/60 + 5 ≤ 10 from e = 30s of the next window.
 		{at: 10 * sec, hits: 5, ok: false, remaining: 0, reset: 50 * sec, retry: 80*sec - us},
 		{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
 		{at: 91 * sec, hits: 11, ok: false, remaining: 0, reset: 29 * sec, never: true},
 	}},
-	{"SlidingLog", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
+	{"SlidingLog", Rule(engine.SlidingLog, 3, time.Minute, 0), []step{
 		{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
 		{at: 10 * sec, hits: 1, ok: true, remaining: 1, reset: 50 * sec},
 		{at: 20 * sec, hits: 1, ok: true, remaining: 0, reset: 40 * sec},
@@ -223,14 +207,14 @@ var timelines = []timeline{
 	// The clock steps back (NTP, another process): a counter that has seen
 	// a later window stays in it, as if no time passed (the review's bug: a
 	// limit of 3 admitted 6 within one minute).
-	{"FixedWindowClockStepsBack", Limit(descriptors.FixedWindow, 3, time.Minute, 0), []step{
+	{"FixedWindowClockStepsBack", Rule(engine.FixedWindow, 3, time.Minute, 0), []step{
 		{at: 61 * sec, hits: 2, ok: true, remaining: 1, reset: 59 * sec},
 		{at: 59 * sec, hits: 1, ok: true, remaining: 0, reset: 61 * sec},
 		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 90 * sec, retry: 90 * sec},
 		{at: 62 * sec, hits: 0, ok: true, remaining: 0, reset: 58 * sec},
 		{at: 120 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
 	}},
-	{"SlidingWindowClockStepsBack", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+	{"SlidingWindowClockStepsBack", Rule(engine.SlidingWindow, 10, time.Minute, 0), []step{
 		{at: 0, hits: 10, ok: true, remaining: 0, reset: 60 * sec},
 		{at: 90 * sec, hits: 5, ok: true, remaining: 0, reset: 30 * sec},
 		// Back in the first window: judged at the start of the second one,
@@ -238,7 +222,7 @@ var timelines = []timeline{
 		{at: 30 * sec, hits: 1, ok: false, remaining: 0, reset: 90 * sec, retry: 66*sec - us},
 		{at: 90 * sec, hits: 0, ok: true, remaining: 0, reset: 30 * sec},
 	}},
-	{"SlidingLogClockStepsBack", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
+	{"SlidingLogClockStepsBack", Rule(engine.SlidingLog, 3, time.Minute, 0), []step{
 		{at: 10 * sec, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
 		{at: 20 * sec, hits: 1, ok: true, remaining: 1, reset: 50 * sec},
 		// Back before the newest hit: logged at its instant, the log stays
@@ -249,7 +233,7 @@ var timelines = []timeline{
 	}},
 	// The bucket never refills on a backward step: it seems emptier by the
 	// step, as its state has no instant of its own.
-	{"TokenBucketClockStepsBack", Limit(descriptors.TokenBucket, 10, time.Second, 10), []step{
+	{"TokenBucketClockStepsBack", Rule(engine.TokenBucket, 10, time.Second, 10), []step{
 		{at: 1 * sec, hits: 10, ok: true, remaining: 0, reset: sec},
 		{at: 500 * ms, hits: 1, ok: false, remaining: 0, reset: 1500 * ms, retry: 600 * ms},
 		{at: 1100 * ms, hits: 1, ok: true, remaining: 0, reset: sec},
@@ -257,20 +241,20 @@ var timelines = []timeline{
 	// count_denied_hits (an LLM token budget charged at stream end): a
 	// denied request's hits count too, into debt; remaining reads 0 and
 	// requests are denied until the window, log or bucket has room again.
-	{"FixedWindowCountDenied", Limit(descriptors.FixedWindow, 10, time.Minute, 0), []step{
+	{"FixedWindowCountDenied", Rule(engine.FixedWindow, 10, time.Minute, 0), []step{
 		{at: 0, hits: 9, cd: true, ok: true, remaining: 1, reset: 60 * sec},
 		{at: 1 * sec, hits: 5, cd: true, ok: false, remaining: 0, reset: 59 * sec, retry: 59 * sec, before: 1},
 		{at: 2 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 58 * sec, retry: 58 * sec},
 		{at: 3 * sec, hits: 0, ok: false, remaining: 0, reset: 57 * sec, retry: 57 * sec}, // in debt, even a look is over
 		{at: 60 * sec, hits: 1, cd: true, ok: true, remaining: 9, reset: 60 * sec},
 	}},
-	{"SlidingWindowCountDenied", Limit(descriptors.SlidingWindow, 10, time.Minute, 0), []step{
+	{"SlidingWindowCountDenied", Rule(engine.SlidingWindow, 10, time.Minute, 0), []step{
 		{at: 0, hits: 10, cd: true, ok: true, remaining: 0, reset: 60 * sec},
 		// 15 counted: the next window's weight of it has to fall to 5.
 		{at: 1 * sec, hits: 5, cd: true, ok: false, remaining: 0, reset: 59 * sec, retry: 99*sec - us},
 		{at: 90 * sec, hits: 0, ok: true, remaining: 2, reset: 30 * sec},
 	}},
-	{"SlidingLogCountDenied", Limit(descriptors.SlidingLog, 3, time.Minute, 0), []step{
+	{"SlidingLogCountDenied", Rule(engine.SlidingLog, 3, time.Minute, 0), []step{
 		{at: 0, hits: 2, cd: true, ok: true, remaining: 1, reset: 60 * sec},
 		{at: 10 * sec, hits: 2, cd: true, ok: false, remaining: 0, reset: 50 * sec, retry: 60 * sec, before: 1},
 		{at: 20 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 40 * sec, retry: 50 * sec},
@@ -280,7 +264,7 @@ var timelines = []timeline{
 		{at: 61 * sec, hits: 0, ok: false, remaining: 0, reset: 9 * sec, retry: 9 * sec},
 		{at: 70 * sec, hits: 1, cd: true, ok: true, remaining: 0, reset: 20 * sec},
 	}},
-	{"TokenBucketCountDenied", Limit(descriptors.TokenBucket, 10, time.Second, 10), []step{
+	{"TokenBucketCountDenied", Rule(engine.TokenBucket, 10, time.Second, 10), []step{
 		{at: 0, hits: 10, cd: true, ok: true, remaining: 0, reset: sec},
 		{at: 500 * ms, hits: 6, cd: true, ok: false, remaining: 0, reset: 1100 * ms, retry: 700 * ms, before: 5},
 		{at: 1500 * ms, hits: 0, ok: true, remaining: 9, reset: 100 * ms},
@@ -288,7 +272,7 @@ var timelines = []timeline{
 	// Debt without end: a 1-per-hour bucket charged MaxHits denied hits
 	// again and again. The TAT stops at MaxBucketAhead ahead of now (it
 	// wrapped round past 2^63 µs to a full bucket): denied throughout.
-	{"TokenBucketDebtBounded", Limit(descriptors.TokenBucket, 1, time.Hour, 1), []step{
+	{"TokenBucketDebtBounded", Rule(engine.TokenBucket, 1, time.Hour, 1), []step{
 		{at: 0, hits: engine.MaxHits, cd: true, ok: false, remaining: 0, reset: engine.MaxBucketAhead * us, never: true, before: 1},
 		{at: sec, hits: engine.MaxHits, cd: true, ok: false, remaining: 0, reset: engine.MaxBucketAhead * us, never: true},
 		{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: engine.MaxBucketAhead*us - sec, retry: engine.MaxBucketAhead*us - sec},
@@ -296,29 +280,29 @@ var timelines = []timeline{
 	// Calendar windows (calendar: true): a month from the 1st, as long as
 	// it is; a leap year's February; a DST day of 23 hours; an ISO week from
 	// Monday; a year.
-	{"CalendarMonth", CalendarLimit(descriptors.Month, 3, time.UTC), []step{
+	{"CalendarMonth", CalendarRule(engine.Month, 3, time.UTC), []step{
 		{at: 0, hits: 3, ok: true, remaining: 0, reset: since(time.UTC, 2027, 2, 1, 0, 0)},
 		{at: since(time.UTC, 2027, 2, 1, 0, 0) - us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
 		{at: since(time.UTC, 2027, 2, 1, 0, 0), hits: 1, ok: true, remaining: 2, reset: 28 * 24 * time.Hour},
 		{at: since(time.UTC, 2028, 2, 10, 12, 0), hits: 1, ok: true, remaining: 2, reset: 19*24*time.Hour + 12*time.Hour}, // to March 1: 29 days in February 2028
 	}},
-	{"CalendarDayDST", CalendarLimit(descriptors.Day, 1, paris), []step{
+	{"CalendarDayDST", CalendarRule(engine.Day, 1, paris), []step{
 		// 2027-03-28, Paris: 02:00 becomes 03:00; the day lasts 23 hours.
 		{at: since(paris, 2027, 3, 28, 0, 30), hits: 1, ok: true, remaining: 0, reset: 22*time.Hour + 30*time.Minute},
 		{at: since(paris, 2027, 3, 28, 23, 59), hits: 1, ok: false, remaining: 0, reset: time.Minute, retry: time.Minute},
 		{at: since(paris, 2027, 3, 29, 0, 0), hits: 1, ok: true, remaining: 0, reset: 24 * time.Hour},
 	}},
-	{"CalendarWeek", CalendarLimit(descriptors.Week, 2, time.UTC), []step{
+	{"CalendarWeek", CalendarRule(engine.Week, 2, time.UTC), []step{
 		{at: 0, hits: 2, ok: true, remaining: 0, reset: since(time.UTC, 2027, 1, 18, 0, 0)}, // Friday to Monday
 		{at: since(time.UTC, 2027, 1, 17, 23, 0), hits: 1, ok: false, remaining: 0, reset: time.Hour, retry: time.Hour},
 		{at: since(time.UTC, 2027, 1, 18, 0, 0), hits: 1, ok: true, remaining: 1, reset: 7 * 24 * time.Hour},
 	}},
-	{"CalendarYear", CalendarLimit(descriptors.Year, 1, paris), []step{
+	{"CalendarYear", CalendarRule(engine.Year, 1, paris), []step{
 		{at: 0, hits: 1, ok: true, remaining: 0, reset: since(paris, 2028, 1, 1, 0, 0)},
 		{at: since(paris, 2028, 1, 1, 0, 0), hits: 1, ok: true, remaining: 0, reset: 366 * 24 * time.Hour},
 	}},
 	// 10 per second (one token per 100ms), capacity 20.
-	{"TokenBucket", Limit(descriptors.TokenBucket, 10, time.Second, 20), []step{
+	{"TokenBucket", Rule(engine.TokenBucket, 10, time.Second, 20), []step{
 		{at: 0, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
 		{at: 0, hits: 1, ok: false, remaining: 0, reset: 2 * sec, retry: 100 * ms},
 		{at: 100 * ms, hits: 1, ok: true, remaining: 0, reset: 2 * sec},
@@ -330,12 +314,12 @@ var timelines = []timeline{
 		{at: 10 * sec, hits: 20, ok: true, remaining: 0, reset: 2 * sec},
 	}},
 	// 3 per second: the interval is ceil(1s/3) = 333334µs.
-	{"TokenBucketRoundsIntervalUp", Limit(descriptors.TokenBucket, 3, time.Second, 1), []step{
+	{"TokenBucketRoundsIntervalUp", Rule(engine.TokenBucket, 3, time.Second, 1), []step{
 		{at: 0, hits: 1, ok: true, remaining: 0, reset: 333334 * us},
 		{at: 333333 * us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
 		{at: 333334 * us, hits: 1, ok: true, remaining: 0, reset: 333334 * us},
 	}},
-	{"TokenBucketZeroLimit", Limit(descriptors.TokenBucket, 0, time.Second, 0), []step{
+	{"TokenBucketZeroLimit", Rule(engine.TokenBucket, 0, time.Second, 0), []step{
 		{at: 0, hits: 1, ok: false, remaining: 0, reset: 0, never: true},
 		{at: 0, hits: 0, ok: true, remaining: 0, reset: 0},
 	}},
@@ -344,12 +328,12 @@ var timelines = []timeline{
 func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	items := []engine.Item{{Desc: uniqueDesc(t, "k=v"), Limit: tl.limit}}
+	items := []engine.Item{{Desc: uniqueDesc(t, "k=v"), Rule: tl.limit}}
 	results := make([]engine.Result, 1)
 	for i, st := range tl.steps {
 		clock.Set(T0.Add(st.at))
 		items[0].Hits, items[0].Refund, items[0].CountDenied = st.hits, st.refund, st.cd
-		call := fmt.Sprintf("step %d: Apply(%s %d/%s burst %d, T0%+v, hits=%d, refund=%v, count denied=%v)", i, tl.limit.Algorithm, tl.limit.RequestsPerUnit, tl.limit.Window, tl.limit.Burst, st.at, st.hits, st.refund, st.cd)
+		call := fmt.Sprintf("step %d: Apply(%s %d/%s burst %d, T0%+v, hits=%d, refund=%v, count denied=%v)", i, tl.limit.Algorithm(), tl.limit.Limit, tl.limit.Window, tl.limit.Burst, st.at, st.hits, st.refund, st.cd)
 		ok, err := s.Apply(context.Background(), items, results)
 		if err != nil {
 			t.Fatalf("%s: %v", call, err)
@@ -409,33 +393,33 @@ func testHugeHits(t *testing.T, newStore NewStore) {
 	s := newStore(t, clock.Now)
 	century := 100 * 365 * 24 * time.Hour
 	for _, tc := range []struct {
-		limit *descriptors.Limit
+		limit *engine.Rule
 		ok    bool
 	}{
-		{Limit(descriptors.FixedWindow, math.MaxUint32, century, 0), true},
-		{Limit(descriptors.SlidingWindow, math.MaxUint32, century, 0), true},
-		{Limit(descriptors.FixedWindow, 10, time.Minute, 0), false},
-		{Limit(descriptors.SlidingWindow, 10, time.Minute, 0), false},
-		{Limit(descriptors.SlidingLog, 100_000, time.Hour, 0), false},
-		{Limit(descriptors.TokenBucket, 1_000_000, time.Second, 1_000_000), false},
+		{Rule(engine.FixedWindow, math.MaxUint32, century, 0), true},
+		{Rule(engine.SlidingWindow, math.MaxUint32, century, 0), true},
+		{Rule(engine.FixedWindow, 10, time.Minute, 0), false},
+		{Rule(engine.SlidingWindow, 10, time.Minute, 0), false},
+		{Rule(engine.SlidingLog, 100_000, time.Hour, 0), false},
+		{Rule(engine.TokenBucket, 1_000_000, time.Second, 1_000_000), false},
 	} {
 		l := tc.limit
-		item := engine.Item{Desc: uniqueDesc(t, "k=v"), Limit: l, Hits: engine.MaxHits}
+		item := engine.Item{Desc: uniqueDesc(t, "k=v"), Rule: l, Hits: engine.MaxHits}
 		ok, res := apply(t, s, []engine.Item{item})
-		want := uint64(l.RequestsPerUnit)
+		want := uint64(l.Limit)
 		if tc.ok {
 			want = 0
 		}
 		if ok != tc.ok || res[0].Remaining != want {
-			t.Errorf("%s %d/%s: Apply(hits=%d) = %v remaining %d, want %v remaining %d", l.Algorithm, l.RequestsPerUnit, l.Window, item.Hits, ok, res[0].Remaining, tc.ok, want)
+			t.Errorf("%s %d/%s: Apply(hits=%d) = %v remaining %d, want %v remaining %d", l.Algorithm(), l.Limit, l.Window, item.Hits, ok, res[0].Remaining, tc.ok, want)
 		}
 		if !tc.ok && !res[0].Cached && (!res[0].Never || res[0].RetryAfter != 0) {
-			t.Errorf("%s %d/%s: Apply(hits=%d) = %+v, want Never with no RetryAfter: more hits than the limit never pass", l.Algorithm, l.RequestsPerUnit, l.Window, item.Hits, res[0])
+			t.Errorf("%s %d/%s: Apply(hits=%d) = %+v, want Never with no RetryAfter: more hits than the limit never pass", l.Algorithm(), l.Limit, l.Window, item.Hits, res[0])
 		}
 		item.Refund = true
 		ok, res = apply(t, s, []engine.Item{item})
-		if !ok || res[0].Remaining != uint64(l.RequestsPerUnit) {
-			t.Errorf("%s %d/%s: refund of %d = %v remaining %d, want true remaining %d", l.Algorithm, l.RequestsPerUnit, l.Window, item.Hits, ok, res[0].Remaining, l.RequestsPerUnit)
+		if !ok || res[0].Remaining != uint64(l.Limit) {
+			t.Errorf("%s %d/%s: refund of %d = %v remaining %d, want true remaining %d", l.Algorithm(), l.Limit, l.Window, item.Hits, ok, res[0].Remaining, l.Limit)
 		}
 	}
 }
@@ -445,33 +429,33 @@ func testHugeHits(t *testing.T, newStore NewStore) {
 func testDeniedRestores(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	never := Limit(descriptors.FixedWindow, 0, time.Minute, 0)
-	for _, l := range []*descriptors.Limit{
-		Limit(descriptors.FixedWindow, 5, time.Minute, 0),
-		Limit(descriptors.SlidingWindow, 5, time.Minute, 0),
-		Limit(descriptors.SlidingLog, 5, time.Minute, 0),
-		Limit(descriptors.TokenBucket, 5, time.Minute, 5),
+	never := Rule(engine.FixedWindow, 0, time.Minute, 0)
+	for _, l := range []*engine.Rule{
+		Rule(engine.FixedWindow, 5, time.Minute, 0),
+		Rule(engine.SlidingWindow, 5, time.Minute, 0),
+		Rule(engine.SlidingLog, 5, time.Minute, 0),
+		Rule(engine.TokenBucket, 5, time.Minute, 5),
 	} {
 		desc := uniqueDesc(t, "k=v")
 		for i := range 3 {
 			clock.Set(T0.Add(time.Duration(i) * sec))
-			if ok, _ := apply(t, s, []engine.Item{{Desc: desc, Limit: l, Hits: 1}}); !ok {
-				t.Fatalf("%s: setup hit %d denied", l.Algorithm, i)
+			if ok, _ := apply(t, s, []engine.Item{{Desc: desc, Rule: l, Hits: 1}}); !ok {
+				t.Fatalf("%s: setup hit %d denied", l.Algorithm(), i)
 			}
 		}
 		clock.Set(T0.Add(3 * sec))
-		look := []engine.Item{{Desc: desc, Limit: l}}
+		look := []engine.Item{{Desc: desc, Rule: l}}
 		_, before := apply(t, s, look)
 		ok, _ := apply(t, s, []engine.Item{
-			{Desc: desc, Limit: l, Hits: 2, Refund: true},
-			{Desc: desc, Limit: l, Hits: 4},
-			{Desc: uniqueDesc(t, "other=x"), Limit: never, Hits: 1},
+			{Desc: desc, Rule: l, Hits: 2, Refund: true},
+			{Desc: desc, Rule: l, Hits: 4},
+			{Desc: uniqueDesc(t, "other=x"), Rule: never, Hits: 1},
 		})
 		if ok {
-			t.Fatalf("%s: a request with a limit of 0 admitted", l.Algorithm)
+			t.Fatalf("%s: a request with a limit of 0 admitted", l.Algorithm())
 		}
 		if _, after := apply(t, s, look); after[0] != before[0] {
-			t.Errorf("%s: a look after a denied request = %+v, before it %+v: the denied request changed the counter", l.Algorithm, after[0], before[0])
+			t.Errorf("%s: a look after a denied request = %+v, before it %+v: the denied request changed the counter", l.Algorithm(), after[0], before[0])
 		}
 	}
 }
@@ -480,9 +464,9 @@ func testAllOrNothingWindows(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
 	desc := uniqueDesc(t, "ip=1")
-	perSecond := Limit(descriptors.FixedWindow, 3, time.Second, 0)
-	perMinute := Limit(descriptors.SlidingWindow, 5, time.Minute, 0)
-	perHour := Limit(descriptors.TokenBucket, 100, time.Hour, 100)
+	perSecond := Rule(engine.FixedWindow, 3, time.Second, 0)
+	perMinute := Rule(engine.SlidingWindow, 5, time.Minute, 0)
+	perHour := Rule(engine.TokenBucket, 100, time.Hour, 100)
 	steps := []struct {
 		at        time.Duration
 		hits      uint64
@@ -498,9 +482,9 @@ func testAllOrNothingWindows(t *testing.T, newStore NewStore) {
 	for i, st := range steps {
 		clock.Set(T0.Add(st.at))
 		ok, res := apply(t, s, []engine.Item{
-			{Desc: desc, Limit: perSecond, Hits: st.hits},
-			{Desc: desc, Limit: perMinute, Hits: st.hits},
-			{Desc: desc, Limit: perHour, Hits: st.hits},
+			{Desc: desc, Rule: perSecond, Hits: st.hits},
+			{Desc: desc, Rule: perMinute, Hits: st.hits},
+			{Desc: desc, Rule: perHour, Hits: st.hits},
 		})
 		got := [3]uint64{res[0].Remaining, res[1].Remaining, res[2].Remaining}
 		if ok != st.ok || got != st.remaining {
@@ -512,13 +496,13 @@ func testAllOrNothingWindows(t *testing.T, newStore NewStore) {
 func testAllOrNothingDescriptors(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	l := Limit(descriptors.FixedWindow, 2, time.Minute, 0)
+	l := Rule(engine.FixedWindow, 2, time.Minute, 0)
 	a, b := uniqueDesc(t, "user=a"), uniqueDesc(t, "user=b")
-	if ok, _ := apply(t, s, []engine.Item{{Desc: b, Limit: l, Hits: 2}}); !ok {
+	if ok, _ := apply(t, s, []engine.Item{{Desc: b, Rule: l, Hits: 2}}); !ok {
 		t.Fatal("setup: user b's first 2 hits denied")
 	}
 	for i := range 3 {
-		ok, res := apply(t, s, []engine.Item{{Desc: a, Limit: l, Hits: 1}, {Desc: b, Limit: l, Hits: 1}})
+		ok, res := apply(t, s, []engine.Item{{Desc: a, Rule: l, Hits: 1}, {Desc: b, Rule: l, Hits: 1}})
 		if res[0].Cached {
 			t.Fatalf("request %d: a's status came from a denial cache, but a was never denied", i)
 		}
@@ -530,7 +514,7 @@ func testAllOrNothingDescriptors(t *testing.T, newStore NewStore) {
 			t.Errorf("request %d: b retry after = %s, want 1m", i, res[1].RetryAfter)
 		}
 	}
-	if ok, res := apply(t, s, []engine.Item{{Desc: a, Limit: l, Hits: 2}}); !ok || res[0].Remaining != 0 {
+	if ok, res := apply(t, s, []engine.Item{{Desc: a, Rule: l, Hits: 2}}); !ok || res[0].Remaining != 0 {
 		t.Fatalf("Apply(a, hits=2) after denials = %v remaining %d, want true 0", ok, res[0].Remaining)
 	}
 }
@@ -539,13 +523,13 @@ func testShadow(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
 	desc := uniqueDesc(t, "k=v")
-	enforced := Limit(descriptors.FixedWindow, 10, time.Minute, 0)
-	shadow := Limit(descriptors.FixedWindow, 1, time.Second, 0)
+	enforced := Rule(engine.FixedWindow, 10, time.Minute, 0)
+	shadow := Rule(engine.FixedWindow, 1, time.Second, 0)
 	for i, want := range []struct {
 		shadowOK  bool
 		remaining uint64
 	}{{true, 9}, {false, 8}, {false, 7}} {
-		ok, res := apply(t, s, []engine.Item{{Desc: desc, Limit: enforced, Hits: 1}, {Desc: desc, Limit: shadow, Hits: 1, Shadow: true}})
+		ok, res := apply(t, s, []engine.Item{{Desc: desc, Rule: enforced, Hits: 1}, {Desc: desc, Rule: shadow, Hits: 1, Shadow: true}})
 		if !ok || res[1].Admitted != want.shadowOK || res[0].Remaining != want.remaining || res[1].Remaining != 0 {
 			t.Fatalf("step %d: Apply(enforced, shadow) = %v (shadow %v remaining %d, enforced remaining %d), want true (%v, 0, %d)",
 				i, ok, res[1].Admitted, res[1].Remaining, res[0].Remaining, want.shadowOK, want.remaining)
@@ -556,14 +540,14 @@ func testShadow(t *testing.T, newStore NewStore) {
 func testQuota(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	one := Limit(descriptors.FixedWindow, 1, time.Minute, 0)
-	plain := Limit(descriptors.SlidingWindow, 100, time.Minute, 0)
+	one := Rule(engine.FixedWindow, 1, time.Minute, 0)
+	plain := Rule(engine.SlidingWindow, 100, time.Minute, 0)
 	qa, qb, qc, ip := uniqueDesc(t, "quota=a"), uniqueDesc(t, "quota=b"), uniqueDesc(t, "quota=c"), uniqueDesc(t, "ip=1")
 	req := []engine.Item{
-		{Desc: qa, Limit: one, Hits: 1, Group: 1},
-		{Desc: qa, Limit: plain, Hits: 1, Group: 1},
-		{Desc: qb, Limit: one, Hits: 1, Group: 2},
-		{Desc: ip, Limit: plain, Hits: 1},
+		{Desc: qa, Rule: one, Hits: 1, Group: 1},
+		{Desc: qa, Rule: plain, Hits: 1, Group: 1},
+		{Desc: qb, Rule: one, Hits: 1, Group: 2},
+		{Desc: ip, Rule: plain, Hits: 1},
 	}
 	ok, res := apply(t, s, req)
 	if !ok || res[1].Remaining != 99 || res[2].Remaining != 0 || res[3].Remaining != 99 {
@@ -573,7 +557,7 @@ func testQuota(t *testing.T, newStore NewStore) {
 	if ok || res[3].Remaining != 99 || res[1].Remaining != 99 {
 		t.Fatalf("request 2 (both quotas over) = %v, remaining ip %d, a-plain %d, want false, 99, 99", ok, res[3].Remaining, res[1].Remaining)
 	}
-	req = append(req, engine.Item{Desc: qc, Limit: one, Hits: 1, Group: 3})
+	req = append(req, engine.Item{Desc: qc, Rule: one, Hits: 1, Group: 3})
 	ok, res = apply(t, s, req)
 	if !ok || res[0].Admitted || !res[1].Admitted || res[1].Remaining != 99 || res[3].Remaining != 98 || res[4].Remaining != 0 {
 		t.Fatalf("request 3 (quota c has room) = %v, a (%v, plain %v remaining %d), ip remaining %d, c remaining %d; want true, a (false, plain true remaining 99), 98, 0",
@@ -584,7 +568,7 @@ func testQuota(t *testing.T, newStore NewStore) {
 func testSameCounterTwice(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	item := engine.Item{Desc: uniqueDesc(t, "k=v"), Limit: Limit(descriptors.FixedWindow, 3, time.Minute, 0), Hits: 2}
+	item := engine.Item{Desc: uniqueDesc(t, "k=v"), Rule: Rule(engine.FixedWindow, 3, time.Minute, 0), Hits: 2}
 	ok, res := apply(t, s, []engine.Item{item, item})
 	if ok || !res[0].Admitted || res[1].Admitted || res[0].Remaining != 3 {
 		t.Fatalf("Apply(2+2 on a limit of 3) = %v (%v, %v) remaining %d, want false (true, false) 3", ok, res[0].Admitted, res[1].Admitted, res[0].Remaining)
@@ -604,11 +588,11 @@ func testSameCounterTwice(t *testing.T, newStore NewStore) {
 func testCountDeniedPassesAfterItsCharge(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	for _, alg := range []descriptors.Algorithm{descriptors.FixedWindow, descriptors.SlidingWindow, descriptors.SlidingLog} {
-		desc := uniqueDesc(t, "k="+alg.String())
+	for _, alg := range []string{engine.FixedWindow, engine.SlidingWindow, engine.SlidingLog} {
+		desc := uniqueDesc(t, "k="+alg)
 		ok, res := apply(t, s, []engine.Item{
-			{Desc: desc, Limit: Limit(alg, 10, time.Minute, 0), Hits: 3},
-			{Desc: desc, Limit: Limit(alg, 3, time.Minute, 0), Hits: 1, CountDenied: true},
+			{Desc: desc, Rule: Rule(alg, 10, time.Minute, 0), Hits: 3},
+			{Desc: desc, Rule: Rule(alg, 3, time.Minute, 0), Hits: 1, CountDenied: true},
 		})
 		if ok || !res[0].Admitted || res[1].Admitted {
 			t.Fatalf("%s: Apply(3 of 10, then 1 of 3 count denied, one counter) = %v (%v, %v), want false (true, false)", alg, ok, res[0].Admitted, res[1].Admitted)
@@ -627,12 +611,12 @@ func testCountDeniedPassesAfterItsCharge(t *testing.T, newStore NewStore) {
 func testCountDeniedRemainingBeforeCharge(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	limits := []*descriptors.Limit{CalendarLimit(descriptors.Day, 10, time.UTC)}
+	limits := []*engine.Rule{CalendarRule(engine.Day, 10, time.UTC)}
 	for _, alg := range Algorithms() {
-		limits = append(limits, Limit(alg, 10, time.Minute, 10))
+		limits = append(limits, Rule(alg, 10, time.Minute, 10))
 	}
 	for _, l := range limits {
-		name := l.Algorithm.String()
+		name := l.Algorithm()
 		if l.Calendar != nil {
 			name = "calendar"
 		}
@@ -646,19 +630,19 @@ func testCountDeniedRemainingBeforeCharge(t *testing.T, newStore NewStore) {
 			ok    bool
 			want  []want
 		}{
-			{[]engine.Item{{Desc: desc, Limit: l, Hits: 8, CountDenied: true}}, true, []want{{true, 0, 2}}},
+			{[]engine.Item{{Desc: desc, Rule: l, Hits: 8, CountDenied: true}}, true, []want{{true, 0, 2}}},
 			// 1 then 4 of the same counter: the 1 admits when judged, the 4
 			// does not; denied, the 1 is charged (9), then the 4 (from 1).
 			// A shadow count-denied item on another counter, denied: charged
 			// from 0 into debt. A plain item: nothing.
 			{[]engine.Item{
-				{Desc: desc, Limit: l, Hits: 1, CountDenied: true},
-				{Desc: desc, Limit: l, Hits: 4, CountDenied: true},
-				{Desc: other, Limit: l, Hits: 11, CountDenied: true, Shadow: true},
-				{Desc: other, Limit: l, Hits: 1},
+				{Desc: desc, Rule: l, Hits: 1, CountDenied: true},
+				{Desc: desc, Rule: l, Hits: 4, CountDenied: true},
+				{Desc: other, Rule: l, Hits: 11, CountDenied: true, Shadow: true},
+				{Desc: other, Rule: l, Hits: 1},
 			}, false, []want{{true, 0, 0}, {false, 1, 0}, {false, 10, 0}, {true, 0, 0}}},
 			// In debt: nothing remained.
-			{[]engine.Item{{Desc: desc, Limit: l, Hits: 2, CountDenied: true}}, false, []want{{false, 0, 0}}},
+			{[]engine.Item{{Desc: desc, Rule: l, Hits: 2, CountDenied: true}}, false, []want{{false, 0, 0}}},
 		} {
 			ok, res := apply(t, s, st.items)
 			if ok != st.ok {
@@ -682,18 +666,18 @@ func testSeparate(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
 	desc := uniqueDesc(t, "k=v")
-	minute := Limit(descriptors.FixedWindow, 1, time.Minute, 0)
-	hour := Limit(descriptors.FixedWindow, 1, time.Hour, 0)
-	named := Limit(descriptors.FixedWindow, 1, time.Minute, 0)
+	minute := Rule(engine.FixedWindow, 1, time.Minute, 0)
+	hour := Rule(engine.FixedWindow, 1, time.Hour, 0)
+	named := Rule(engine.FixedWindow, 1, time.Minute, 0)
 	named.ID += ":5:other"
 	for i, it := range []engine.Item{
-		{Desc: desc, Limit: minute, Hits: 1},
-		{Desc: desc, Limit: hour, Hits: 1},
-		{Desc: desc, Limit: named, Hits: 1},
-		{Desc: desc + "x", Limit: minute, Hits: 1},
+		{Desc: desc, Rule: minute, Hits: 1},
+		{Desc: desc, Rule: hour, Hits: 1},
+		{Desc: desc, Rule: named, Hits: 1},
+		{Desc: desc + "x", Rule: minute, Hits: 1},
 	} {
 		if ok, _ := apply(t, s, []engine.Item{it}); !ok {
-			t.Errorf("item %d (%s %s) denied: it must have its own counter", i, it.Desc, it.Limit.ID)
+			t.Errorf("item %d (%s %s) denied: it must have its own counter", i, it.Desc, it.Rule.ID)
 		}
 	}
 }
@@ -702,22 +686,22 @@ func testExpired(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
 	desc := uniqueDesc(t, "k=v")
-	limits := []*descriptors.Limit{
-		Limit(descriptors.FixedWindow, 2, time.Second, 0),
-		Limit(descriptors.SlidingWindow, 2, time.Second, 0),
-		Limit(descriptors.SlidingLog, 2, time.Second, 0),
-		Limit(descriptors.TokenBucket, 2, time.Second, 2),
+	limits := []*engine.Rule{
+		Rule(engine.FixedWindow, 2, time.Second, 0),
+		Rule(engine.SlidingWindow, 2, time.Second, 0),
+		Rule(engine.SlidingLog, 2, time.Second, 0),
+		Rule(engine.TokenBucket, 2, time.Second, 2),
 	}
 	for _, l := range limits {
-		if ok, _ := apply(t, s, []engine.Item{{Desc: desc, Limit: l, Hits: 2}}); !ok {
-			t.Fatalf("%s: first 2 hits denied", l.Algorithm)
+		if ok, _ := apply(t, s, []engine.Item{{Desc: desc, Rule: l, Hits: 2}}); !ok {
+			t.Fatalf("%s: first 2 hits denied", l.Algorithm())
 		}
 	}
 	clock.Set(T0.Add(10 * sec))
 	for _, l := range limits {
-		ok, res := apply(t, s, []engine.Item{{Desc: desc, Limit: l, Hits: 0}})
+		ok, res := apply(t, s, []engine.Item{{Desc: desc, Rule: l, Hits: 0}})
 		if !ok || res[0].Remaining != 2 {
-			t.Errorf("%s: 10s later, remaining = %d (admitted %v), want 2", l.Algorithm, res[0].Remaining, ok)
+			t.Errorf("%s: 10s later, remaining = %d (admitted %v), want 2", l.Algorithm(), res[0].Remaining, ok)
 		}
 	}
 }
@@ -726,7 +710,7 @@ func testCancelled(t *testing.T, newStore NewStore) {
 	s := newStore(t, NewClock(T0).Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	items := []engine.Item{{Desc: uniqueDesc(t, "k=v"), Limit: Limit(descriptors.FixedWindow, 1, time.Second, 0), Hits: 1}}
+	items := []engine.Item{{Desc: uniqueDesc(t, "k=v"), Rule: Rule(engine.FixedWindow, 1, time.Second, 0), Hits: 1}}
 	_, err := s.Apply(ctx, items, make([]engine.Result, 1))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Apply with a cancelled context = %v, want an error wrapping context.Canceled", err)
@@ -738,10 +722,10 @@ func testConcurrent(t *testing.T, newStore NewStore) {
 	s := newStore(t, NewClock(T0).Now)
 	const workers, perWorker, max = 64, 20, 500
 	desc := uniqueDesc(t, "k=v")
-	limits := []*descriptors.Limit{
-		Limit(descriptors.FixedWindow, max, time.Minute, 0),
-		Limit(descriptors.SlidingLog, max, time.Minute, 0),
-		Limit(descriptors.TokenBucket, max, time.Hour, max),
+	limits := []*engine.Rule{
+		Rule(engine.FixedWindow, max, time.Minute, 0),
+		Rule(engine.SlidingLog, max, time.Minute, 0),
+		Rule(engine.TokenBucket, max, time.Hour, max),
 	}
 	for _, l := range limits {
 		var admitted atomic.Int64
@@ -749,7 +733,7 @@ func testConcurrent(t *testing.T, newStore NewStore) {
 		errs := make(chan error, workers)
 		for range workers {
 			wg.Go(func() {
-				items := []engine.Item{{Desc: desc, Limit: l, Hits: 1}}
+				items := []engine.Item{{Desc: desc, Rule: l, Hits: 1}}
 				results := make([]engine.Result, 1)
 				for range perWorker {
 					ok, err := s.Apply(context.Background(), items, results)
@@ -766,10 +750,10 @@ func testConcurrent(t *testing.T, newStore NewStore) {
 		wg.Wait()
 		close(errs)
 		for err := range errs {
-			t.Fatalf("%s: Apply: %v", l.Algorithm, err)
+			t.Fatalf("%s: Apply: %v", l.Algorithm(), err)
 		}
 		if got := admitted.Load(); got != max {
-			t.Errorf("%s: %d goroutines × %d requests admitted %d, want exactly %d", l.Algorithm, workers, perWorker, got, max)
+			t.Errorf("%s: %d goroutines × %d requests admitted %d, want exactly %d", l.Algorithm(), workers, perWorker, got, max)
 		}
 	}
 }

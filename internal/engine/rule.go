@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Spec is a limit as a config or a request gives it, before it is
+// compiled: plain values, no positions and no grammar. Compile checks it
+// and builds the Rule that stores count with.
+type Spec struct {
+	// Algorithm is an algorithm's name (AlgorithmNames), in any case; ""
+	// is fixed_window.
+	Algorithm string
+	// Unit and Multiplier give the window: Multiplier × Unit (Multiplier
+	// ≥ 1), at most 100 years.
+	Unit       Unit
+	Multiplier uint32
+	// Limit is the hits admitted per window (requests_per_unit); 0 admits
+	// nothing.
+	Limit uint32
+	// Burst is a token bucket's capacity when BurstSet (else Limit).
+	Burst    uint32
+	BurstSet bool
+	// Calendar makes a fixed window follow the calendar of TimeZone (an
+	// IANA name, "" for UTC; TimeZoneSet says whether one was given).
+	Calendar    bool
+	TimeZone    string
+	TimeZoneSet bool
+	// Name, when set, is part of the counter's identity.
+	Name string
+}
+
+// SpecError is a problem of one field of a Spec: Field is its config name
+// ("burst", "time_zone", ...), Key whether the problem is the field's
+// presence (its key) rather than its value.
+type SpecError struct {
+	Field string
+	Key   bool
+	Msg   string
+}
+
+func (e SpecError) Error() string { return e.Field + ": " + e.Msg }
+
+// specErrors collects the problems of a Spec.
+type specErrors []SpecError
+
+func (errs *specErrors) add(field string, key bool, format string, args ...any) {
+	*errs = append(*errs, SpecError{Field: field, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Bounds that keep the engines' arithmetic safe.
+const (
+	// MaxWindow is the longest window, Multiplier × Unit.
+	MaxWindow = 100 * 365 * 24 * time.Hour
+	// maxTokenSpan bounds burst × emission interval of a token bucket, in
+	// microseconds: the bucket's span stays exact in a float64 (Lua
+	// numbers).
+	maxTokenSpan = 1 << 53
+	// MaxSlidingLog bounds the limit of a sliding log, which keeps an entry
+	// per consumption.
+	MaxSlidingLog = 100000
+)
+
+// Rule is a compiled limit: how one counter counts (its algorithm, window,
+// limit and burst) and which counter it is among the rules of a descriptor
+// (ID). Stores see only rules, never the config they came from. Built by
+// Compile; immutable and safe for concurrent use once built.
+type Rule struct {
+	alg algorithm
+	// Unit and Multiplier give the window, Window = Multiplier × Unit. A
+	// calendar rule's Window is its unit's nominal length, for display
+	// only: its windows are as long as the calendar makes them.
+	Unit       Unit
+	Multiplier uint32
+	Window     time.Duration
+	// Limit is the hits admitted per window (0 admits nothing). At most
+	// MaxSlidingLog for a sliding log; for a token bucket at most one per
+	// microsecond of the window.
+	Limit uint32
+	// Burst is a token bucket's capacity; 0 for the other algorithms.
+	// Burst × the emission interval (Window / Limit, rounded up to a whole
+	// microsecond) is at most 2^53 µs.
+	Burst uint32
+	// Calendar, when not nil, makes this fixed window follow the calendar
+	// of that time zone: a day from local midnight, an ISO week from
+	// Monday, a month from the 1st, a year from January 1.
+	Calendar *time.Location
+	// ID is the counter's identity among the rules of one descriptor: the
+	// algorithm's code and the window in seconds, then the length-prefixed
+	// name when there is one ("fw60s", "tb1s:5:burst"); a calendar rule's
+	// is its unit and zone ("cal.month@Europe/Paris"). Stable while
+	// algorithm, window and name are; it contains no '{' or '}' outside the
+	// name part. See key.go.
+	ID string
+}
+
+// Compile checks s and builds its rule. On problems it returns them all
+// (the rule is then nil): each algorithm checks what is its own (key for
+// key as a config would say it).
+func Compile(s Spec) (*Rule, []SpecError) {
+	var errs specErrors
+	alg := algorithmNamed(s.Algorithm)
+	if alg == nil {
+		errs.add("algorithm", false, "algorithm %q is not one of %s", s.Algorithm, AlgorithmNames())
+		return nil, errs
+	}
+	if s.Multiplier == 0 {
+		errs.add("unit_multiplier", false, "unit_multiplier must be at least 1")
+		return nil, errs
+	}
+	if s.Unit == UnitUnknown || s.Unit.Duration() == 0 {
+		errs.add("unit", false, "unit is required (one of %s)", UnitNames())
+		return nil, errs
+	}
+	if time.Duration(s.Multiplier) > MaxWindow/s.Unit.Duration() {
+		field := "unit"
+		if s.Multiplier != 1 {
+			field = "unit_multiplier"
+		}
+		errs.add(field, false, "window %d × %s is longer than 100 years", s.Multiplier, s.Unit)
+		return nil, errs
+	}
+	r := &Rule{alg: alg, Unit: s.Unit, Multiplier: s.Multiplier, Window: time.Duration(s.Multiplier) * s.Unit.Duration(), Limit: s.Limit}
+	if s.TimeZoneSet && !s.Calendar {
+		errs.add("time_zone", true, "time_zone is only for calendar: true limits")
+	}
+	r.alg = alg.compile(&s, r, &errs)
+	if s.Calendar {
+		r.alg = compileCalendar(&s, r, &errs)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	r.ID = r.alg.counterID(r) + nameSuffix(s.Name)
+	return r, nil
+}
+
+// MustCompile is Compile for specs known to be valid (tests, built-in
+// rules); it panics on a problem.
+func MustCompile(s Spec) *Rule {
+	r, errs := Compile(s)
+	if len(errs) > 0 {
+		panic(fmt.Sprintf("engine.MustCompile(%+v): %v", s, errs))
+	}
+	return r
+}
+
+// Algorithm returns the name of the rule's algorithm as configs write it
+// ("fixed_window" for a calendar window too).
+func (r *Rule) Algorithm() string { return configName(r.alg) }
+
+// Code is the rule's algorithm code: a calendar window has its own.
+// Stores that send rules over a wire (the Redis scripts) use it; the codes
+// are stable (algorithms below).
+func (r *Rule) Code() uint8 { return r.alg.code() }
+
+// Capacity is the most hits the rule can ever admit at once: its limit, or
+// a token bucket's burst (none when it refills nothing). More hits are
+// denied whatever the wait (Result.Never).
+func (r *Rule) Capacity() uint64 { return r.alg.capacity(r) }
+
+// QuotaWindow is the window over which the rule's capacity is advertised
+// (X-RateLimit-Limit, RateLimit-Policy), for an answer whose reset is at
+// end: its window, or for a token bucket the time its empty bucket takes
+// to fill (burst × window ÷ limit, rounded up to whole seconds, so that the
+// advertised rate is never more than the limit's), or for a calendar
+// window the length of the calendar window that ends at end (29 days for
+// February 2024). Remaining is never more than the capacity.
+func (r *Rule) QuotaWindow(end time.Time) time.Duration { return r.alg.quotaWindow(r, end) }
+
+// Expiry returns the instant from which st is equivalent to the zero State
+// under r: a store may forget it then. 0 means it already is.
+func (r *Rule) Expiry(st *State) int64 { return r.alg.expiry(r, st) }
+
+// DenialCoversMoreHits reports whether a denial of some hits under r until
+// an instant is a denial of more hits until the same instant, with the same
+// status: true for windows whose retry instant is the window's end
+// whatever the hits (fixed and calendar windows). A denial cache may answer
+// requests of more hits from such a denial.
+func (r *Rule) DenialCoversMoreHits() bool { return r.alg.denialCoversMoreHits() }
+
+// StateSizeVaries reports whether the memory a counter's state takes
+// changes with what it counts (a sliding log's entries); stores that
+// account memory measure such a state again after each change.
+func (r *Rule) StateSizeVaries() bool { return r.alg.stateSizeVaries() }
+
+// CalendarBounds returns, for a calendar rule, the starts of the windows
+// before, at and after the one holding the instant at (µs), and the end of
+// the last: what a store that decides at another clock (Redis's) needs to
+// find the window holding its own instant. ok is false for a rule whose
+// window is a length (Window).
+func (r *Rule) CalendarBounds(at int64) (bounds [4]int64, ok bool) {
+	return r.alg.calendarBounds(r, at)
+}
+
+// window returns the rule's window in microseconds (≥ 1 for a valid rule).
+func (r *Rule) window() int64 { return r.Window.Microseconds() }
+
+// AlgorithmNames returns the names a Spec may give, joined by "|".
+func AlgorithmNames() string {
+	var names []string
+	for _, a := range algorithms {
+		if _, ok := a.(form); !ok {
+			names = append(names, a.name())
+		}
+	}
+	return strings.Join(names, "|")
+}
+
+// IsAlgorithm reports whether name (any case) names an algorithm.
+func IsAlgorithm(name string) bool { return name != "" && algorithmNamed(name) != nil }
+
+// algorithmNamed returns the algorithm that configs call name (any case; ""
+// is the fixed window), nil for none.
+func algorithmNamed(name string) algorithm {
+	if name == "" {
+		return fixedWindow{}
+	}
+	for _, a := range algorithms {
+		if _, isForm := a.(form); !isForm && strings.EqualFold(a.name(), name) {
+			return a
+		}
+	}
+	return nil
+}
