@@ -223,10 +223,10 @@ func (s *Service) Ready(ctx context.Context) error {
 type scratch struct {
 	items   []engine.Item
 	results []engine.Result
-	owner   []int    // descriptor index of each item
+	owner   []int                // descriptor index of each item
 	limits  []*descriptors.Limit // the limit of each item
-	key     []byte   // identities of the request's descriptors, back to back
-	spans   [][2]int // each limited descriptor's identity in key
+	key     []byte               // identities of the request's descriptors, back to back
+	spans   [][2]int             // each limited descriptor's identity in key
 	nodes   []*descriptors.Descriptor
 	built   [][]descriptors.Entry
 	label   []byte // a descriptor label of per-value metrics
