@@ -23,6 +23,14 @@ type reference struct {
 }
 
 func (r *reference) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	return r.decide(ctx, engine.Evaluate, items, results)
+}
+
+func (r *reference) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	return r.decide(ctx, engine.Peek, items, results)
+}
+
+func (r *reference) decide(ctx context.Context, f func(time.Time, []engine.Item, []*engine.State, []engine.Result) bool, items []engine.Item, results []engine.Result) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -36,7 +44,7 @@ func (r *reference) Apply(ctx context.Context, items []engine.Item, results []en
 		}
 		states[i] = r.states[k]
 	}
-	return engine.Evaluate(r.now(), items, states, results), nil
+	return f(r.now(), items, states, results), nil
 }
 
 func TestConformance(t *testing.T) {

@@ -56,6 +56,49 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 	return admitted
 }
 
+// Peek judges a request as Evaluate would at now, and changes no state: a
+// dry run, for explanations. results[i].Admitted, Never and RetryAfter are
+// the judging pass's verdicts (an item sees the tentative consumption of
+// earlier items of the request on its counter); Remaining and Reset are
+// the limit's before the request. It reports whether the request would be
+// admitted (Admit); count-denied hits are not charged.
+func Peek(now time.Time, items []Item, states []*State, results []Result) bool {
+	var copyBuf [8]State
+	var ptrBuf [8]*State
+	copies, ptrs := copyBuf[:0], ptrBuf[:0]
+	if len(items) > len(copyBuf) {
+		copies, ptrs = make([]State, 0, len(items)), make([]*State, 0, len(items))
+	}
+	copies, ptrs = copies[:len(items)], ptrs[:len(items)]
+	for i := range items {
+		if j := firstOf(states, i); j != i {
+			ptrs[i] = ptrs[j] // shared by the items, as in the store
+			continue
+		}
+		copies[i] = states[i].Clone()
+		ptrs[i] = &copies[i]
+	}
+	snaps, times := make([]State, len(items)), make([]int64, len(items))
+	t := now.UnixMicro()
+	judge(t, items, ptrs, results, snaps, times)
+	admitted, _ := Admit(items, results)
+	for i := range items {
+		it, r, tc := &items[i], &results[i], times[i]
+		alg := it.Rule.alg
+		st := &snaps[firstOf(ptrs, i)]
+		r.Remaining = alg.remaining(it.Rule, st, tc)
+		r.Reset = micros(alg.resetAt(it.Rule, st, tc) - t)
+	}
+	return admitted
+}
+
+// Clone returns a copy of st that shares nothing with it.
+func (st *State) Clone() State {
+	c := *st
+	c.Log = append([]LogEntry(nil), st.Log...)
+	return c
+}
+
 // judge is the first pass: each item in order, its counter normalized to t
 // and snapshotted the first time the request meets it (times[i] is then the
 // counter's own instant, shared by the later items on it), its verdict in

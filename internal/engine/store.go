@@ -91,6 +91,12 @@ type Result struct {
 // wrapping ctx.Err() when ctx ends first; a store that never waits on I/O
 // only refuses a ctx that is already done. Implementations are safe for
 // concurrent use.
+//
+// Peek judges items as Apply would at the store's clock and consumes
+// nothing (a dry run): results as engine.Peek gives them (verdicts, and the
+// remaining and reset of each limit before the request); it reports whether
+// Apply would admit the request now. Errors as Apply's.
 type Store interface {
 	Apply(ctx context.Context, items []Item, results []Result) (admitted bool, err error)
+	Peek(ctx context.Context, items []Item, results []Result) (admitted bool, err error)
 }

@@ -79,6 +79,10 @@ func (downStore) Apply(context.Context, []engine.Item, []engine.Result) (bool, e
 	return false, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
 
+func (s downStore) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	return s.Apply(ctx, items, results)
+}
+
 func TestJSONStoreDown(t *testing.T) {
 	h := New(servetest.Service(t, config, service.Options{Store: downStore{}})).JSON()
 	code, out := postJSON(h, strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`))

@@ -171,6 +171,10 @@ type downStore struct{}
 func (downStore) Apply(context.Context, []engine.Item, []engine.Result) (bool, error) {
 	return false, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
+
+func (s downStore) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	return s.Apply(ctx, items, results)
+}
 func (downStore) Ping(context.Context) error { return errors.New("connection refused") }
 
 func TestStoreDown(t *testing.T) {

@@ -219,6 +219,48 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	return admitted, nil
 }
 
+// Peek implements engine.Store: the request judged as Apply would, on
+// copies of the counters' states (engine.Peek); nothing is created or
+// changed.
+func (s *Store) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	n := len(items)
+	c := applyCall{items: items, hashes: make([]uint64, n), states: make([]*engine.State, n)}
+	c.order = c.hash(s.seed, nil)
+	now := s.now()
+	t := now.UnixMicro()
+	for _, i := range c.order {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range c.order {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	for i := range items {
+		it := &items[i]
+		for j := range i {
+			if items[j].Desc == it.Desc && items[j].Rule.ID == it.Rule.ID {
+				c.states[i] = c.states[j] // one counter, as Apply finds it
+				break
+			}
+		}
+		if c.states[i] != nil {
+			continue
+		}
+		st := new(engine.State)
+		if ent := c.shard(s, i).find(c.hashes[i], it.Desc); ent != nil {
+			if j := counterIndex(ent, it.Rule.ID); j >= 0 && ent.counters[j].expires > t {
+				*st = ent.counters[j].st
+			}
+		}
+		c.states[i] = st
+	}
+	return engine.Peek(now, items, c.states, results), nil
+}
+
 // applyCall is the working set of one Apply: per item, its descriptor's
 // hash, entry, counter index and state; and the shards to lock, in order.
 type applyCall struct {

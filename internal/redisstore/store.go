@@ -481,6 +481,55 @@ func (s *Store) apply(ctx context.Context, items []engine.Item, results []engine
 	return admitted, nil
 }
 
+// Peek implements engine.Store: the decide function judges the request in
+// its dry-run mode (modePeek), on every master that holds part of it; the
+// rule over all the verdicts says whether Apply would admit it. The denial
+// cache is neither read nor fed.
+func (s *Store) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	bases := make([]string, len(items))
+	for i := range items {
+		bases[i] = s.base(&items[i])
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pipelineBound(s.opts)+s.opts.Timeout)
+		defer cancel()
+	}
+	if s.cluster == nil {
+		return s.applyNode(ctx, "", modePeek, items, bases, results, nil)
+	}
+	parts, err := s.split(ctx, items, bases)
+	if err != nil {
+		return false, err
+	}
+	errs := make(chan error, len(parts))
+	for _, p := range parts {
+		go func() {
+			_, err := s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, p.addr, modePeek, p.items, p.bases, p.results, nil) })
+			errs <- err
+		}()
+	}
+	var firstErr error
+	for range parts {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return false, firstErr
+	}
+	for _, p := range parts {
+		for j, i := range p.idx {
+			results[i] = p.results[j]
+		}
+	}
+	admitted, _ := engine.Admit(items, results)
+	return admitted, nil
+}
+
 // applyNode runs the decide function over items (all on node, "" for a
 // single node) and writes their results. In modeReserve it also returns the
 // rest of the reply (the undo log and the unconsumed statuses) through rest.

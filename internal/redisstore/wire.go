@@ -126,6 +126,7 @@ const (
 	modeFinalMGET = "M"
 	modeReserve   = "R"
 	modeCharge    = "C"
+	modePeek      = "P"
 )
 
 // decide.lua's reply per request: replyHead fields (verdict, instant), then

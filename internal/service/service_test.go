@@ -340,6 +340,10 @@ func (s failingStore) Apply(context.Context, []engine.Item, []engine.Result) (bo
 	return false, s.err
 }
 
+func (s failingStore) Peek(context.Context, []engine.Item, []engine.Result) (bool, error) {
+	return false, s.err
+}
+
 func TestStoreErrorPolicy(t *testing.T) {
 	storeErr := errors.New("connection refused")
 	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("whitelisted", "x"), desc("remote_address", "10.0.0.1")}}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -123,6 +124,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Shadow", func(t *testing.T) { testShadow(t, newStore) })
 	t.Run("QuotaGroups", func(t *testing.T) { testQuota(t, newStore) })
 	t.Run("SameCounterTwice", func(t *testing.T) { testSameCounterTwice(t, newStore) })
+	t.Run("PeekIsApplyWithoutConsuming", func(t *testing.T) { testPeek(t, newStore) })
 	t.Run("CountDeniedPassesAfterItsCharge", func(t *testing.T) { testCountDeniedPassesAfterItsCharge(t, newStore) })
 	t.Run("CountDeniedRemainingBeforeCharge", func(t *testing.T) { testCountDeniedRemainingBeforeCharge(t, newStore) })
 	t.Run("CountersAreSeparate", func(t *testing.T) { testSeparate(t, newStore) })
@@ -577,6 +579,65 @@ func testSameCounterTwice(t *testing.T, newStore NewStore) {
 	ok, res = apply(t, s, []engine.Item{item, item})
 	if !ok || res[0].Remaining != 1 || res[1].Remaining != 1 {
 		t.Fatalf("Apply(1+1 on a limit of 3) = %v remaining (%d, %d), want true (1, 1)", ok, res[0].Remaining, res[1].Remaining)
+	}
+}
+
+// testPeek replays a seeded random sequence of requests (every algorithm,
+// shared counters, refunds, shadow and quota items, steps of the clock)
+// and, before each, Peeks at it: Peek's verdicts are Apply's, its
+// remaining and reset are those of a look (hits 0) just before, and a look
+// after the Peek finds the state as it was.
+func testPeek(t *testing.T, newStore NewStore) {
+	seed := Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	var rules []*engine.Rule
+	for _, alg := range Algorithms() {
+		rules = append(rules, Rule(alg, 5, 10*time.Second, 5), Rule(alg, 3, time.Minute, 4))
+	}
+	rules = append(rules, CalendarRule(engine.Day, 4, time.UTC))
+	descs := []string{uniqueDesc(t, "a=1"), uniqueDesc(t, "b=2")}
+	for step := range 300 {
+		var items []engine.Item
+		for range 1 + rng.IntN(4) {
+			it := engine.Item{Desc: descs[rng.IntN(len(descs))], Rule: rules[rng.IntN(len(rules))], Hits: uint64(rng.IntN(4))}
+			switch rng.IntN(8) {
+			case 0:
+				it.Refund = true
+			case 1:
+				it.Shadow = true
+			case 2:
+				it.Group = int32(1 + rng.IntN(2))
+			}
+			items = append(items, it)
+		}
+		look := make([]engine.Item, len(items))
+		for i, it := range items {
+			look[i] = engine.Item{Desc: it.Desc, Rule: it.Rule}
+		}
+		_, before := apply(t, s, look)
+		peek := make([]engine.Result, len(items))
+		peeked, err := s.Peek(context.Background(), items, peek)
+		if err != nil {
+			t.Fatalf("seed %d step %d: Peek: %v", seed, step, err)
+		}
+		_, after := apply(t, s, look)
+		ok, res := apply(t, s, items)
+		for i := range items {
+			p, b, a, r := peek[i], before[i], after[i], res[i]
+			if p.Remaining != b.Remaining || p.Reset != b.Reset || a.Remaining != b.Remaining || a.Reset != b.Reset {
+				t.Fatalf("seed %d step %d item %d (%s %s hits %d): look before %d/%v, Peek %d/%v, look after %d/%v: want all equal",
+					seed, step, i, items[i].Desc, items[i].Rule.ID, items[i].Hits, b.Remaining, b.Reset, p.Remaining, p.Reset, a.Remaining, a.Reset)
+			}
+			if p.Admitted != r.Admitted || !r.Admitted && (p.Never != r.Never || p.RetryAfter != r.RetryAfter) {
+				t.Fatalf("seed %d step %d item %d (%s %s hits %d): Peek %+v, Apply %+v: want the same verdict", seed, step, i, items[i].Desc, items[i].Rule.ID, items[i].Hits, p, r)
+			}
+		}
+		if peeked != ok {
+			t.Fatalf("seed %d step %d: Peek says %v, Apply %v", seed, step, peeked, ok)
+		}
+		clock.Set(clock.Now().Add(time.Duration(rng.IntN(4000)) * time.Millisecond))
 	}
 }
 

@@ -870,7 +870,21 @@ local function decide(a)
   parse(a)
   load(mode)
   local admitted, over = false, nil
-  if mode == MODE_CHARGE then
+  if mode == MODE_PEEK then
+    -- Nothing is consumed; what normalization changed is kept, as by any
+    -- decision (a sliding log's expired entries are gone from its set).
+    judge()
+    admitted = rule(mode)
+    for c = 1, nc do
+      restore(c)
+    end
+    local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
+    statuses(out)
+    for c = 1, nc do
+      c_impl[c].write(c, nil)
+    end
+    return out, next_a
+  elseif mode == MODE_CHARGE then
     for k = 1, n do
       i_ok[k], i_retry[k] = not i_denied[k], 0
     end

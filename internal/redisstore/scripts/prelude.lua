@@ -53,6 +53,11 @@ local MODE_RESERVE = 'R'
 -- items (hits that count whether or not admitted) as the denied request
 -- would have, with the verdicts it had (FLAG_DENIED), and read the statuses.
 local MODE_CHARGE = 'C'
+-- A dry run (engine.Peek): judge the request and consume nothing (only
+-- what normalization changes is written, as by any decision); the statuses
+-- give each limit's remaining and reset before the request. Keys are read
+-- one by one.
+local MODE_PEEK = 'P'
 
 -- decide.lua's reply, per request: REPLY_HEAD fields (the verdict, one of
 -- VERDICT_*, and the instant), then, unless expired, REPLY_ITEM_FIELDS per
