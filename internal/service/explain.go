@@ -20,8 +20,7 @@ type Explanation struct {
 	// descriptor is then answered OK with no limit.
 	KnownDomain bool `json:"known_domain"`
 	// Code is what the request would get if it came now: OK or OVER_LIMIT,
-	// from each limit's state judged alone against the request's hits
-	// (two descriptors of one request on one counter are not added up).
+	// as the store judges it in a dry run (engine.Store.Peek).
 	Code string `json:"code"`
 	// Never: the request can never pass as it is (more hits than a limit
 	// or a bucket admits).
@@ -133,8 +132,8 @@ type LimitExplanation struct {
 	// RateLimit-Policy; see service.Policy), for the limits that count
 	// (enforced and shadow; headers never show a shadow one).
 	Policy *PolicyExplanation `json:"policy,omitempty"`
-	// State is the counter now, read with a look (hits 0), for the limits
-	// that count (enforced and shadow).
+	// State is the counter now, and this limit's verdict on the request,
+	// for the limits that count (enforced and shadow).
 	State *LimitState `json:"state,omitempty"`
 }
 
@@ -154,14 +153,16 @@ type LimitState struct {
 	// Reset is the time until the window ends, the bucket is full or the
 	// oldest logged hit leaves (Go duration syntax).
 	Reset string `json:"reset"`
-	// Admits says whether this limit alone would admit the request's hits
-	// now; Never that no wait would (more hits than it can hold).
+	// Admits says whether this limit admits the request's hits now (after
+	// what the request's earlier limits on the same counter take, as a
+	// decision judges them); Never that no wait would (more hits than it
+	// can hold).
 	Admits bool `json:"admits"`
 	Never  bool `json:"never,omitempty"`
 }
 
-// Explain says how req would be resolved and what its limits hold, reading
-// their state through the store with a look (hits 0) that consumes nothing.
+// Explain says how req would be resolved and what its limits hold: the
+// store judges it in a dry run (engine.Store.Peek) that consumes nothing.
 // Nothing is counted in metrics. It returns an *InvalidError for a
 // malformed request; a store error is reported in the explanation.
 func (s *Service) Explain(ctx context.Context, req *Request) (*Explanation, error) {
@@ -225,31 +226,29 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 		return ex
 	}
 
-	// The items a decision would make, with hits 0: a look. The same code
-	// as a decision builds them, so counters, groups and shadows agree.
-	look := &Request{Domain: req.Domain, Descriptors: make([]Descriptor, len(req.Descriptors)), HitsAddend: req.HitsAddend}
-	for i, d := range req.Descriptors {
-		look.Descriptors[i] = Descriptor{Entries: d.Entries, Override: d.Override, HasHits: true}
-	}
+	// The items a decision would make, by the same code, so that counters,
+	// groups and shadows agree, judged by the store's dry run (Peek): the
+	// verdicts are the engine's own, and nothing is consumed.
 	sc := new(scratch)
-	replaced, _ := sc.resolve(dom, look)
-	resp := newResponse(len(look.Descriptors))
-	sc.buildItems(look, resp, replaced, false, s.ref.GlobalQuota) // a look: nothing to charge
+	replaced, _ := sc.resolve(dom, req)
+	resp := newResponse(len(req.Descriptors))
+	sc.buildItems(req, resp, replaced, s.countDenied, s.ref.GlobalQuota)
 	results := make([]engine.Result, len(sc.items))
 	if len(sc.items) > 0 {
-		if _, err := s.store.Apply(ctx, sc.items, results); err != nil {
+		admitted, err := s.store.Peek(ctx, sc.items, results)
+		switch {
+		case err != nil:
 			ex.StoreError, ex.Code = err.Error(), ""
 			results = nil
+		case !admitted:
+			ex.Code = OverLimit.String()
+			ex.Never = never(sc.items, results)
 		}
 	}
 
 	replacers := replacersOf(sc.nodes)
 	var now time.Time // read once, when a calendar limit needs it
-	// verdicts are the items' verdicts with the request's hits, judged
-	// against the state the look read.
-	verdicts := make([]engine.Result, len(sc.items))
-	judged := make([]engine.Item, len(sc.items))
-	k := 0 // the next item
+	k := 0            // the next item
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		de := &ex.Descriptors[i]
@@ -280,9 +279,6 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 				}
 				// buildItems made the items of the enforced limits in
 				// this order.
-				it := sc.items[k]
-				it.Hits, it.Refund = de.Hits, d.Refund
-				judged[k] = it
 				reset := time.Duration(0)
 				if l.Rule.Calendar != nil {
 					reset = s.calendarLeft(l, &now)
@@ -293,24 +289,15 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 				p := s.policy(l, reset, &now)
 				le.Policy = &PolicyExplanation{Quota: p.Quota, WindowSeconds: int64(p.Window / time.Second)}
 				if results != nil {
-					r := results[k]
-					v := &verdicts[k]
-					v.Admitted = d.Refund || de.Hits <= r.Remaining
-					v.Never = !v.Admitted && de.Hits > l.Rule.Capacity()
-					le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset.String(), Admits: v.Admitted, Never: v.Never}
-					if !v.Admitted && !l.Shadow {
+					r := &results[k]
+					le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset.String(), Admits: r.Admitted, Never: r.Never}
+					if !r.Admitted && !l.Shadow {
 						de.Code = OverLimit.String()
 					}
 				}
 				k++
 			}
 			de.Limits = append(de.Limits, le)
-		}
-	}
-	if results != nil && len(judged) > 0 {
-		if admitted, _ := engine.Admit(judged, verdicts); !admitted {
-			ex.Code = OverLimit.String()
-			ex.Never = never(judged, verdicts)
 		}
 	}
 	return ex
