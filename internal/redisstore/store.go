@@ -482,49 +482,49 @@ func (s *Store) apply(ctx context.Context, items []engine.Item, results []engine
 }
 
 // Peek implements engine.Store: the decide function judges the request in
-// its dry-run mode (modePeek), on every master that holds part of it; the
-// rule over all the verdicts says whether Apply would admit it. The denial
-// cache is neither read nor fed.
+// its dry-run mode (modePeek) on every node that holds part of it (the
+// masters of a cluster, the per-second Redis), concurrently; the rule over
+// all the verdicts says whether Apply would admit it. The denial cache is
+// neither read nor fed.
 func (s *Store) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
-	}
-	bases := make([]string, len(items))
-	for i := range items {
-		bases[i] = s.base(&items[i])
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pipelineBound(s.opts)+s.opts.Timeout)
 		defer cancel()
 	}
-	if s.cluster == nil {
-		return s.applyNode(ctx, "", modePeek, items, bases, results, nil)
+	var parts []*part
+	for _, st := range []*Store{s, s.perSecond} {
+		if st == nil {
+			continue
+		}
+		var idx []int
+		var its []engine.Item
+		var bases []string
+		for i := range items {
+			if (st == s.perSecond) == (s.perSecond != nil && perSecondLimit(items[i].Rule)) {
+				idx, its, bases = append(idx, i), append(its, items[i]), append(bases, st.base(&items[i]))
+			}
+		}
+		p, err := st.split(ctx, idx, its, bases)
+		if err != nil {
+			return false, err
+		}
+		parts = append(parts, p...)
 	}
-	parts, err := s.split(ctx, items, bases)
-	if err != nil {
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		wg.Go(func() {
+			_, p.err = p.store.retryMoved(ctx, func() (bool, error) {
+				return p.store.applyNode(ctx, p.addr, modePeek, p.items, p.bases, p.results, nil)
+			})
+		})
+	}
+	wg.Wait()
+	if err := gather(parts, results); err != nil {
 		return false, err
-	}
-	errs := make(chan error, len(parts))
-	for _, p := range parts {
-		go func() {
-			_, err := s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, p.addr, modePeek, p.items, p.bases, p.results, nil) })
-			errs <- err
-		}()
-	}
-	var firstErr error
-	for range parts {
-		if err := <-errs; err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	if firstErr != nil {
-		return false, firstErr
-	}
-	for _, p := range parts {
-		for j, i := range p.idx {
-			results[i] = p.results[j]
-		}
 	}
 	admitted, _ := engine.Admit(items, results)
 	return admitted, nil

@@ -39,6 +39,7 @@ func TestWireContract(t *testing.T) {
 		"FLAG_COUNT_DENIED":   strconv.Itoa(flagCountDenied),
 		"FLAG_DENIED":         strconv.Itoa(flagDenied),
 		"MODE_CHARGE":         strconv.Quote(modeCharge),
+		"MODE_PEEK":           strconv.Quote(modePeek),
 		"LOG_TOTAL":           strconv.Quote(logTotal),
 		"MODE_FINAL":          strconv.Quote(modeFinal),
 		"MODE_FINAL_MGET":     strconv.Quote(modeFinalMGET),
