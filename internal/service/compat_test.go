@@ -414,6 +414,10 @@ func (cachedDenials) Apply(_ context.Context, items []engine.Item, results []eng
 	return false, nil
 }
 
+func (c cachedDenials) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	return c.Apply(ctx, items, results)
+}
+
 // A denial answered from the denial cache counts, as one answered from the
 // reference's local cache, in over_limit and over_limit_with_local_cache
 // (with no near_limit share); the series was not exported.
