@@ -60,6 +60,10 @@ func TestWireContract(t *testing.T) {
 		"UNDO_ZADD":           strconv.Quote(undoZAdd),
 		"UNDO_PUBLISH":        strconv.Quote(undoPublish),
 	}
+	// The algorithm codes are the engine's (its registry, by code).
+	for code, name := range engine.Algorithms() {
+		goSide["ALG_"+strings.ToUpper(name)] = strconv.Itoa(code)
+	}
 	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|-?[0-9]+)`)
 	luaSide := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(preludeSource))
