@@ -243,7 +243,7 @@ func TestDockerignore(t *testing.T) {
 			t.Errorf(".dockerignore leaves %s out of the build context; the image build needs it", f)
 		}
 	}
-	for _, f := range []string{".git/config", "bin/rls", "e2e/e2e_test.go", "envoy/envoy.yaml", "docker-compose.yaml", "internal/descriptors/parse_test.go", "internal/descriptors/testdata/bad/x.yaml", "README.md"} {
+	for _, f := range []string{".git/config", "bin/rls", "e2e/e2e_test.go", "envoy/envoy.yaml", "docker-compose.yaml", "internal/config/parse_test.go", "internal/config/testdata/bad/x.yaml", "README.md"} {
 		if !ignored(rules, f) {
 			t.Errorf(".dockerignore lets %s into the build context", f)
 		}

@@ -30,7 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 const (
@@ -194,7 +194,7 @@ func TestEnvoyConfigWiring(t *testing.T) {
 
 // sampleRequest is a request as Envoy sees it after the connection
 // manager: the trusted client address and the headers, pseudo-headers
-// included, lower-case. It implements descriptors.HTTPRequest.
+// included, lower-case. It implements config.HTTPRequest.
 type sampleRequest struct {
 	client  netip.Addr
 	headers map[string]string
@@ -212,7 +212,7 @@ func (r sampleRequest) ClientAddr() netip.Addr { return r.client }
 // action that cannot produce its entry drops the descriptor unless it is
 // skip_if_absent. ok is false when there is no descriptor. Only the
 // actions rls's examples use are modelled; another one fails the test.
-func envoyDescriptor(t *testing.T, rl *routev3.RateLimit, r sampleRequest) (entries []descriptors.Entry, ok bool) {
+func envoyDescriptor(t *testing.T, rl *routev3.RateLimit, r sampleRequest) (entries []config.Entry, ok bool) {
 	t.Helper()
 	for _, a := range rl.GetActions() {
 		switch {
@@ -220,13 +220,13 @@ func envoyDescriptor(t *testing.T, rl *routev3.RateLimit, r sampleRequest) (entr
 			if !r.client.IsValid() {
 				return nil, false
 			}
-			entries = append(entries, descriptors.Entry{Key: "remote_address", Value: r.client.String()})
+			entries = append(entries, config.Entry{Key: "remote_address", Value: r.client.String()})
 		case a.GetRequestHeaders() != nil:
 			rh := a.GetRequestHeaders()
 			v, found := r.headers[strings.ToLower(rh.GetHeaderName())]
 			switch {
 			case found:
-				entries = append(entries, descriptors.Entry{Key: rh.GetDescriptorKey(), Value: v})
+				entries = append(entries, config.Entry{Key: rh.GetDescriptorKey(), Value: v})
 			case !rh.GetSkipIfAbsent():
 				return nil, false
 			}
@@ -236,7 +236,7 @@ func envoyDescriptor(t *testing.T, rl *routev3.RateLimit, r sampleRequest) (entr
 			if key == "" {
 				key = "generic_key"
 			}
-			entries = append(entries, descriptors.Entry{Key: key, Value: gk.GetDescriptorValue()})
+			entries = append(entries, config.Entry{Key: key, Value: gk.GetDescriptorValue()})
 		default:
 			t.Fatalf("rate_limits action %v is not modelled by envoyDescriptor: teach it Envoy's rule for it", a)
 		}
@@ -272,9 +272,9 @@ func routeRateLimits(t *testing.T, vh *routev3.VirtualHost, rt *routev3.Route, s
 // both listeners.
 func TestEnvoyDescriptorsMatchLimits(t *testing.T) {
 	bs := loadEnvoy(t)
-	cfg, err := descriptors.Load(limitsFile)
+	cfg, err := config.Load(limitsFile)
 	if err != nil {
-		t.Fatalf("descriptors.Load(%s): %v", limitsFile, err)
+		t.Fatalf("config.Load(%s): %v", limitsFile, err)
 	}
 
 	h := hcm(t, listenerNamed(t, bs, "ratelimit"))
@@ -297,14 +297,14 @@ func TestEnvoyDescriptorsMatchLimits(t *testing.T) {
 	requests := []struct {
 		name string
 		r    sampleRequest
-		want [][]descriptors.Entry
+		want [][]config.Entry
 	}{
-		{"with x-api-key", withKey, [][]descriptors.Entry{
+		{"with x-api-key", withKey, [][]config.Entry{
 			{{Key: "remote_address", Value: "203.0.113.7"}},
 			{{Key: "api_key", Value: "k1"}},
 			{{Key: "path", Value: "/api/v1/users"}},
 		}},
-		{"without x-api-key", anonymous, [][]descriptors.Entry{
+		{"without x-api-key", anonymous, [][]config.Entry{
 			{{Key: "remote_address", Value: "203.0.113.7"}},
 			{{Key: "path", Value: "/api/v1/users"}},
 		}},
@@ -316,7 +316,7 @@ func TestEnvoyDescriptorsMatchLimits(t *testing.T) {
 			routes++
 			rls := routeRateLimits(t, vh, rt, filter.GetStage())
 			for _, req := range requests {
-				var got [][]descriptors.Entry
+				var got [][]config.Entry
 				for _, rl := range rls {
 					if entries, ok := envoyDescriptor(t, rl, req.r); ok {
 						got = append(got, entries)

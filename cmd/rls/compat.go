@@ -19,7 +19,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
@@ -225,7 +225,7 @@ func compatFromEnv(env []string) (*options, error) {
 			return nil, err
 		}
 	}
-	o.configLimits.Reference = descriptors.ReferenceOptions{MergeDomains: e.boolean("MERGE_DOMAIN_CONFIG", false), IgnoreReferenceKeys: true}
+	o.configLimits.Reference = config.ReferenceOptions{MergeDomains: e.boolean("MERGE_DOMAIN_CONFIG", false), IgnoreReferenceKeys: true}
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -591,21 +591,21 @@ func compatRedisTarget(e *compatEnv, prefix, defaultURL string, files redisTarge
 // FORCE_START_WITHOUT_INITIAL_CONFIG says to start without one, else nil
 // (not ready until the server sends one); with files, an empty config when
 // the directory does not exist, as the reference starts with none.
-func initialConfig(o *options, log *slog.Logger) (*descriptors.Config, error) {
+func initialConfig(o *options, log *slog.Logger) (*config.Config, error) {
 	c := o.compat
 	if c != nil && c.xds != nil {
 		if c.forceStart {
-			return descriptors.LoadWith(o.configLimits)
+			return config.LoadWith(o.configLimits)
 		}
 		return nil, nil
 	}
 	if c != nil {
 		if _, err := os.Stat(o.config); errors.Is(err, os.ErrNotExist) {
 			log.Warn("no config directory: starting with no limits", "path", o.config)
-			return descriptors.LoadWith(o.configLimits)
+			return config.LoadWith(o.configLimits)
 		}
 	}
-	cfg, err := descriptors.LoadWith(o.configLimits, o.config)
+	cfg, err := config.LoadWith(o.configLimits, o.config)
 	if err != nil {
 		return nil, fmt.Errorf("loading config %s:\n%w", o.config, err)
 	}
@@ -614,7 +614,7 @@ func initialConfig(o *options, log *slog.Logger) (*descriptors.Config, error) {
 }
 
 // logWarnings logs, in one line, the keys that a load ignored.
-func logWarnings(cfg *descriptors.Config, log *slog.Logger) {
+func logWarnings(cfg *config.Config, log *slog.Logger) {
 	if ws := cfg.Warnings(); len(ws) > 0 {
 		text := make([]string, len(ws))
 		for i, w := range ws {

@@ -16,7 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/redisstore"
@@ -164,8 +164,8 @@ func (d *daemon) stopCompat() {
 type xdsTarget struct{ d *daemon }
 
 func (t xdsTarget) Load(version string, configs []*rlsconfv3.RateLimitConfig) error {
-	return t.d.svc.Reload(func() (*descriptors.Config, error) {
-		cfg, err := descriptors.FromXDS(t.d.o.configLimits.Reference, configs)
+	return t.d.svc.Reload(func() (*config.Config, error) {
+		cfg, err := config.FromXDS(t.d.o.configLimits.Reference, configs)
 		if err != nil {
 			return nil, fmt.Errorf("xDS version %s: %w", version, err)
 		}
@@ -190,7 +190,7 @@ func (d *daemon) rlconfig(w http.ResponseWriter, _ *http.Request) {
 
 // writeRLConfig writes the limits of nodes and their subtrees under the
 // stats key prefix.
-func writeRLConfig(w io.Writer, prefix string, nodes []*descriptors.Descriptor) {
+func writeRLConfig(w io.Writer, prefix string, nodes []*config.Descriptor) {
 	for _, n := range nodes {
 		key := prefix + "." + n.Key
 		if n.Value != "" {

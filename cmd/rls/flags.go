@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -51,7 +51,7 @@ type options struct {
 	logLevel        slog.Level
 	logFormat       string
 	maxValueSeries  int
-	configLimits    descriptors.LoadOptions
+	configLimits    config.LoadOptions
 	httpLimits      httpapi.Limits
 	grpcLimits      grpcserver.Limits
 
@@ -139,14 +139,14 @@ type sentinelFlags struct{ spec, user, password string }
 type configSizes struct{ file, total string }
 
 func (c *configSizes) define(fs *flag.FlagSet) {
-	d := descriptors.LoadOptions{}.WithDefaults()
+	d := config.LoadOptions{}.WithDefaults()
 	fs.StringVar(&c.file, "config-max-file-bytes", formatBytes(d.MaxFileBytes), "bound on one config file (`size`, as --memory-limit); a larger one fails the load, and a reload keeps the config in use")
 	fs.StringVar(&c.total, "config-max-total-bytes", formatBytes(d.MaxTotalBytes), "bound on all the config files of one load (`size`)")
 }
 
 // parse returns the load options, or the name of the bad flag and why.
-func (c *configSizes) parse() (descriptors.LoadOptions, string, error) {
-	var o descriptors.LoadOptions
+func (c *configSizes) parse() (config.LoadOptions, string, error) {
+	var o config.LoadOptions
 	var err error
 	if o.MaxFileBytes, err = parseBytes(c.file); err != nil || o.MaxFileBytes <= 0 {
 		return o, "config-max-file-bytes", fmt.Errorf("%q is not a positive size", c.file)

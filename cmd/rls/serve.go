@@ -28,8 +28,8 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rlsproject/rls/internal/authz"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/configwatch"
-	"github.com/rlsproject/rls/internal/descriptors"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/grpcserver"
@@ -169,7 +169,7 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 		Reference:       o.reference,
 	})
 	if cfg != nil {
-		d.svc.Reload(func() (*descriptors.Config, error) { return cfg, nil })
+		d.svc.Reload(func() (*config.Config, error) { return cfg, nil })
 	}
 
 	grpcLis, err := net.Listen("tcp", o.grpcAddr)
@@ -282,8 +282,8 @@ func (d *daemon) loop(ctx context.Context, hup <-chan os.Signal) error {
 	}
 }
 
-func (d *daemon) load() (*descriptors.Config, error) {
-	return descriptors.LoadWith(d.o.configLimits, d.o.config)
+func (d *daemon) load() (*config.Config, error) {
+	return config.LoadWith(d.o.configLimits, d.o.config)
 }
 
 // watch signals changed (without blocking) when the config's files change,

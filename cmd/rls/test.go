@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/ruletest"
 )
 
@@ -38,7 +38,7 @@ func ruleTest(args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--%s: %w", name, err)}
 	}
-	cfg, err := descriptors.LoadWith(limits, fs.Arg(0))
+	cfg, err := config.LoadWith(limits, fs.Arg(0))
 	if err != nil {
 		printProblems(stdout, err)
 		return errSilent
@@ -63,7 +63,7 @@ func ruleTest(args []string, stdout io.Writer) error {
 
 // printProblems prints err one problem per line (path:line:col: message).
 func printProblems(w io.Writer, err error) {
-	var list descriptors.ErrorList
+	var list config.ErrorList
 	if errors.As(err, &list) {
 		for _, e := range list {
 			fmt.Fprintln(w, e.Error())

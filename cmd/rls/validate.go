@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // buildVersion is set at link time: -ldflags "-X main.buildVersion=v1.2.3".
@@ -30,7 +30,7 @@ func validate(args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--%s: %w", name, err)}
 	}
-	cfg, err := descriptors.LoadWith(limits, fs.Args()...)
+	cfg, err := config.LoadWith(limits, fs.Args()...)
 	if err != nil {
 		printProblems(stdout, err)
 		return errSilent
@@ -45,7 +45,7 @@ func validate(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func count(nodes []*descriptors.Descriptor) (descs, limits int) {
+func count(nodes []*config.Descriptor) (descs, limits int) {
 	for _, n := range nodes {
 		d, l := count(n.Children)
 		descs += 1 + d

@@ -16,7 +16,7 @@ import (
 	"github.com/rlsproject/rls/internal/service"
 )
 
-const config = `
+const limitsYAML = `
 domain: web
 http_descriptors:
   - actions: [{remote_address: {}}]
@@ -38,7 +38,7 @@ descriptors:
 
 func newServer(t *testing.T, trusted ...string) *Server {
 	t.Helper()
-	svc := servetest.Service(t, config, service.Options{})
+	svc := servetest.Service(t, limitsYAML, service.Options{})
 	var prefixes []netip.Prefix
 	for _, p := range trusted {
 		prefixes = append(prefixes, netip.MustParsePrefix(p))

@@ -10,7 +10,7 @@
 // events that lead to a content check; a directory that was replaced is
 // watched again, and one missing (at the start too) is looked for until it
 // comes. It knows nothing of parsing; which files count is
-// descriptors.ListConfig's call.
+// config.ListConfig's call.
 package configwatch
 
 import (
@@ -27,7 +27,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // Defaults of Options.
@@ -48,7 +48,7 @@ type Options struct {
 	MaxWait time.Duration
 	// Limits are the caps the config is loaded with: a file is
 	// fingerprinted up to its cap only.
-	Limits descriptors.LoadOptions
+	Limits config.LoadOptions
 	// Log receives what the watcher does; nil discards it.
 	Log *slog.Logger
 	// Loaded is the Fingerprint of the content the caller loaded, taken
@@ -164,8 +164,8 @@ func awaitPath(ctx context.Context, path string, opts Options) (os.FileInfo, err
 
 // Fingerprint identifies the content of the config under path as Watch
 // sees it, for Options.Loaded.
-func Fingerprint(path string, limits descriptors.LoadOptions) [32]byte {
-	files, _, unreadable := descriptors.ListConfig(path)
+func Fingerprint(path string, limits config.LoadOptions) [32]byte {
+	files, _, unreadable := config.ListConfig(path)
 	return fingerprint(files, unreadable, limits.WithDefaults().MaxFileBytes)
 }
 
@@ -255,7 +255,7 @@ func (w *watcher) relevant(ev fsnotify.Event) bool {
 // first, reading after: a change made in between is in the fingerprint or
 // brings an event.
 func (w *watcher) check() [32]byte {
-	files, dirs, unreadable := descriptors.ListConfig(w.path)
+	files, dirs, unreadable := config.ListConfig(w.path)
 	want := map[string]bool{w.dir: true}
 	for _, d := range dirs {
 		want[d] = true

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // TestDebounce: a check comes Quiet after the last event of a spell, but
@@ -263,7 +263,7 @@ func TestFingerprint(t *testing.T) {
 	write(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
 	const limit = 64
 	fp := func() [32]byte {
-		files, _, unreadable := descriptors.ListConfig(dir)
+		files, _, unreadable := config.ListConfig(dir)
 		return fingerprint(files, unreadable, limit)
 	}
 	first := fp()
@@ -324,7 +324,7 @@ func TestDirectoryMissingAtStart(t *testing.T) {
 func TestFileMissingAtStart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "etc")
 	path := filepath.Join(dir, "limits.yaml")
-	loaded := Fingerprint(path, descriptors.LoadOptions{})
+	loaded := Fingerprint(path, config.LoadOptions{})
 	w := startWatchWith(t, path, &loaded)
 	w.parent = filepath.Dir(dir) // markers beside the file's directory, not in it
 	if w.look("still missing") {
@@ -346,8 +346,8 @@ func TestFileMissingAtStart(t *testing.T) {
 func TestChangedWhileStarting(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "limits.yaml")
 	write(t, path, "domain: a\n")
-	loaded := Fingerprint(path, descriptors.LoadOptions{})
-	if again := Fingerprint(path, descriptors.LoadOptions{}); again != loaded {
+	loaded := Fingerprint(path, config.LoadOptions{})
+	if again := Fingerprint(path, config.LoadOptions{}); again != loaded {
 		t.Fatal("two fingerprints of the same content differ")
 	}
 	write(t, path, "domain: b\n")

@@ -26,3 +26,7 @@
 //     memstore and redisstore (single node and cluster) then all run; the
 //     differential tests pick up the new algorithm from the names they draw.
 package engine
+
+// The IANA time zone database is embedded, so that calendar rules compile
+// on machines (and distroless images) without /usr/share/zoneinfo.
+import _ "time/tzdata"

@@ -25,7 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/service"
 )
@@ -132,7 +132,7 @@ func grpcStatus(err error) error { return status.Error(errorCode(err), err.Error
 // reused through a pool.
 type request struct {
 	req     service.Request
-	entries []descriptors.Entry
+	entries []config.Entry
 }
 
 // fromProto converts in, reusing r's slices.
@@ -149,7 +149,7 @@ func (r *request) fromProto(in *rlsv3.RateLimitRequest) {
 		n += len(d.GetEntries())
 	}
 	if cap(r.entries) < n {
-		r.entries = make([]descriptors.Entry, n)
+		r.entries = make([]config.Entry, n)
 	}
 	entries := r.entries[:n]
 	for i, d := range in.GetDescriptors() {
@@ -158,7 +158,7 @@ func (r *request) fromProto(in *rlsv3.RateLimitRequest) {
 		es := entries[:len(d.GetEntries()):len(d.GetEntries())]
 		entries = entries[len(d.GetEntries()):]
 		for j, e := range d.GetEntries() {
-			es[j] = descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()}
+			es[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		out.Entries = es
 		if h := d.GetHitsAddend(); h != nil {
@@ -221,7 +221,7 @@ var codeToProto = [...]rlsv3.RateLimitResponse_Code{
 // (protobuf-go marshals a message concurrently safely: its size cache is
 // atomic.) The zero value is ready; safe for concurrent use.
 type converter struct {
-	limits    sync.Map // *descriptors.Limit → *rlsv3.RateLimitResponse_RateLimit
+	limits    sync.Map // *config.Limit → *rlsv3.RateLimitResponse_RateLimit
 	nlimits   atomic.Int64
 	durations [maxSharedDuration + 1]atomic.Pointer[durationpb.Duration]
 }
@@ -231,7 +231,7 @@ const (
 	maxSharedLimits   = 10000 // then the cache starts over (config reloads)
 )
 
-func (c *converter) currentLimit(l *descriptors.Limit) *rlsv3.RateLimitResponse_RateLimit {
+func (c *converter) currentLimit(l *config.Limit) *rlsv3.RateLimitResponse_RateLimit {
 	if l.Index >= 0 {
 		if v, ok := c.limits.Load(l); ok {
 			return v.(*rlsv3.RateLimitResponse_RateLimit)
@@ -274,7 +274,7 @@ var envoyUnits = [...]engine.Unit{engine.Second, engine.Minute, engine.Hour, eng
 // would make its X-RateLimit-Limit overstate the rate, while a longer one
 // keeps B (≥ limit_remaining) and only understates it. A bucket that takes
 // more than a year to fill is YEAR × its years, rounded up.
-func currentLimitOf(l *descriptors.Limit) (rpu uint32, unit engine.Unit, mult uint32) {
+func currentLimitOf(l *config.Limit) (rpu uint32, unit engine.Unit, mult uint32) {
 	r := l.Rule
 	rpu = uint32(min(r.Capacity(), math.MaxUint32))
 	// A calendar window's length is not a unit's: it is written as

@@ -23,7 +23,7 @@ import (
 	"github.com/rlsproject/rls/internal/service"
 )
 
-const config = `
+const limitsYAML = `
 domain: api
 descriptors:
   - key: remote_address
@@ -36,12 +36,12 @@ descriptors:
     rate_limit: {unlimited: true}
 `
 
-// newServer returns a server on config, every request half a second into a
+// newServer returns a server on limitsYAML, every request half a second into a
 // second (so that a reset of 0.5 s reads as 1 s, rounded up).
 func newServer(t testing.TB) *Server {
 	t.Helper()
 	now := storetest.NewClock(storetest.T0.Add(500 * time.Millisecond)).Now
-	return New(servetest.Service(t, config, service.Options{Store: servetest.MemoryStore(t, now)}))
+	return New(servetest.Service(t, limitsYAML, service.Options{Store: servetest.MemoryStore(t, now)}))
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {

@@ -84,7 +84,7 @@ func (s downStore) Peek(ctx context.Context, items []engine.Item, results []engi
 }
 
 func TestJSONStoreDown(t *testing.T) {
-	h := New(servetest.Service(t, config, service.Options{Store: downStore{}})).JSON()
+	h := New(servetest.Service(t, limitsYAML, service.Options{Store: downStore{}})).JSON()
 	code, out := postJSON(h, strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`))
 	if code != 503 || !strings.Contains(out, "connection refused") {
 		t.Errorf("POST /json with the store down = %d %q, want 503 naming the cause", code, out)

@@ -20,15 +20,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/service"
 )
 
 // Service is what the HTTP endpoints ask; *service.Service implements it.
 type Service interface {
 	Ready(ctx context.Context) error
-	Config() *descriptors.Config
-	CheckHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*service.Response, error)
+	Config() *config.Config
+	CheckHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*service.Response, error)
 }
 
 // DebugAccess says who may use /debug/*.
@@ -137,7 +137,7 @@ func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
 	}
 	// Streamed, and bounded: past the cap the dump ends with a note.
 	w.Header().Set("Content-Type", "application/json")
-	cfg.WriteJSON(w, descriptors.DefaultMaxDumpBytes)
+	cfg.WriteJSON(w, config.DefaultMaxDumpBytes)
 	io.WriteString(w, "\n")
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/rlsproject/rls/internal/service"
 )
 
-const config = `
+const limitsYAML = `
 domain: web
 http_descriptors:
   - actions: [{remote_address: {}}]
@@ -41,12 +41,12 @@ type fixture struct {
 	svc *service.Service
 }
 
-// newFixture serves New(opts) with a service on config and store (a memory
+// newFixture serves New(opts) with a service on limitsYAML and store (a memory
 // store at a fixed instant when nil).
 func newFixture(t *testing.T, store engine.Store, opts Options) *fixture {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	svc := servetest.Service(t, config, service.Options{Store: store, Registry: reg})
+	svc := servetest.Service(t, limitsYAML, service.Options{Store: store, Registry: reg})
 	opts.Service, opts.Gatherer = svc, reg
 	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
@@ -234,7 +234,7 @@ func TestDebugAccess(t *testing.T) {
 }
 
 func FuzzAuthHeaders(f *testing.F) {
-	h := &handler{Options: Options{Service: servetest.Service(f, config, service.Options{})}}
+	h := &handler{Options: Options{Service: servetest.Service(f, limitsYAML, service.Options{})}}
 	f.Add("POST", "/orders?x=1", "203.0.113.7", "1.1.1.1, 2.2.2.2", "web", "403")
 	f.Add("", "", "", "", "web", "")
 	f.Add("GET", "%zz\x00", "::ffff:1.2.3.4", ",,", "w%20b", "x")

@@ -15,7 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rlsproject/rls/internal/clientip"
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/service"
 )
@@ -71,7 +71,7 @@ type Step struct {
 	Domain       string
 	Descriptors  []service.Descriptor
 	HitsAddend   uint32
-	HTTP         *descriptors.StaticHTTPRequest
+	HTTP         *config.StaticHTTPRequest
 	Repeat       int
 	Every        time.Duration
 	// Expect is the overall code of every repetition.
@@ -113,22 +113,22 @@ func LoadFile(path string) (*File, error) {
 		return nil, err
 	}
 	if len(data) > MaxFileBytes {
-		return nil, descriptors.ErrorList{{File: path, Line: 1, Column: 1, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}}
+		return nil, config.ErrorList{{File: path, Line: 1, Column: 1, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}}
 	}
 	return Parse(path, data)
 }
 
 // Parse parses a test file; name is used in errors. Every problem is
-// returned in a descriptors.ErrorList, each as file:line:col: message.
+// returned in a config.ErrorList, each as file:line:col: message.
 func Parse(name string, data []byte) (*File, error) {
 	p := &parser{file: name}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, descriptors.ErrorList{{File: name, Line: 1, Column: 1, Msg: "empty test file (want tests:)"}}
+			return nil, config.ErrorList{{File: name, Line: 1, Column: 1, Msg: "empty test file (want tests:)"}}
 		}
-		return nil, descriptors.ErrorList{descriptors.SyntaxError(name, data, err)}
+		return nil, config.ErrorList{config.SyntaxError(name, data, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -136,7 +136,7 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	f := p.document(root.Content[0])
 	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b *descriptors.Error) int {
+		slices.SortStableFunc(p.errs, func(a, b *config.Error) int {
 			return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 		})
 		return nil, p.errs
@@ -147,7 +147,7 @@ func Parse(name string, data []byte) (*File, error) {
 // parser walks a test file's nodes, collecting every problem.
 type parser struct {
 	file string
-	errs descriptors.ErrorList
+	errs config.ErrorList
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -155,7 +155,7 @@ func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 	if line < 1 {
 		line, col = 1, 1
 	}
-	p.errs = append(p.errs, &descriptors.Error{File: p.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &config.Error{File: p.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
 }
 
 // fields returns the values of mapping n by key, reporting keys not in
@@ -225,12 +225,12 @@ func (p *parser) str(n *yaml.Node, what string) string {
 }
 
 // number reads n as a config file's whole number in [0, max]
-// (descriptors.WholeNumber): 1_000 and 0x10 as in a limit.
+// (config.WholeNumber): 1_000 and 0x10 as in a limit.
 func (p *parser) number(n *yaml.Node, what string, max uint64) (uint64, bool) {
 	if _, ok := p.scalar(n, what); !ok {
 		return 0, false
 	}
-	v, problem := descriptors.WholeNumber(n, max)
+	v, problem := config.WholeNumber(n, max)
 	if problem != "" {
 		p.errorf(n, "%s %s", what, problem)
 		return 0, false
@@ -491,12 +491,12 @@ func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 }
 
 // entryList parses a list of {key: K, value: V}.
-func (p *parser) entryList(n *yaml.Node, what string) []descriptors.Entry {
-	var out []descriptors.Entry
+func (p *parser) entryList(n *yaml.Node, what string) []config.Entry {
+	var out []config.Entry
 	for i, en := range p.list(n, what) {
 		where := fmt.Sprintf("%s[%d]", what, i)
 		efs := p.fields(en, where, "key", "value")
-		var entry descriptors.Entry
+		var entry config.Entry
 		if k := efs["key"]; k != nil {
 			entry.Key = p.str(k, where+".key")
 		}
@@ -515,19 +515,19 @@ func (p *parser) entryList(n *yaml.Node, what string) []descriptors.Entry {
 }
 
 // entryText parses "key=value[,key=value...]" (as rls check takes it).
-func (p *parser) entryText(n *yaml.Node, what string) []descriptors.Entry {
+func (p *parser) entryText(n *yaml.Node, what string) []config.Entry {
 	s, ok := p.scalar(n, what)
 	if !ok {
 		return nil
 	}
-	var out []descriptors.Entry
+	var out []config.Entry
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			p.errorf(n, "%s: %q: entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)", what, s)
 			return nil
 		}
-		out = append(out, descriptors.Entry{Key: k, Value: v})
+		out = append(out, config.Entry{Key: k, Value: v})
 	}
 	return out
 }
@@ -561,9 +561,9 @@ func (p *parser) override(n *yaml.Node, what string) *service.Override {
 	return o
 }
 
-func (p *parser) httpRequest(n *yaml.Node) *descriptors.StaticHTTPRequest {
+func (p *parser) httpRequest(n *yaml.Node) *config.StaticHTTPRequest {
 	fs := p.fields(n, "http", "method", "path", "authority", "headers", "client")
-	r := &descriptors.StaticHTTPRequest{}
+	r := &config.StaticHTTPRequest{}
 	if v := fs["method"]; v != nil {
 		r.Method = p.str(v, "http.method")
 	}

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
-const config = `
+const limitsYAML = `
 domain: api
 http_descriptors:
   - actions: [{remote_address: {}}]
@@ -27,16 +27,16 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, name: gold, replaces: [{name: per_minute}]}
 `
 
-func loadConfig(t *testing.T) *descriptors.Config {
+func loadConfig(t *testing.T) *config.Config {
 	t.Helper()
-	cfg, err := descriptors.Parse("limits.yaml", []byte(config))
+	cfg, err := config.Parse("limits.yaml", []byte(limitsYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
 }
 
-// run parses the test file text and runs it against config.
+// run parses the test file text and runs it against limitsYAML.
 func run(t *testing.T, text string) (string, int, int) {
 	t.Helper()
 	f, err := Parse("t.yaml", []byte(text))
@@ -228,7 +228,7 @@ func TestBadFiles(t *testing.T) {
 	for _, path := range files {
 		name := filepath.Base(path)
 		_, err := LoadFile(path)
-		var list descriptors.ErrorList
+		var list config.ErrorList
 		if !errors.As(err, &list) {
 			t.Errorf("%s: LoadFile = %v, want problems", name, err)
 			continue
@@ -263,7 +263,7 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	cfg, err := descriptors.Parse("limits.yaml", []byte(config))
+	cfg, err := config.Parse("limits.yaml", []byte(limitsYAML))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -301,7 +301,7 @@ tests:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := descriptors.Parse("cal.yaml", []byte("domain: cal\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 10, calendar: true}\n"))
+	cfg, err := config.Parse("cal.yaml", []byte("domain: cal\ndescriptors:\n  - key: user\n    rate_limit: {unit: month, requests_per_unit: 10, calendar: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

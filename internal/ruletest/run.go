@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
 )
@@ -24,7 +24,7 @@ type Result struct {
 
 // Run runs every case of f against cfg, in order, and writes "PASS name"
 // or "FAIL name: step N: got …, want …" per case to w.
-func Run(cfg *descriptors.Config, f *File, w io.Writer) (passed, failed int) {
+func Run(cfg *config.Config, f *File, w io.Writer) (passed, failed int) {
 	for _, c := range f.Cases {
 		r := RunCase(cfg, c)
 		if r.Failure == "" {
@@ -48,7 +48,7 @@ func (c *clock) now() time.Time  { return time.UnixMicro(c.us.Load()).UTC() }
 // RunCase runs c against cfg: a fresh memory store whose clock is the
 // case's, the real service on it (both header drafts on), and the steps in
 // order until one fails.
-func RunCase(cfg *descriptors.Config, c *Case) Result {
+func RunCase(cfg *config.Config, c *Case) Result {
 	var clk clock
 	store := memstore.New(memstore.Options{Now: clk.now, SweepEvery: time.Hour})
 	defer store.Close()
@@ -210,7 +210,7 @@ func header(resp *service.Response, name string) (string, bool) {
 	return "", false
 }
 
-func domainNames(cfg *descriptors.Config) string {
+func domainNames(cfg *config.Config) string {
 	var names []string
 	for _, d := range cfg.Domains() {
 		names = append(names, d.Name)

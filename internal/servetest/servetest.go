@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
@@ -74,9 +74,9 @@ func Listen(t testing.TB) net.Listener {
 }
 
 // Config parses yaml as the file test.yaml, failing the test on an error.
-func Config(t testing.TB, yaml string) *descriptors.Config {
+func Config(t testing.TB, yaml string) *config.Config {
 	t.Helper()
-	cfg, err := descriptors.Parse("test.yaml", []byte(yaml))
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

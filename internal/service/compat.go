@@ -3,7 +3,7 @@ package service
 import (
 	"strconv"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // Reference holds the behaviours of envoyproxy/ratelimit that rls offers
@@ -43,7 +43,7 @@ var DefaultLimitHeaderNames = LimitHeaderNames{Limit: "RateLimit-Limit", Remaini
 // descriptors matched nodes: the reference's SHADOW_MODE first (an answer
 // it turns OK carries no Retry-After), then the headers of mode, then the
 // reference's other answer-level behaviours.
-func (s *Service) finishAnswer(nodes []*descriptors.Descriptor, resp *Response, mode HeaderMode) {
+func (s *Service) finishAnswer(nodes []*config.Descriptor, resp *Response, mode HeaderMode) {
 	r := &s.ref
 	if r.GlobalShadow && resp.Code == OverLimit {
 		resp.Code = OK
@@ -62,7 +62,7 @@ func (s *Service) finishAnswer(nodes []*descriptors.Descriptor, resp *Response, 
 
 // passedMetadata merges the metadata of the matched descriptors whose
 // status is OK; the first value of a key wins. nil when there is none.
-func passedMetadata(nodes []*descriptors.Descriptor, resp *Response) map[string]any {
+func passedMetadata(nodes []*config.Descriptor, resp *Response) map[string]any {
 	var out map[string]any
 	for i, n := range nodes {
 		if n == nil || n.Metadata == nil || resp.Statuses[i].Code != OK {
@@ -86,7 +86,7 @@ func passedMetadata(nodes []*descriptors.Descriptor, resp *Response) map[string]
 // status. Limit is requests_per_unit, Remaining limit_remaining, Reset the
 // whole seconds until the status's reset. Nothing when no status has a
 // limit.
-func appendLimitHeaders(h []Header, names *LimitHeaderNames, nodes []*descriptors.Descriptor, resp *Response) []Header {
+func appendLimitHeaders(h []Header, names *LimitHeaderNames, nodes []*config.Descriptor, resp *Response) []Header {
 	var chosen *Status
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -48,7 +48,7 @@ func newReferenceService(t *testing.T, ref Reference) (*Service, *prometheus.Reg
 // store, registry and MaxValueSeries (2) are its own.
 func newReferenceServiceWith(t *testing.T, opts Options) (*Service, *prometheus.Registry) {
 	t.Helper()
-	cfg, err := descriptors.Parse("ref.yaml", []byte(referenceConfig))
+	cfg, err := config.Parse("ref.yaml", []byte(referenceConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func newReferenceServiceWith(t *testing.T, opts Options) (*Service, *prometheus.
 	reg := prometheus.NewRegistry()
 	opts.Store, opts.Registry, opts.MaxValueSeries = ms, reg, 2
 	svc := New(opts)
-	if err := svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
+	if err := svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
 		t.Fatal(err)
 	}
 	return svc, reg
@@ -190,11 +190,11 @@ func TestReferenceStatsReload(t *testing.T) {
 	for _, v := range []string{"/api/a", "/api/b", "/api/c"} {
 		ask(t, svc, 1, desc("path", v))
 	}
-	cfg, err := descriptors.Parse("ref.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	cfg, err := config.Parse("ref.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
+	if err := svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
 		t.Fatal(err)
 	}
 	ask(t, svc, 1, desc("k", "x"))
@@ -207,11 +207,11 @@ func TestReferenceStatsReload(t *testing.T) {
 		}
 	}
 	// The domain's _other series goes with the domain.
-	other, err := descriptors.Parse("other.yaml", []byte("domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	other, err := config.Parse("other.yaml", []byte("domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Reload(func() (*descriptors.Config, error) { return other, nil }); err != nil {
+	if err := svc.Reload(func() (*config.Config, error) { return other, nil }); err != nil {
 		t.Fatal(err)
 	}
 	for _, key1 := range []string{"k", OtherSeries} {
@@ -256,9 +256,9 @@ func refCounters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 }
 
 // newReferenceServiceFrom is newReferenceServiceWith for the config text.
-func newReferenceServiceFrom(t *testing.T, config string, opts Options) (*Service, *prometheus.Registry) {
+func newReferenceServiceFrom(t *testing.T, limitsYAML string, opts Options) (*Service, *prometheus.Registry) {
 	t.Helper()
-	cfg, err := descriptors.Parse("ref.yaml", []byte(config))
+	cfg, err := config.Parse("ref.yaml", []byte(limitsYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func newReferenceServiceFrom(t *testing.T, config string, opts Options) (*Servic
 	reg := prometheus.NewRegistry()
 	opts.Store, opts.Registry = ms, reg
 	svc := New(opts)
-	if err := svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
+	if err := svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
 		t.Fatal(err)
 	}
 	return svc, reg
@@ -348,7 +348,7 @@ func TestReferenceStatsNearThresholdFloat32(t *testing.T) {
 // whatever the NEAR_LIMIT_RATIO. (Before the fix, seeds failed within a few
 // steps: a denial that crossed the limit counted no near_limit hits.)
 func TestReferenceStatsDifferential(t *testing.T) {
-	const config = `
+	const limitsYAML = `
 domain: d
 descriptors:
   - key: a
@@ -362,7 +362,7 @@ descriptors:
 	seed := storetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))
 	ratio := []float32{0.5, 0.7, 0.8, 0.95}[rng.IntN(4)]
-	svc, reg := newReferenceServiceFrom(t, config, Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{NearLimitRatio: float64(ratio)}}})
+	svc, reg := newReferenceServiceFrom(t, limitsYAML, Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{NearLimitRatio: float64(ratio)}}})
 	keys := []struct {
 		key    string
 		limit  uint64
@@ -422,7 +422,7 @@ func (c cachedDenials) Peek(ctx context.Context, items []engine.Item, results []
 // reference's local cache, in over_limit and over_limit_with_local_cache
 // (with no near_limit share); the series was not exported.
 func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
-	cfg, err := descriptors.Parse("ref.yaml", []byte(referenceConfig))
+	cfg, err := config.Parse("ref.yaml", []byte(referenceConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // UnknownDomainSeries is the domain label under which descriptors of
@@ -97,7 +97,7 @@ func (ds *domainSeries) make(p *atomic.Pointer[prometheus.Counter], vec *prometh
 // forConfig returns the series of cfg's domains, keeping those of domains
 // that the previous config had too, and deletes the series of the domains
 // that cfg has not.
-func (m *domainMetrics) forConfig(cfg *descriptors.Config) map[string]*domainSeries {
+func (m *domainMetrics) forConfig(cfg *config.Config) map[string]*domainSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	live := make(map[string]*domainSeries, len(cfg.Domains()))

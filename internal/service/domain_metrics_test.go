@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/memstore"
 )
@@ -97,7 +97,7 @@ func TestUnmatchedCostsNoAllocation(t *testing.T) {
 }
 
 func BenchmarkShouldRateLimitUnmatched(b *testing.B) {
-	cfg, err := descriptors.Parse("m.yaml", []byte(unmatchedConfig))
+	cfg, err := config.Parse("m.yaml", []byte(unmatchedConfig))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -92,7 +92,7 @@ type Match struct {
 	// Where matching stopped: the index of the entry, the path of the node
 	// under which nothing matched it ("" at the top level), and what that
 	// level has: its keys (no_node_for_key) or the values of the entry's
-	// key (value_not_matched), at most descriptors.MaxCandidates, More
+	// key (value_not_matched), at most config.MaxCandidates, More
 	// counting the rest.
 	StoppedAt *int     `json:"stopped_at_entry,omitempty"`
 	Under     string   `json:"under,omitempty"`
@@ -170,7 +170,7 @@ func (s *Service) Explain(ctx context.Context, req *Request) (*Explanation, erro
 		return nil, err
 	}
 	cur := s.current.Load()
-	var cfg *descriptors.Config
+	var cfg *config.Config
 	if cur != nil {
 		cfg = cur.cfg
 	}
@@ -181,9 +181,9 @@ func (s *Service) Explain(ctx context.Context, req *Request) (*Explanation, erro
 // descriptors come from the domain's http_descriptors (one hit each), as
 // CheckHTTP makes them. For a domain the config does not have, it explains
 // that.
-func (s *Service) ExplainHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*Explanation, error) {
+func (s *Service) ExplainHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*Explanation, error) {
 	cur := s.current.Load()
-	var cfg *descriptors.Config
+	var cfg *config.Config
 	if cur != nil {
 		cfg = cur.cfg
 	}
@@ -209,7 +209,7 @@ func (s *Service) ExplainHTTP(ctx context.Context, domain string, r descriptors.
 
 // explain builds the explanation of a valid request against cfg (nil when
 // none is loaded).
-func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Request) *Explanation {
+func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request) *Explanation {
 	dom := cfg.Domain(req.Domain)
 	ex := &Explanation{Domain: req.Domain, KnownDomain: dom != nil, Code: OK.String(), Descriptors: make([]DescriptorExplanation, len(req.Descriptors))}
 	for i := range req.Descriptors {
@@ -218,7 +218,7 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 		de.Entries, de.Hits, de.Refund = entriesJSON(d.Entries), req.hits(d), d.Refund
 		de.Code = OK.String()
 		if dom == nil {
-			de.Match = Match{Result: descriptors.UnknownDomain.String(), Message: unknownDomainMessage(cfg, req.Domain)}
+			de.Match = Match{Result: config.UnknownDomain.String(), Message: unknownDomainMessage(cfg, req.Domain)}
 			de.Limits = []LimitExplanation{}
 		}
 	}
@@ -305,7 +305,7 @@ func (s *Service) explain(ctx context.Context, cfg *descriptors.Config, req *Req
 
 // replacersOf returns, for each limit name that the limits of nodes
 // replace, the labels of the limits that replace it.
-func replacersOf(nodes []*descriptors.Descriptor) map[string][]string {
+func replacersOf(nodes []*config.Descriptor) map[string][]string {
 	out := make(map[string][]string)
 	for _, n := range nodes {
 		if n == nil {
@@ -320,7 +320,7 @@ func replacersOf(nodes []*descriptors.Descriptor) map[string][]string {
 	return out
 }
 
-func explainLimit(dom *descriptors.Domain, l *descriptors.Limit) LimitExplanation {
+func explainLimit(dom *config.Domain, l *config.Limit) LimitExplanation {
 	le := LimitExplanation{Label: l.Label, Name: l.Name, Unlimited: l.Unlimited, Applies: "enforced"}
 	if l.Line > 0 {
 		le.At = fmt.Sprintf("%s:%d:%d", dom.File, l.Line, l.Column)
@@ -334,13 +334,13 @@ func explainLimit(dom *descriptors.Domain, l *descriptors.Limit) LimitExplanatio
 }
 
 // explainMatch turns the trace of entries in dom into a Match.
-func explainMatch(dom *descriptors.Domain, entries []descriptors.Entry) Match {
+func explainMatch(dom *config.Domain, entries []config.Entry) Match {
 	tr := dom.Explain(entries)
 	m := Match{Result: tr.Stop.String()}
 	for _, s := range tr.Steps {
 		m.Steps = append(m.Steps, MatchStep{Key: s.Entry.Key, Value: s.Entry.Value, Node: s.Node.Path, How: s.How.String()})
 	}
-	if tr.Stop == descriptors.Matched {
+	if tr.Stop == config.Matched {
 		n := tr.Node
 		m.Node, m.At = n.Path, fmt.Sprintf("%s:%d:%d", dom.File, n.Line, n.Column)
 		m.Message = fmt.Sprintf("matched %q (%s)", n.Path, m.At)
@@ -367,21 +367,21 @@ func explainMatch(dom *descriptors.Domain, entries []descriptors.Entry) Match {
 	}
 	entry := fmt.Sprintf("entries[%d] (%s=%s)", at, e.Key, e.Value)
 	switch tr.Stop {
-	case descriptors.NoNodeForKey:
+	case config.NoNodeForKey:
 		m.KeysThere, m.More = tr.Keys, tr.More
 		if len(tr.Keys) == 0 {
 			m.Message = fmt.Sprintf("%s: no descriptor has key %q %s: there are none", entry, e.Key, where)
 		} else {
 			m.Message = fmt.Sprintf("%s: no descriptor has key %q %s (keys there: %s%s)", entry, e.Key, where, strings.Join(tr.Keys, ", "), more)
 		}
-	case descriptors.ValueNotMatched:
+	case config.ValueNotMatched:
 		for _, c := range tr.Candidates {
 			m.Values = append(m.Values, c.Value)
 		}
 		m.More = tr.More
 		m.Message = fmt.Sprintf("%s: no value of key %q %s is %q or a wildcard matching it, and the key has no value-less descriptor (values there: %s%s)",
 			entry, e.Key, where, e.Value, strings.Join(m.Values, ", "), more)
-	case descriptors.DeeperThanConfig:
+	case config.DeeperThanConfig:
 		m.Message = fmt.Sprintf("%s: %q has no nested descriptors: the request's descriptor has more entries than the config is deep there", entry, tr.Parent.Path)
 	}
 	return m
@@ -389,13 +389,13 @@ func explainMatch(dom *descriptors.Domain, entries []descriptors.Entry) Match {
 
 // unknownDomainMessage says that cfg has no domain called name, and which
 // it has.
-func unknownDomainMessage(cfg *descriptors.Config, name string) string {
+func unknownDomainMessage(cfg *config.Config, name string) string {
 	if cfg == nil {
 		return "no config is loaded"
 	}
 	var names []string
 	for i, d := range cfg.Domains() {
-		if i == descriptors.MaxCandidates {
+		if i == config.MaxCandidates {
 			names = append(names, "…")
 			break
 		}
@@ -404,7 +404,7 @@ func unknownDomainMessage(cfg *descriptors.Config, name string) string {
 	return fmt.Sprintf("domain %q is not in the config (domains: %s): requests for it are answered OK with no limit", name, strings.Join(names, ", "))
 }
 
-func entriesJSON(es []descriptors.Entry) []EntryJSON {
+func entriesJSON(es []config.Entry) []EntryJSON {
 	out := make([]EntryJSON, len(es))
 	for i, e := range es {
 		out[i] = EntryJSON{Key: e.Key, Value: e.Value}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -162,7 +162,7 @@ func TestExplainInvalid(t *testing.T) {
 
 func TestExplainHTTP(t *testing.T) {
 	f := newFixture(t, Options{})
-	r := &descriptors.StaticHTTPRequest{Method: "GET", Path: "/", Client: netip.MustParseAddr("192.0.2.7")}
+	r := &config.StaticHTTPRequest{Method: "GET", Path: "/", Client: netip.MustParseAddr("192.0.2.7")}
 	ex, err := f.svc.ExplainHTTP(context.Background(), "api", r)
 	if err != nil {
 		t.Fatal(err)

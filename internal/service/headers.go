@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // HeaderMode selects the rate-limit headers of a response.
@@ -90,7 +90,7 @@ func (r *Response) binding() *Status {
 // policies calls f once for every distinct non-shadow limit of the
 // response, with its policy.
 func (r *Response) policies(f func(*Policy)) {
-	seen := make(map[*descriptors.Limit]bool)
+	seen := make(map[*config.Limit]bool)
 	for i := range r.Statuses {
 		st := &r.Statuses[i]
 		for j := range st.Policies {
@@ -152,7 +152,7 @@ func appendHeaders(dst []Header, mode HeaderMode, resp *Response) []Header {
 // fill time, a calendar window's own length), so that what remains of the
 // limit (limit_remaining) is never more than Quota.
 type Policy struct {
-	Limit  *descriptors.Limit
+	Limit  *config.Limit
 	Quota  uint32
 	Window time.Duration // whole seconds
 }
@@ -162,7 +162,7 @@ type Policy struct {
 // now is the instant of the answer, read from s.now on first use (only a
 // calendar limit's window depends on it) and shared by the answer's
 // limits.
-func (s *Service) policy(l *descriptors.Limit, reset time.Duration, now *time.Time) Policy {
+func (s *Service) policy(l *config.Limit, reset time.Duration, now *time.Time) Policy {
 	r := l.Rule
 	var end time.Time
 	if r.Calendar != nil {
@@ -177,7 +177,7 @@ func (s *Service) policy(l *descriptors.Limit, reset time.Duration, now *time.Ti
 // calendarLeft returns the time from now (read as policy does) to the end
 // of calendar limit l's window holding it: its reset when the store could
 // not say.
-func (s *Service) calendarLeft(l *descriptors.Limit, now *time.Time) time.Duration {
+func (s *Service) calendarLeft(l *config.Limit, now *time.Time) time.Duration {
 	if now.IsZero() {
 		*now = s.now()
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 )
@@ -17,7 +17,7 @@ import (
 // store whose clock is also the service's.
 func headerFixture(t *testing.T, yaml string, start time.Time) (*Service, *storetest.Clock) {
 	t.Helper()
-	cfg, err := descriptors.Parse("headers.yaml", []byte(yaml))
+	cfg, err := config.Parse("headers.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestCalendarWindowWithClockSkew(t *testing.T) {
 	const yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 10, calendar: true}\n"
 	storeAt := time.Date(2024, 2, 29, 23, 59, 0, 0, time.UTC) // one minute before March
 	for _, skew := range []time.Duration{0, time.Second, -time.Second, 2 * time.Hour, -2 * time.Hour, 10 * time.Hour} {
-		cfg, err := descriptors.Parse("skew.yaml", []byte(yaml))
+		cfg, err := config.Parse("skew.yaml", []byte(yaml))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@ package service
 import (
 	"context"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // CheckHTTP decides a plain HTTP request (nginx auth_request, ext_authz)
@@ -11,7 +11,7 @@ import (
 // applied to r, one hit each. The response always carries both header
 // drafts. It returns ErrUnknownDomain when the config has no such domain;
 // a domain whose http_descriptors produce nothing for r answers OK.
-func (s *Service) CheckHTTP(ctx context.Context, domain string, r descriptors.HTTPRequest) (*Response, error) {
+func (s *Service) CheckHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*Response, error) {
 	cur := s.current.Load()
 	if cur == nil {
 		return nil, ErrUnknownDomain

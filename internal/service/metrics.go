@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // metrics are the service's Prometheus metrics. Label values come from the
@@ -144,7 +144,7 @@ type limitMetrics struct {
 	// values are the per-value series when the limit's descriptor asks for
 	// them; node is then the limit's node.
 	values *valueSeries
-	node   *descriptors.Descriptor
+	node   *config.Descriptor
 	// removed is set (requires m.mu) when a reload dropped key: the series
 	// are deleted and must not be made again.
 	removed bool
@@ -152,7 +152,7 @@ type limitMetrics struct {
 
 // count counts verdict r of the limit for a request descriptor with
 // entries; buf is scratch space for a descriptor label, returned grown.
-func (lm *limitMetrics) count(r result, entries []descriptors.Entry, buf []byte) []byte {
+func (lm *limitMetrics) count(r result, entries []config.Entry, buf []byte) []byte {
 	c := lm.results[r].Load()
 	if c == nil {
 		c = lm.make(&lm.results[r], lm.m.decisions, lm.key.domain, lm.key.label, resultLabel[r])
@@ -237,7 +237,7 @@ func (vs *valueSeries) counter(lm *limitMetrics, d []byte, r result) prometheus.
 // forConfig returns the metrics of cfg's limits (by Limit.Index) and of its
 // request overrides (by domain), and deletes the series of the limits that
 // the previous config had and cfg has not.
-func (m *metrics) forConfig(cfg *descriptors.Config) (byLimit []*limitMetrics, override map[string]*limitMetrics) {
+func (m *metrics) forConfig(cfg *config.Config) (byLimit []*limitMetrics, override map[string]*limitMetrics) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	byLimit = make([]*limitMetrics, len(cfg.Limits()))
@@ -251,7 +251,7 @@ func (m *metrics) forConfig(cfg *descriptors.Config) (byLimit []*limitMetrics, o
 		live, keys[lm.key] = append(live, lm), true
 	}
 	for _, d := range cfg.Domains() {
-		walk(d.Descriptors, func(l *descriptors.Limit) {
+		walk(d.Descriptors, func(l *config.Limit) {
 			lm := &limitMetrics{m: m, key: seriesKey{d.Name, l.Label}}
 			if perValue(l.Descriptor) {
 				vs := values[lm.key]
@@ -296,7 +296,7 @@ func (m *metrics) forConfig(cfg *descriptors.Config) (byLimit []*limitMetrics, o
 
 // perValue reports whether the limits of node n are counted per value:
 // n has detailed_metric, or a level of its path has value_to_metric.
-func perValue(n *descriptors.Descriptor) bool {
+func perValue(n *config.Descriptor) bool {
 	if n.DetailedMetric {
 		return true
 	}
@@ -316,8 +316,8 @@ func perValue(n *descriptors.Descriptor) bool {
 // Levels are joined with "/", as in Descriptor.Path. Request values are
 // made valid UTF-8 and shortened past 64 bytes (with a hash, so that they
 // stay apart).
-func appendValueLabel(dst []byte, node *descriptors.Descriptor, entries []descriptors.Entry) []byte {
-	var levels [MaxEntries]*descriptors.Descriptor
+func appendValueLabel(dst []byte, node *config.Descriptor, entries []config.Entry) []byte {
+	var levels [MaxEntries]*config.Descriptor
 	for n := node; n != nil; n = n.Parent {
 		levels[n.Depth] = n
 	}
@@ -355,7 +355,7 @@ func appendLabelValue(dst []byte, v string) []byte {
 }
 
 // walk calls f for every limit in the trees.
-func walk(nodes []*descriptors.Descriptor, f func(*descriptors.Limit)) {
+func walk(nodes []*config.Descriptor, f func(*config.Limit)) {
 	for _, n := range nodes {
 		for _, l := range n.Limits {
 			f(l)

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 )
@@ -32,7 +32,7 @@ func newMetricsFixture(t *testing.T, maxValues int) *metricsFixture {
 
 func (f *metricsFixture) load(t *testing.T, yaml string) {
 	t.Helper()
-	cfg, err := descriptors.Parse("m.yaml", []byte(yaml))
+	cfg, err := config.Parse("m.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func BenchmarkScrape(b *testing.B) {
 	for i := range 100_000 {
 		fmt.Fprintf(&y, "  - key: k\n    value: v%d\n    rate_limit: {unit: minute, requests_per_unit: 10}\n", i)
 	}
-	cfg, err := descriptors.Parse("big.yaml", []byte(y.String()))
+	cfg, err := config.Parse("big.yaml", []byte(y.String()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 package service
 
 import (
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -24,7 +24,7 @@ func never(items []engine.Item, results []engine.Result) bool {
 // impossible counts a request that can never pass, and logs it at a
 // bounded rate with the first limit that never admits: the client (or the
 // proxy's hits_addend) asks for more than the config allows.
-func (s *Service) impossible(cur *loaded, dom *descriptors.Domain, sc *scratch, results []engine.Result) {
+func (s *Service) impossible(cur *loaded, dom *config.Domain, sc *scratch, results []engine.Result) {
 	cur.domains[dom.Name].countImpossible()
 	s.neverLog.Do(func() {
 		for i := range sc.items {

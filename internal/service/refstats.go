@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -93,7 +93,7 @@ type refLevel struct {
 }
 
 // refLevels returns node n's levels, from the top.
-func refLevels(n *descriptors.Descriptor) []refLevel {
+func refLevels(n *config.Descriptor) []refLevel {
 	levels := make([]refLevel, n.Depth+1)
 	for l := n; l != nil; l = l.Parent {
 		part := l.Key
@@ -154,7 +154,7 @@ func (rs *refStats) deleteSeries(k refKey) {
 // forConfig returns the stats keys of cfg's limits and overrides, keeping
 // the series of the keys that the previous config had too, and deletes the
 // series of the keys that cfg has not.
-func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
+func (rs *refStats) forConfig(cfg *config.Config) *refConfig {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rc := &refConfig{byLimit: make([]*refNode, len(cfg.Limits())), override: make(map[string]*refValues, len(cfg.Domains()))}
@@ -172,8 +172,8 @@ func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
 	}
 	for _, d := range cfg.Domains() {
 		rc.override[d.Name] = valuesOf(d.Name, d.Name)
-		nodes := make(map[*descriptors.Descriptor]*refNode)
-		walk(d.Descriptors, func(l *descriptors.Limit) {
+		nodes := make(map[*config.Descriptor]*refNode)
+		walk(d.Descriptors, func(l *config.Limit) {
 			n := nodes[l.Descriptor]
 			if n == nil {
 				n = &refNode{levels: refLevels(l.Descriptor)}
@@ -239,7 +239,7 @@ func (rs *refStats) forConfig(cfg *descriptors.Config) *refConfig {
 // remained just before that charge: Remaining is read after it). Of a
 // request that names one counter twice, the store reports the state after
 // both items: the split of each is then approximate.
-func (rs *refStats) record(rc *refConfig, domain string, entries []descriptors.Entry, l *descriptors.Limit, it *engine.Item, r *engine.Result) {
+func (rs *refStats) record(rc *refConfig, domain string, entries []config.Entry, l *config.Limit, it *engine.Item, r *engine.Result) {
 	if it.Refund {
 		return
 	}
@@ -302,7 +302,7 @@ var discardSeries = &refSeries{total: discard, over: discard, near: discard, wit
 
 // series returns the counters that item it of a request descriptor with
 // entries counts into.
-func (rs *refStats) series(rc *refConfig, domain string, entries []descriptors.Entry, l *descriptors.Limit) *refSeries {
+func (rs *refStats) series(rc *refConfig, domain string, entries []config.Entry, l *config.Limit) *refSeries {
 	if l.Index < 0 || l.Index >= len(rc.byLimit) {
 		// A request override: the request's key and values.
 		parts := make([]string, len(entries))

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -13,7 +13,7 @@ import (
 // server do unbounded work or hold unbounded memory.
 const (
 	MaxDescriptors  = 64
-	MaxEntries      = descriptors.MaxDepth
+	MaxEntries      = config.MaxDepth
 	MaxDomainLen    = 256
 	MaxKeyLen       = 256
 	MaxValueLen     = 4096
@@ -32,7 +32,7 @@ type Request struct {
 
 // Descriptor is one request descriptor.
 type Descriptor struct {
-	Entries []descriptors.Entry
+	Entries []config.Entry
 	// Override, when not nil, replaces the configured limit (the request's
 	// `limit` field).
 	Override *Override
@@ -201,8 +201,8 @@ func (req *Request) hits(d *Descriptor) uint64 {
 // overrideLimit builds the limit of a request override (validate checked
 // it). Its counter is the one of a configured, unnamed fixed window of the
 // same length on the same entries, as in envoyproxy/ratelimit.
-func overrideLimit(o *Override) *descriptors.Limit {
-	return &descriptors.Limit{
+func overrideLimit(o *Override) *config.Limit {
+	return &config.Limit{
 		Rule:  engine.MustCompile(engine.Spec{Unit: o.Unit, Multiplier: max(o.UnitMultiplier, 1), Limit: o.RequestsPerUnit}),
 		Label: "override",
 		Index: -1,
@@ -265,7 +265,7 @@ type Status struct {
 	Never bool
 	// Limit is the binding limit: a denying one, else the one with the least
 	// remaining (ties: the longest window). nil when no limit applies.
-	Limit *descriptors.Limit
+	Limit *config.Limit
 	// Remaining is what Limit still admits; MaxUint32 for an unlimited
 	// descriptor, 0 when no limit applies.
 	Remaining uint32

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -116,7 +116,7 @@ type Service struct {
 
 // loaded is a config with what the service derives from it once.
 type loaded struct {
-	cfg      *descriptors.Config
+	cfg      *config.Config
 	counters []*limitMetrics          // by Limit.Index
 	override map[string]*limitMetrics // by domain name
 	domains  map[string]*domainSeries // by domain name
@@ -155,7 +155,7 @@ func New(opts Options) *Service {
 
 // SetConfig makes cfg the current config. The series of limits that the
 // previous config had and cfg has not are deleted.
-func (s *Service) SetConfig(cfg *descriptors.Config) {
+func (s *Service) SetConfig(cfg *config.Config) {
 	l := &loaded{cfg: cfg}
 	l.counters, l.override = s.m.forConfig(cfg)
 	l.domains = s.dm.forConfig(cfg)
@@ -170,7 +170,7 @@ func (s *Service) SetConfig(cfg *descriptors.Config) {
 // Reload loads a config with load and makes it current. On error the
 // current config stays, the error is logged and returned, and
 // rls_config_last_reload_successful is 0 until the next success.
-func (s *Service) Reload(load func() (*descriptors.Config, error)) error {
+func (s *Service) Reload(load func() (*config.Config, error)) error {
 	cfg, err := load()
 	if err != nil {
 		s.m.reloadOK.Set(0)
@@ -193,7 +193,7 @@ func (s *Service) Reload(load func() (*descriptors.Config, error)) error {
 }
 
 // Config returns the current config, nil before the first load.
-func (s *Service) Config() *descriptors.Config {
+func (s *Service) Config() *config.Config {
 	if l := s.current.Load(); l != nil {
 		return l.cfg
 	}
@@ -223,12 +223,12 @@ func (s *Service) Ready(ctx context.Context) error {
 type scratch struct {
 	items   []engine.Item
 	results []engine.Result
-	owner   []int                // descriptor index of each item
-	limits  []*descriptors.Limit // the limit of each item
-	key     []byte               // identities of the request's descriptors, back to back
-	spans   [][2]int             // each limited descriptor's identity in key
-	nodes   []*descriptors.Descriptor
-	built   [][]descriptors.Entry
+	owner   []int           // descriptor index of each item
+	limits  []*config.Limit // the limit of each item
+	key     []byte          // identities of the request's descriptors, back to back
+	spans   [][2]int        // each limited descriptor's identity in key
+	nodes   []*config.Descriptor
+	built   [][]config.Entry
 	label   []byte // a descriptor label of per-value metrics
 }
 
@@ -254,7 +254,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	defer s.scratch.Put(sc)
 
 	cur := s.current.Load()
-	var dom *descriptors.Domain
+	var dom *config.Domain
 	if cur != nil {
 		dom = cur.cfg.Domain(req.Domain)
 	}
@@ -315,11 +315,11 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 // into sc.nodes (nil for an override or no match), and returns the names
 // of the limits that the matched limits replace and the number of
 // descriptors without an override that matched no node with limits.
-func (sc *scratch) resolve(dom *descriptors.Domain, req *Request) (replaced map[string]bool, unmatched int) {
+func (sc *scratch) resolve(dom *config.Domain, req *Request) (replaced map[string]bool, unmatched int) {
 	sc.nodes = sc.nodes[:0]
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		var node *descriptors.Descriptor
+		var node *config.Descriptor
 		if d.Override == nil {
 			node = dom.Match(d.Entries)
 			if node == nil || len(node.Limits) == 0 {
@@ -409,10 +409,10 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 
 // limits are the limits that apply to d, which matched node (nil when it
 // matched none): its override's, or node's.
-func (d *Descriptor) limits(node *descriptors.Descriptor) []*descriptors.Limit {
+func (d *Descriptor) limits(node *config.Descriptor) []*config.Limit {
 	switch {
 	case d.Override != nil:
-		return []*descriptors.Limit{overrideLimit(d.Override)}
+		return []*config.Limit{overrideLimit(d.Override)}
 	case node != nil:
 		return node.Limits
 	}
@@ -431,7 +431,7 @@ const (
 // useOf says what a request whose limits replace the names in replaced
 // does with l. The one rule of which limits become items, for decisions
 // and explanations.
-func useOf(l *descriptors.Limit, replaced map[string]bool) limitUse {
+func useOf(l *config.Limit, replaced map[string]bool) limitUse {
 	switch {
 	case l.Name != "" && replaced[l.Name]:
 		return replacedUse
@@ -512,7 +512,7 @@ func (p StoreErrorPolicy) String() string {
 
 // fillStatuses turns the store's results for sc.items into one status per
 // descriptor and counts the verdicts.
-func (s *Service) fillStatuses(cur *loaded, dom *descriptors.Domain, req *Request, resp *Response, sc *scratch, results []engine.Result, withLimits bool) {
+func (s *Service) fillStatuses(cur *loaded, dom *config.Domain, req *Request, resp *Response, sc *scratch, results []engine.Result, withLimits bool) {
 	var now time.Time // read once, when a calendar limit needs it
 	for i := range sc.items {
 		it, r, l := &sc.items[i], &results[i], sc.limits[i]

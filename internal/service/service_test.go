@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -65,7 +65,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts Options) *fixture {
 	t.Helper()
-	cfg, err := descriptors.Parse("test.yaml", []byte(testConfig))
+	cfg, err := config.Parse("test.yaml", []byte(testConfig))
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -77,7 +77,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 	}
 	opts.Registry = f.reg
 	f.svc = New(opts)
-	if err := f.svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil {
+	if err := f.svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -86,7 +86,7 @@ func newFixture(t *testing.T, opts Options) *fixture {
 func desc(kv ...string) Descriptor {
 	var d Descriptor
 	for i := 0; i < len(kv); i += 2 {
-		d.Entries = append(d.Entries, descriptors.Entry{Key: kv[i], Value: kv[i+1]})
+		d.Entries = append(d.Entries, config.Entry{Key: kv[i], Value: kv[i+1]})
 	}
 	return d
 }
@@ -177,7 +177,7 @@ func TestStatusesInOrderAndAllOrNothing(t *testing.T) {
 func TestUnknownDomainIsOK(t *testing.T) {
 	f := newFixture(t, Options{})
 	resp := f.check(t, &Request{Domain: "nope", Descriptors: []Descriptor{
-		{Entries: []descriptors.Entry{{Key: "k", Value: "v"}}, Override: &Override{RequestsPerUnit: 0, Unit: engine.Second}},
+		{Entries: []config.Entry{{Key: "k", Value: "v"}}, Override: &Override{RequestsPerUnit: 0, Unit: engine.Second}},
 	}})
 	if resp.Code != OK || resp.Statuses[0].Code != OK || resp.Statuses[0].Limit != nil {
 		t.Errorf("unknown domain: %+v, want OK with no limit, as envoyproxy/ratelimit answers", resp)
@@ -295,7 +295,7 @@ func TestInvalidRequests(t *testing.T) {
 	}
 	deep := Descriptor{}
 	for range MaxEntries + 1 {
-		deep.Entries = append(deep.Entries, descriptors.Entry{Key: "k", Value: "v"})
+		deep.Entries = append(deep.Entries, config.Entry{Key: "k", Value: "v"})
 	}
 	hugeHits := desc("k", "v")
 	hugeHits.HasHits, hugeHits.Hits = true, 1<<63
@@ -437,15 +437,15 @@ func TestHeaders(t *testing.T) {
 func TestReloadKeepsOldConfigOnError(t *testing.T) {
 	f := newFixture(t, Options{})
 	old := f.svc.Config()
-	err := f.svc.Reload(func() (*descriptors.Config, error) { return nil, errors.New("bad.yaml:3:1: oops") })
+	err := f.svc.Reload(func() (*config.Config, error) { return nil, errors.New("bad.yaml:3:1: oops") })
 	if err == nil || f.svc.Config() != old {
 		t.Fatalf("Reload(failing) = %v, config swapped = %v; want an error and the old config kept", err, f.svc.Config() != old)
 	}
 	if got := testutil.ToFloat64(f.svc.m.reloadOK); got != 0 {
 		t.Errorf("rls_config_last_reload_successful = %v after a failed reload, want 0", got)
 	}
-	cfg, _ := descriptors.Parse("new.yaml", []byte("domain: fresh\n"))
-	if err := f.svc.Reload(func() (*descriptors.Config, error) { return cfg, nil }); err != nil || f.svc.Config() != cfg {
+	cfg, _ := config.Parse("new.yaml", []byte("domain: fresh\n"))
+	if err := f.svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil || f.svc.Config() != cfg {
 		t.Fatalf("Reload(good) = %v, want the new config in use", err)
 	}
 	if got := testutil.ToFloat64(f.svc.m.reloadOK); got != 1 {
@@ -507,7 +507,7 @@ func BenchmarkShouldRateLimitReferenceStats(b *testing.B) {
 }
 
 func benchmarkShouldRateLimit(b *testing.B, ref Reference) {
-	cfg, err := descriptors.Parse("test.yaml", []byte(`
+	cfg, err := config.Parse("test.yaml", []byte(`
 domain: api
 descriptors:
   - key: remote_address

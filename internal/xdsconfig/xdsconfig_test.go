@@ -13,7 +13,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/rlsproject/rls/internal/descriptors"
+	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/testpki"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 	"github.com/rlsproject/rls/internal/xdsconfig"
@@ -24,12 +24,12 @@ import (
 // milliseconds.
 const waitLimit = 20 * time.Second
 
-// target loads configs as rls does (descriptors.FromXDS) and keeps the
+// target loads configs as rls does (config.FromXDS) and keeps the
 // current one, as the service would.
 type target struct {
 	mu      sync.Mutex
 	version string
-	cfg     *descriptors.Config
+	cfg     *config.Config
 	loads   map[string]int // Load calls by version
 }
 
@@ -40,7 +40,7 @@ func (t *target) Load(version string, configs []*rlsconfv3.RateLimitConfig) erro
 		t.loads = map[string]int{}
 	}
 	t.loads[version]++
-	cfg, err := descriptors.FromXDS(descriptors.ReferenceOptions{}, configs)
+	cfg, err := config.FromXDS(config.ReferenceOptions{}, configs)
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (t *target) Load(version string, configs []*rlsconfv3.RateLimitConfig) erro
 	return nil
 }
 
-func (t *target) state() (string, *descriptors.Config, map[string]int) {
+func (t *target) state() (string, *config.Config, map[string]int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	loads := map[string]int{}
@@ -82,11 +82,11 @@ func egConfig(listener, route string, rpu uint32, unit rlsconfv3.RateLimitUnit) 
 const route = "httproute/default/backend/rule/0/match/0/www_example_com"
 
 // limitOf returns "rpu/unit" of the rule's limit in cfg, for one user.
-func limitOf(cfg *descriptors.Config, domain string) string {
+func limitOf(cfg *config.Config, domain string) string {
 	if cfg == nil {
 		return "no config"
 	}
-	n := cfg.Domain(domain).Match([]descriptors.Entry{{Key: route, Value: route}, {Key: "rule-0-match-0", Value: "rule-0-match-0"}, {Key: "rule-0-match-1", Value: "alice"}})
+	n := cfg.Domain(domain).Match([]config.Entry{{Key: route, Value: route}, {Key: "rule-0-match-0", Value: "rule-0-match-0"}, {Key: "rule-0-match-1", Value: "alice"}})
 	if n == nil || len(n.Limits) == 0 {
 		return "none"
 	}

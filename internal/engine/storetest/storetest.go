@@ -100,7 +100,7 @@ func since(loc *time.Location, y int, mo time.Month, d, h, mi int) time.Duration
 var paris = func() *time.Location {
 	loc, err := time.LoadLocation("Europe/Paris")
 	if err != nil {
-		panic(err) // descriptors embeds the time zone database
+		panic(err) // the time zone database is embedded (time/tzdata, imported by config and engine)
 	}
 	return loc
 }()

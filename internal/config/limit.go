@@ -1,0 +1,331 @@
+package config
+
+import (
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/rlsproject/rls/internal/engine"
+)
+
+var (
+	unitList      = engine.UnitNames()
+	algorithmList = engine.AlgorithmNames()
+)
+
+// limits parses a descriptor's rate_limit or rate_limits and checks that no
+// two of them share a counter identity.
+func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
+	nodes, what := p.limitNodes(rateLimit, rateLimits)
+	var out []*Limit
+	ids := make(map[string]*Limit, len(nodes))
+	for _, n := range nodes {
+		l := p.limit(n, d, what)
+		if l == nil {
+			continue
+		}
+		if l.Unlimited && len(nodes) > 1 {
+			p.errorf(n, "an unlimited limit must be the only limit of its descriptor")
+		}
+		if id := l.ID(); id != "" {
+			if first, dup := ids[id]; dup {
+				p.errorf(n, "duplicate limit %s (same algorithm, window and name as the limit at %d:%d)", id, first.Line, first.Column)
+			} else {
+				ids[id] = l
+			}
+		}
+		out = append(out, l)
+	}
+	distinctLabels(out)
+	return out
+}
+
+// limitNodes returns the limits given by rate_limit or rate_limits (not
+// both), and what to call one in messages.
+func (p *parser) limitNodes(rateLimit, rateLimits field) ([]*yaml.Node, string) {
+	var nodes []*yaml.Node
+	what := "rate_limit"
+	if rateLimits.k != nil {
+		what = "rate_limits item"
+		v := p.resolve(rateLimits.v)
+		nodes = p.list(rateLimits)
+		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
+			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
+		}
+	}
+	if rateLimit.k == nil {
+		return nodes, what
+	}
+	v := p.resolve(rateLimit.v)
+	if rateLimits.k != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
+		second := rateLimit.k
+		if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
+			second = rateLimits.k
+		}
+		p.errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
+		return nil, what
+	}
+	switch {
+	case isNull(v):
+	case v.Kind == yaml.SequenceNode:
+		p.errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
+	default:
+		nodes = []*yaml.Node{v}
+	}
+	return nodes, what
+}
+
+// distinctLabels appends the algorithm to the labels of unnamed limits
+// that would share one (same window, different algorithms), so that their
+// metrics stay apart: "remote_address/1m" and "remote_address/1m/sliding_window".
+// A fixed window keeps the bare label, so labels only change where they
+// collided.
+func distinctLabels(limits []*Limit) {
+	seen := make(map[string]int, len(limits))
+	for _, l := range limits {
+		seen[l.Label]++
+	}
+	for _, l := range limits {
+		switch {
+		case seen[l.Label] <= 1 || l.Name != "":
+		case l.Rule == nil:
+		case l.Rule.Calendar != nil:
+			l.Label += "/calendar"
+		case l.Rule.Algorithm() != "fixed_window":
+			l.Label += "/" + l.Rule.Algorithm()
+		}
+	}
+}
+
+// limitFields are the fields of one limit as given (non-null), for the
+// checks that relate them, and the spec they make.
+type limitFields struct {
+	spec                        engine.Spec
+	unit, rpu, alg, burst, mult field // k is nil when not given
+	calendar, zone              field
+	replaceNodes                []*yaml.Node
+	shadow                      bool // the limit's own shadow_mode
+	countDenied                 bool // the limit's own count_denied_hits
+	unitBad                     bool // unit given but not a string (reported)
+	bad                         bool // a field did not parse (reported): skip the checks that relate fields
+}
+
+// at returns the field of the spec field named name.
+func (g *limitFields) at(name string) field {
+	switch name {
+	case "unit":
+		return g.unit
+	case "requests_per_unit":
+		return g.rpu
+	case "algorithm":
+		return g.alg
+	case "burst":
+		return g.burst
+	case "unit_multiplier":
+		return g.mult
+	case "calendar":
+		return g.calendar
+	case "time_zone":
+		return g.zone
+	}
+	return field{}
+}
+
+// limit parses and validates one limit of d, in phases: its fields, then
+// either the unlimited rules or its rule (engine.Compile), then its label.
+// what names it in messages.
+func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping, got %s", what, describe(n))
+		return nil
+	}
+	l := &Limit{Descriptor: d}
+	l.Line, l.Column = at(n)
+	g := p.limitFields(n, l)
+	l.Shadow = g.shadow || d.ShadowMode
+	l.CountDeniedHits = g.countDenied || d.CountDeniedHits
+	for i, r := range l.Replaces {
+		if r != "" && r == l.Name {
+			p.errorf(g.replaceNodes[i], "replaces names this limit itself (%q)", r)
+		}
+	}
+	if l.Unlimited {
+		p.unlimited(n, l, g)
+		return l
+	}
+	if !p.rule(n, l, &g) {
+		return l
+	}
+	l.Label = l.Name
+	if window := compactWindow(l); l.Label == "" && p.spendNames(len(d.Path)+1+len(window), n) {
+		l.Label = d.Path + "/" + window
+	}
+	return l
+}
+
+// rule compiles the limit's fields into l.Rule, reporting each problem at
+// its field, and reports whether it did.
+func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
+	if g.unit.k == nil {
+		if !g.unitBad {
+			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
+		}
+		return false
+	}
+	if g.bad {
+		return false // reported
+	}
+	g.spec.Name = l.Name
+	if g.zone.k != nil {
+		g.spec.TimeZoneSet = true
+		if g.calendar.k != nil {
+			// Its presence alone is a problem without calendar: true.
+			g.spec.TimeZone, g.spec.TimeZoneSet = p.str(g.zone)
+		}
+	}
+	r, errs := engine.Compile(g.spec)
+	for _, e := range errs {
+		f := g.at(e.Field)
+		at := f.v
+		if e.Key {
+			at = f.k
+		}
+		if at == nil {
+			at = n
+		}
+		p.errorf(at, "%s", e.Msg)
+	}
+	l.Rule = r
+	return r != nil
+}
+
+// limitFields decodes the fields of the limit n into l and returns what
+// was given.
+func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
+	g := limitFields{spec: engine.Spec{Multiplier: 1}}
+	var ok bool
+	for _, f := range p.fields(n) {
+		given := !isNull(p.resolve(f.v))
+		switch f.key {
+		case "unit":
+			var s string
+			s, ok = p.str(f)
+			g.unitBad = !ok
+			if ok && s != "" {
+				g.unit = f
+				if g.spec.Unit, ok = engine.ParseUnit(s); !ok {
+					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
+				}
+			}
+			g.bad = g.bad || !ok
+		case "requests_per_unit":
+			if given {
+				g.rpu = f
+			}
+			g.spec.Limit, ok = p.uint32Field(f)
+			g.bad = g.bad || !ok
+		case "unlimited":
+			l.Unlimited = p.boolean(f)
+		case "name":
+			l.Name, _ = p.str(f)
+		case "replaces":
+			l.Replaces, g.replaceNodes = p.replaces(f)
+		case "algorithm":
+			var s string
+			if s, ok = p.str(f); ok && s != "" {
+				g.alg, g.spec.Algorithm = f, s
+				if ok = engine.IsAlgorithm(s); !ok {
+					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
+				}
+			}
+			g.bad = g.bad || !ok
+		case "burst":
+			if given {
+				g.burst = f
+			}
+			g.spec.Burst, ok = p.uint32Field(f)
+			g.spec.BurstSet = given
+			g.bad = g.bad || !ok
+		case "unit_multiplier":
+			if given {
+				g.mult = f
+				if g.spec.Multiplier, ok = p.uint32Field(f); ok && g.spec.Multiplier == 0 {
+					p.errorf(f.v, "unit_multiplier must be at least 1")
+					ok = false
+				}
+				g.bad = g.bad || !ok
+			}
+		case "shadow_mode":
+			g.shadow = p.boolean(f)
+		case "count_denied_hits":
+			g.countDenied = p.boolean(f)
+		case "calendar":
+			if p.boolean(f) {
+				g.calendar, g.spec.Calendar = f, true
+			}
+		case "time_zone":
+			if given {
+				g.zone = f
+			}
+		default:
+			p.misplaced(f, levelLimit)
+		}
+	}
+	return g
+}
+
+// unlimited checks and completes an unlimited limit: it has no unit,
+// window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
+// ignores it: files it accepts must load here.
+func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
+	for _, f := range [...]field{g.unit, g.alg, g.burst, g.mult} {
+		if f.k == nil {
+			continue
+		}
+		if f.key == "unit" {
+			p.errorf(f.k, "should not specify rate limit unit when unlimited")
+		} else {
+			p.errorf(f.k, "should not specify %s when unlimited", f.key)
+		}
+	}
+	l.Label = l.Name
+	if l.Label == "" && p.spendNames(len(l.Descriptor.Path)+len("/unlimited"), n) {
+		l.Label = l.Descriptor.Path + "/unlimited"
+	}
+}
+
+// replaces parses [{name: X}, ...], returning the names and their nodes.
+func (p *parser) replaces(f field) ([]string, []*yaml.Node) {
+	items := p.list(f)
+	var names []string
+	var nodes []*yaml.Node
+	for _, item := range items {
+		if item.Kind != yaml.MappingNode {
+			p.errorf(item, "each replaces item must be a mapping like {name: other_limit}, got %s", describe(item))
+			continue
+		}
+		var name string
+		for _, nf := range p.fields(item) {
+			if nf.key == "name" {
+				name, _ = p.str(nf)
+			} else {
+				p.unknown(nf, "replaces item", []string{"name"})
+			}
+		}
+		if name == "" {
+			p.errorf(item, "replaces item has an empty name")
+			continue
+		}
+		names = append(names, name)
+		nodes = append(nodes, item)
+	}
+	return names, nodes
+}
+
+// compactWindow is a limit's window for labels and the dump: "1s", "5m".
+func compactWindow(l *Limit) string {
+	if l.Rule == nil {
+		return ""
+	}
+	return strconv.FormatUint(uint64(l.Rule.Multiplier), 10) + l.Rule.Unit.Code()
+}
