@@ -104,8 +104,7 @@ type call struct {
 	ctx   context.Context
 	node  string // the node's address, for its clock and links ("" on a single node)
 	keys  []string
-	args  []any // the request's arguments (see wire.go)
-	items int
+	req   *request
 	done  chan struct{} // closed when answered
 	state atomic.Int32
 	// written by whoever answers, before done is closed
@@ -155,15 +154,15 @@ var errClosed = errors.New("redis store closed")
 // deadline and grace: it may or may not have been decided.
 var errNoReply = errors.New("redis: no reply within the store timeout")
 
-// do decides one request (keys, args, of n items) on node and
-// returns the script's reply for it.
-func (b *batcher) do(ctx context.Context, node string, n int, keys []string, args []any) (reply, error) {
+// do decides one request on node (keys: a key of it, for routing) and
+// returns the script's reply to it.
+func (b *batcher) do(ctx context.Context, node string, keys []string, req *request) (reply, error) {
 	select {
 	case <-b.stop: // a closed store: a free queue slot must not win the select below
 		return reply{}, errClosed
 	default:
 	}
-	c := &call{ctx: ctx, node: node, keys: keys, args: args, items: n, done: make(chan struct{})}
+	c := &call{ctx: ctx, node: node, keys: keys, req: req, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -359,7 +358,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 				c.answer(reply{}, fmt.Errorf("redis: %w", err))
 				continue
 			}
-			r, perr := parseReply(replies[j])
+			r, perr := parseReply(replies[j], len(c.req.items))
 			if perr != nil {
 				c.answer(reply{}, perr)
 				continue
@@ -397,18 +396,18 @@ func unanswered(calls []*call) []*call {
 func scriptArgs(calls []*call) []any {
 	size := 1
 	for _, c := range calls {
-		size += len(c.args)
+		size += c.req.argCount()
 	}
 	args := make([]any, 1, size)
 	args[0] = len(calls)
 	for _, c := range calls {
-		args = append(args, c.args...)
+		args = c.req.appendArgs(args)
 	}
 	return args
 }
 
-// setDeadlines writes each call's deadline and undo instant, in its node's
-// clock, into its arguments.
+// setDeadlines stamps each call's request with its deadline and undo
+// instant, in its node's clock.
 func (b *batcher) setDeadlines(calls []*call, sent time.Time) {
 	if b.clock == nil {
 		return
@@ -419,7 +418,7 @@ func (b *batcher) setDeadlines(calls []*call, sent time.Time) {
 		if !ok {
 			continue // no reply of the node seen yet: Apply waits for one, so only a new node
 		}
-		setDeadline(c.args, strconv.FormatInt(rd, 10), strconv.FormatInt(rd-undoSpan(budget).Microseconds(), 10))
+		c.req.deadline, c.req.undoAfter = strconv.FormatInt(rd, 10), strconv.FormatInt(rd-undoSpan(budget).Microseconds(), 10)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 // Notices of hits given back (see denyCache) and how the store follows them.
@@ -29,7 +30,7 @@ const (
 func (s *Store) watchFreed() {
 	defer s.watching.Done()
 	ctx := s.releaseCtx
-	channel := s.opts.Prefix + "freed"
+	channel := engine.FreedChannel(s.opts.Prefix)
 	wait, warned := freedRetry, false
 	for ctx.Err() == nil {
 		ps := s.client.Subscribe(ctx, channel)

@@ -29,9 +29,7 @@ type part struct {
 	results  []engine.Result
 	reserved []engine.Item // what its latest reservation asked: items, or the same with groups told over (regroup)
 	admitted bool
-	rest     []any // mode R, admitted: the undo log and view, as the script returns them
-	undo     []any // what release.lua gives back
-	view     []any // per item remaining and reset µs before the request
+	reply    reply // its latest reservation's: the undo log (what release.lua gives back) and the view
 	err      error
 	released atomic.Bool // its reservation was given back (releaseAll)
 }
@@ -95,14 +93,10 @@ func applyParts(ctx context.Context, items []engine.Item, results []engine.Resul
 // own, or the same with groups told over: regroup) and keeps the outcome
 // in p.
 func (p *part) reserve(ctx context.Context, items []engine.Item) {
-	p.rest, p.undo, p.view, p.reserved = nil, nil, nil, items
+	p.reply, p.reserved = reply{}, items
 	p.admitted, p.err = p.store.retryMoved(ctx, func() (bool, error) {
-		return p.store.applyNode(ctx, p.addr, modeReserve, items, p.bases, p.results, &p.rest)
+		return p.store.applyNode(ctx, p.addr, modeReserve, items, p.bases, p.results, &p.reply)
 	})
-	if p.err == nil && len(p.rest) == 2 {
-		p.undo, _ = p.rest[0].([]any)
-		p.view, _ = p.rest[1].([]any)
-	}
 }
 
 // gather copies the parts' results into the request's and returns the
@@ -146,7 +140,7 @@ func regroup(ctx context.Context, items []engine.Item, results []engine.Result, 
 	var wg sync.WaitGroup
 	for _, p := range again {
 		wg.Go(func() {
-			if err := p.store.release(p.bases[0], p.undo, p.bases); err != nil {
+			if err := p.store.release(p.bases[0], p.reply.undo, p.bases); err != nil {
 				// Its reservation may stand: it must not be given back
 				// twice, nor read as decided.
 				p.store.unknown(p.addr, fmt.Errorf("giving back a quota group's share: %w", err))
@@ -215,7 +209,7 @@ func releaseAll(parts []*part) <-chan struct{} {
 		if !p.admitted {
 			continue
 		}
-		if len(p.undo) == 0 {
+		if len(p.reply.undo) == 0 {
 			p.released.Store(true) // it took nothing
 			continue
 		}
@@ -223,7 +217,7 @@ func releaseAll(parts []*part) <-chan struct{} {
 		s.releasing.Add(1)
 		wg.Go(func() {
 			defer s.releasing.Done()
-			if err := s.release(p.bases[0], p.undo, p.bases); err != nil {
+			if err := s.release(p.bases[0], p.reply.undo, p.bases); err != nil {
 				s.log.Warn("redis: releasing a reservation failed; its counters stay consumed until they expire", "node", p.addr, "error", err)
 				s.indeterminate.Add(1)
 				return
@@ -246,23 +240,7 @@ func releaseAll(parts []*part) <-chan struct{} {
 func (s *Store) release(key string, undo []any, bases []string) error {
 	ctx, cancel := context.WithTimeout(s.releaseCtx, 10*s.opts.Timeout)
 	defer cancel()
-	args := []any{s.nowArg()}
-	for _, op := range undo {
-		f, _ := op.([]any)
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case undoWindow, undoTAT:
-			args = append(args, f...)
-		case undoZRem:
-			args = append(args, f[0], f[1], len(f)-2)
-			args = append(args, f[2:]...)
-		case undoZAdd:
-			args = append(args, f[0], f[1], f[2], len(f)-3)
-			args = append(args, f[3:]...)
-		}
-	}
+	args := append([]any{s.nowArg()}, undo...)
 	for j, b := range bases {
 		if !slices.Contains(bases[:j], b) {
 			args = append(args, undoPublish, b)
@@ -278,14 +256,13 @@ func (s *Store) release(key string, undo []any, bases []string) error {
 // what the script reported for the state before the request (remaining
 // and reset), as a request denied on one node reads.
 func unreserve(p *part, results []engine.Result) {
-	if len(p.view) != 2*len(p.idx) {
+	view := p.reply.view
+	if len(view) != len(p.idx) {
 		return
 	}
 	for j, i := range p.idx {
-		rem, _ := p.view[2*j].(int64)
-		reset, _ := p.view[2*j+1].(int64)
-		results[i].Remaining = uint64(max(rem, 0))
-		results[i].Reset = time.Duration(reset) * time.Microsecond
+		results[i].Remaining = uint64(max(view[j].remaining, 0))
+		results[i].Reset = time.Duration(view[j].reset) * time.Microsecond
 	}
 }
 
@@ -317,19 +294,14 @@ func (s *Store) chargeReleased(ctx context.Context, p *part, results []engine.Re
 		}
 		items, bases, idx = append(items, it), append(bases, p.bases[j]), append(idx, p.idx[j])
 	}
-	args := requestArgs(modeCharge, s.nowArg(), s.now(), items, bases)
+	req := newRequest(modeCharge, s.nowArg(), s.now(), items, bases)
 	for k, i := range idx {
 		if !results[i].Admitted {
-			f := requestHead + k*itemFields + itemFlags - 1
-			args[f] = args[f].(int) | flagDenied
+			req.items[k].flags |= flagDenied
 		}
 	}
 	after := make([]engine.Result, len(items))
-	reply, err := s.b.do(ctx, p.addr, len(items), []string{bases[0]}, args)
-	if err == nil {
-		_, err = readReply(reply, items, after, nil)
-	}
-	if err != nil {
+	if _, err := s.send(ctx, p.addr, req, after, nil); err != nil {
 		s.unknown(p.addr, fmt.Errorf("charging count-denied hits after a release: %w", err))
 		return err
 	}

@@ -70,7 +70,11 @@ type Options struct {
 	DenyCache bool
 	// DenyCacheSize bounds the denial cache's entries (default 100000).
 	DenyCacheSize int
-	// Now, for tests only: the scripts use this clock instead of Redis TIME.
+	// Now is the store's one test seam (for tests only; nil in
+	// production): the scripts decide at this clock's readings, sent with
+	// each request, instead of Redis TIME, with a day added to every
+	// expiry (see the test seam in scripts/prelude.lua); deadlines are not
+	// stamped.
 	Now func() time.Time
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -413,7 +417,8 @@ func (s *Store) now() time.Time {
 	return time.Now()
 }
 
-// nowArg is the script's instant argument: "" for Redis TIME.
+// nowArg is the scripts' instant argument: "" for Redis TIME, the test
+// clock's reading in µs on a store with Options.Now.
 func (s *Store) nowArg() string {
 	if s.opts.Now == nil {
 		return ""
@@ -531,17 +536,26 @@ func (s *Store) Peek(ctx context.Context, items []engine.Item, results []engine.
 }
 
 // applyNode runs the decide function over items (all on node, "" for a
-// single node) and writes their results. In modeReserve it also returns the
-// rest of the reply (the undo log and the unconsumed statuses) through rest.
-func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine.Item, bases []string, results []engine.Result, rest *[]any) (bool, error) {
+// single node) in mode and writes their results; out, when not nil, gets
+// the whole reply (in modeReserve: the undo log and the view).
+func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine.Item, bases []string, results []engine.Result, out *reply) (bool, error) {
+	return s.send(ctx, node, newRequest(mode, s.nowArg(), s.now(), items, bases), results, out)
+}
+
+// send runs the decide function on req (all on node) and writes its
+// results; out, when not nil, gets the whole reply.
+func (s *Store) send(ctx context.Context, node string, req *request, results []engine.Result, out *reply) (bool, error) {
 	if err := s.links.up(ctx, node); err != nil {
 		return false, err // nothing sent
 	}
-	reply, err := s.b.do(ctx, node, len(items), []string{bases[0]}, requestArgs(mode, s.nowArg(), s.now(), items, bases))
+	rep, err := s.b.do(ctx, node, []string{req.items[0].base}, req)
 	if err != nil {
 		return false, err
 	}
-	return readReply(reply, items, results, rest)
+	if out != nil {
+		*out = rep
+	}
+	return rep.results(results)
 }
 
 // late handles the reply of a request whose caller stopped waiting (its
@@ -556,12 +570,11 @@ func (s *Store) late(c *call, r reply) {
 		return
 	case verdictAdmitted:
 	default:
-		if !chargesDenied(c.args, c.items) {
+		if !c.req.chargesDenied() {
 			return // denied: nothing consumed
 		}
 	}
-	undo := r.undo(c.items)
-	bases := callBases(c)
+	undo, bases := r.undo, c.req.bases()
 	switch {
 	case undo == nil:
 		s.unknown(c.node, errors.New("a reply came after its caller stopped waiting, decided too early to carry its undo log"))
@@ -588,15 +601,6 @@ func (s *Store) unknown(node string, err error) {
 		s.log.Warn("redis: a request may have consumed without rls answering it (counted in rls_redis_indeterminate_total)",
 			"node", node, "error", err, "indeterminate_so_far", n)
 	})
-}
-
-// callBases returns the counters of a call's items, from its arguments.
-func callBases(c *call) []string {
-	bases := make([]string, c.items)
-	for k := range bases {
-		bases[k], _ = c.args[requestHead+k*itemFields+itemBase-1].(string)
-	}
-	return bases
 }
 
 // sampleClocks reads each node's TIME every half clock period until the

@@ -685,7 +685,7 @@ func TestMergedScripts(t *testing.T) {
 	calls := func(s *Store) []*call {
 		var out []*call
 		for _, r := range reqs {
-			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], args: requestArgs(mode[s], s.nowArg(), s.now(), r.items, r.bases[s]), done: make(chan struct{})})
+			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], req: newRequest(mode[s], s.nowArg(), s.now(), r.items, r.bases[s]), done: make(chan struct{})})
 		}
 		return out
 	}
@@ -708,8 +708,8 @@ func TestMergedScripts(t *testing.T) {
 			t.Fatalf("request %d: %v / %v", i, a.err, b.err)
 		}
 		ra, rb := make([]engine.Result, len(r.items)), make([]engine.Result, len(r.items))
-		okA, errA := readReply(a.reply, r.items, ra, nil)
-		okB, errB := readReply(b.reply, r.items, rb, nil)
+		okA, errA := a.reply.results(ra)
+		okB, errB := b.reply.results(rb)
 		if errA != nil || errB != nil {
 			t.Fatalf("request %d: %v / %v", i, errA, errB)
 		}

@@ -164,135 +164,219 @@ const (
 	undoPublish = "P"
 )
 
-// requestArgs returns the decide function's arguments for one request:
-// its items' counters are bases[i], at instant now ("" for Redis TIME);
-// at is the store's clock reading, around which calendar windows are
-// computed. The deadline and undo instants are left empty for the batcher
-// to fill in when it sends the request (setDeadline).
-func requestArgs(mode, now string, at time.Time, items []engine.Item, bases []string) []any {
-	args := make([]any, requestHead, requestHead+itemFields*len(items))
-	args[requestMode-1] = mode
-	args[requestInstant-1] = now
-	args[requestDeadline-1] = ""
-	args[requestUndoAfter-1] = ""
-	args[requestItems-1] = len(items)
-	for i := range items {
-		it := &items[i]
-		r := it.Rule
-		flags := 0
-		if it.Refund {
-			flags |= flagRefund
-		}
-		if it.Shadow {
-			flags |= flagShadow
-		}
-		if it.CountDenied {
-			flags |= flagCountDenied
-		}
-		var f [itemFields]any
-		f[itemBase-1] = bases[i]
-		f[itemAlgorithm-1] = int(r.Code())
-		f[itemWindow-1] = r.Window.Microseconds()
-		if b, ok := r.CalendarBounds(at.UnixMicro()); ok {
-			f[itemWindow-1] = fmt.Sprintf("%d:%d:%d:%d", b[0], b[1], b[2], b[3])
-		}
-		f[itemLimit-1] = r.Limit
-		f[itemBurst-1] = r.Burst
-		f[itemHits-1] = it.Hits
-		f[itemFlags-1] = flags
-		f[itemGroup-1] = it.Group
-		args = append(args, f[:]...)
-	}
-	return args
+// request is one request as decide.lua reads it: the request* fields, then
+// the item* fields of each item (see prelude.lua). The batcher stamps its
+// deadline and undo instant when it sends it (stamp).
+type request struct {
+	mode string
+	// instant is the test clock's reading in µs (Options.Now: the scripts'
+	// test seam, see prelude.lua), "" for Redis TIME.
+	instant string
+	// deadline is the instant of the node's clock (µs) past which it is not
+	// decided, undoAfter the one past which a decision carries its undo log;
+	// "" for none.
+	deadline, undoAfter string
+	items               []wireItem
 }
 
-// chargesDenied reports whether a request's arguments (of n items) ask for
-// hits that count when denied: a denial of it consumes.
-func chargesDenied(args []any, n int) bool {
-	for k := range n {
-		f := args[requestHead+k*itemFields:]
-		flags, _ := f[itemFlags-1].(int)
-		if hits, _ := f[itemHits-1].(uint64); flags&flagCountDenied != 0 && hits > 0 {
+// wireItem is one limit of a request as decide.lua reads it.
+type wireItem struct {
+	base string // the counter's key
+	code uint8  // the rule's algorithm (engine.Rule.Code)
+	// window is the rule's window in µs (int64), or for a calendar window
+	// "b1:b2:b3:b4" (engine.Rule.CalendarBounds around the store's clock).
+	window       any
+	limit, burst uint32
+	hits         uint64
+	flags        int
+	group        int32 // 0, or a quota group; in modeReserve -g: group g is over elsewhere (regroup)
+}
+
+// newRequest returns the request of items, whose counters are bases[i],
+// in mode, at instant ("" for Redis TIME); at is the store's clock
+// reading, around which calendar windows are given.
+func newRequest(mode, instant string, at time.Time, items []engine.Item, bases []string) *request {
+	r := &request{mode: mode, instant: instant, items: make([]wireItem, len(items))}
+	for i := range items {
+		it, rule := &items[i], items[i].Rule
+		w := &r.items[i]
+		*w = wireItem{base: bases[i], code: rule.Code(), window: rule.Window.Microseconds(),
+			limit: rule.Limit, burst: rule.Burst, hits: it.Hits, group: it.Group}
+		if b, ok := rule.CalendarBounds(at.UnixMicro()); ok {
+			w.window = fmt.Sprintf("%d:%d:%d:%d", b[0], b[1], b[2], b[3])
+		}
+		if it.Refund {
+			w.flags |= flagRefund
+		}
+		if it.Shadow {
+			w.flags |= flagShadow
+		}
+		if it.CountDenied {
+			w.flags |= flagCountDenied
+		}
+	}
+	return r
+}
+
+// appendArgs appends the request's arguments to dst.
+func (r *request) appendArgs(dst []any) []any {
+	var head [requestHead]any
+	head[requestMode-1] = r.mode
+	head[requestInstant-1] = r.instant
+	head[requestDeadline-1] = r.deadline
+	head[requestUndoAfter-1] = r.undoAfter
+	head[requestItems-1] = len(r.items)
+	dst = append(dst, head[:]...)
+	for i := range r.items {
+		w := &r.items[i]
+		var f [itemFields]any
+		f[itemBase-1] = w.base
+		f[itemAlgorithm-1] = int(w.code)
+		f[itemWindow-1] = w.window
+		f[itemLimit-1] = w.limit
+		f[itemBurst-1] = w.burst
+		f[itemHits-1] = w.hits
+		f[itemFlags-1] = w.flags
+		f[itemGroup-1] = w.group
+		dst = append(dst, f[:]...)
+	}
+	return dst
+}
+
+// argCount is the number of arguments the request takes.
+func (r *request) argCount() int { return requestHead + itemFields*len(r.items) }
+
+// chargesDenied reports whether the request asks for hits that count when
+// denied: a denial of it consumes.
+func (r *request) chargesDenied() bool {
+	for i := range r.items {
+		if w := &r.items[i]; w.flags&flagCountDenied != 0 && w.hits > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// setDeadline sets a request's deadline and undo instants (µs of Redis's
-// clock; "" for none) in its arguments.
-func setDeadline(args []any, deadline, undoAfter string) {
-	args[requestDeadline-1] = deadline
-	args[requestUndoAfter-1] = undoAfter
+// bases returns the counters of the request's items.
+func (r *request) bases() []string {
+	bases := make([]string, len(r.items))
+	for i := range r.items {
+		bases[i] = r.items[i].base
+	}
+	return bases
 }
 
 // errExpired is the error of a request that Redis refused to decide because
 // its deadline had passed: nothing was consumed.
 var errExpired = errors.New("redis: the request reached Redis after its deadline (not decided, nothing consumed)")
 
-// reply is one request's reply, split: its verdict and instant, the rest.
+// reply is decide.lua's reply to one request (see prelude.lua): its verdict
+// and instant, and unless expired each item's status, then the undo log
+// and, in modeReserve when admitted, the view.
 type reply struct {
-	verdict int64
-	now     int64 // µs of the script's clock
-	vals    []any
+	verdict  int64
+	now      int64 // µs of the script's clock
+	statuses []wireStatus
+	// undo is the operations that give back what the decision wrote, in
+	// release.lua's arguments (nil when the reply carries no undo log).
+	undo []any
+	// view is, per item, the remaining and reset µs of the state before
+	// the request (modeReserve, admitted): what the request shows if its
+	// reservation is given back.
+	view []wireView
 }
 
-// parseReply splits the reply of one request, as the batch worker reads it.
-func parseReply(r any) (reply, error) {
-	vals, ok := r.([]any)
+// wireStatus is one item's status in a reply.
+type wireStatus struct {
+	verdict          int64 // replyItem*: admitted, denied, or charged (minus what remained before the charge)
+	remaining, reset int64
+	retry            int64 // µs, or retryNever
+}
+
+// wireView is one item of a reply's view.
+type wireView struct{ remaining, reset int64 }
+
+// parseReply reads the reply to a request of n items.
+func parseReply(v any, n int) (reply, error) {
+	vals, ok := v.([]any)
 	if !ok || len(vals) < replyHead {
-		return reply{}, fmt.Errorf("redis: unexpected decide reply %v", r)
+		return reply{}, fmt.Errorf("redis: unexpected decide reply %v", v)
 	}
-	verdict, _ := vals[0].(int64)
-	now, _ := vals[1].(int64)
-	return reply{verdict: verdict, now: now, vals: vals}, nil
+	num := func(x any) int64 {
+		i, _ := x.(int64)
+		return i
+	}
+	r := reply{verdict: num(vals[0]), now: num(vals[1])}
+	switch r.verdict {
+	case verdictExpired:
+		return r, nil
+	case verdictAdmitted, verdictDenied:
+	default:
+		return reply{}, fmt.Errorf("redis: decide reply with the unknown verdict %d", r.verdict)
+	}
+	rest := vals[replyHead:]
+	if len(rest) < replyItemFields*n {
+		return reply{}, fmt.Errorf("redis: decide reply of %d values for %d items: %v", len(vals), n, vals)
+	}
+	r.statuses = make([]wireStatus, n)
+	for i := range r.statuses {
+		f := rest[replyItemFields*i:]
+		r.statuses[i] = wireStatus{verdict: num(f[0]), remaining: num(f[1]), reset: num(f[2]), retry: num(f[3])}
+	}
+	rest = rest[replyItemFields*n:]
+	if len(rest) > 0 {
+		undo, ok := rest[0].([]any)
+		if !ok {
+			return reply{}, fmt.Errorf("redis: decide reply: undo log %v", rest[0])
+		}
+		for _, op := range undo {
+			f, ok := op.([]any)
+			if !ok || len(f) < 2 {
+				return reply{}, fmt.Errorf("redis: decide reply: undo operation %v", op)
+			}
+			r.undo = append(r.undo, f...)
+		}
+		if r.undo == nil {
+			r.undo = []any{} // an empty log: nothing written
+		}
+		rest = rest[1:]
+	}
+	if len(rest) > 0 {
+		view, ok := rest[0].([]any)
+		if !ok || len(view) != 2*n {
+			return reply{}, fmt.Errorf("redis: decide reply: view %v for %d items", rest[0], n)
+		}
+		r.view = make([]wireView, n)
+		for i := range r.view {
+			r.view[i] = wireView{remaining: num(view[2*i]), reset: num(view[2*i+1])}
+		}
+	}
+	return r, nil
 }
 
-// undo returns the reply's undo log, nil when it has none, for a request
-// of n items.
-func (r reply) undo(n int) []any {
-	if r.verdict == verdictExpired || len(r.vals) <= replyHead+replyItemFields*n {
-		return nil
-	}
-	undo, _ := r.vals[replyHead+replyItemFields*n].([]any)
-	return undo
-}
-
-// readReply writes the results of the decide function's reply for one
-// request and returns whether it was admitted; rest, when not nil, gets
-// what follows the items (the undo log, the view).
-func readReply(rep reply, items []engine.Item, results []engine.Result, rest *[]any) (bool, error) {
-	if rep.verdict == verdictExpired {
+// results writes the reply's statuses into results and returns whether the
+// request was admitted.
+func (r *reply) results(results []engine.Result) (bool, error) {
+	if r.verdict == verdictExpired {
 		return false, errExpired
 	}
-	vals := rep.vals
-	if len(vals) < replyHead+replyItemFields*len(items) {
-		return false, fmt.Errorf("redis: unexpected decide reply %v", vals)
-	}
-	num := func(i int) int64 {
-		n, _ := vals[i].(int64)
-		return n
-	}
-	for i := range items {
-		k := replyHead + replyItemFields*i
-		results[i] = engine.Result{
-			Remaining:  uint64(max(num(k+1), 0)),
-			Reset:      time.Duration(num(k+2)) * time.Microsecond,
-			RetryAfter: time.Duration(max(num(k+3), 0)) * time.Microsecond,
-			Never:      num(k+3) == retryNever,
+	for i, st := range r.statuses {
+		res := engine.Result{
+			Remaining:  uint64(max(st.remaining, 0)),
+			Reset:      time.Duration(st.reset) * time.Microsecond,
+			RetryAfter: time.Duration(max(st.retry, 0)) * time.Microsecond,
+			Never:      st.retry == retryNever,
 		}
-		switch v := num(k); {
+		switch v := st.verdict; {
 		case v == replyItemAdmitted:
-			results[i].Admitted = true
+			res.Admitted = true
 		case v == replyItemDenied:
 		case v <= replyItemCharged:
-			results[i].RemainingBeforeCharge = uint64(replyItemCharged - v)
+			res.RemainingBeforeCharge = uint64(replyItemCharged - v)
 		default:
 			return false, fmt.Errorf("redis: decide reply: item %d has the unknown verdict %d", i, v)
 		}
+		results[i] = res
 	}
-	if rest != nil {
-		*rest = vals[replyHead+replyItemFields*len(items):]
-	}
-	return rep.verdict == verdictAdmitted, nil
+	return r.verdict == verdictAdmitted, nil
 }

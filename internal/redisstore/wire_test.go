@@ -60,6 +60,9 @@ func TestWireContract(t *testing.T) {
 		"UNDO_ZADD":           strconv.Quote(undoZAdd),
 		"UNDO_PUBLISH":        strconv.Quote(undoPublish),
 	}
+	// The key layout's parts the scripts derive are the engine's.
+	goSide["WINDOW_KEY_SUFFIX"] = strconv.Quote(engine.WindowKeySuffix)
+	goSide["FREED_CHANNEL"] = strconv.Quote(engine.FreedChannel(""))
 	// The algorithm codes are the engine's (its registry, by code).
 	for code, name := range engine.Algorithms() {
 		goSide["ALG_"+strings.ToUpper(name)] = strconv.Itoa(code)
@@ -106,10 +109,10 @@ func TestUnknownAlgorithmCode(t *testing.T) {
 	good := []engine.Item{{Desc: "d/k=v", Rule: storetest.Rule(engine.FixedWindow, 5, time.Minute, 0), Hits: 1}}
 	bad := []engine.Item{{Desc: "d/k=w", Rule: storetest.Rule(engine.FixedWindow, 5, time.Minute, 0), Hits: 1}}
 	args := []any{2}
-	args = append(args, requestArgs(modeFinalMGET, "", time.Now(), good, []string{s.base(&good[0])})...)
-	badArgs := requestArgs(modeFinalMGET, "", time.Now(), bad, []string{s.base(&bad[0])})
-	badArgs[requestHead+itemAlgorithm-1] = 9
-	args = append(args, badArgs...)
+	args = newRequest(modeFinalMGET, "", time.Now(), good, []string{s.base(&good[0])}).appendArgs(args)
+	badReq := newRequest(modeFinalMGET, "", time.Now(), bad, []string{s.base(&bad[0])})
+	badReq.items[0].code = 9
+	args = badReq.appendArgs(args)
 	err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()
 	if err == nil || !strings.Contains(err.Error(), "unknown algorithm code 9") {
 		t.Fatalf("decide with algorithm code 9 = %v, want an error naming the code", err)

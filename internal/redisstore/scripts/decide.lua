@@ -20,7 +20,6 @@
 
 local argv -- the call's arguments
 local now -- the current request's instant (the decision's, engine.Evaluate's now)
-local redis_now -- Redis TIME, taken once per call
 
 -- Items (index k): ctr = its counter's index; ok, retry = the judging
 -- pass's verdict. An override may share a counter with a configured limit,
@@ -137,6 +136,40 @@ local function write_window(c, w, span, undo)
   end
 end
 
+-- undo_window gives back what a window counter's write logged (UNDO_WINDOW,
+-- at args[i]: key start window span delta): delta hits off the count when
+-- the counter's window still starts at start, off its previous window's
+-- when it starts a window later (never below 0); a window that is over has
+-- nothing left to give back. It returns where the next operation starts.
+local function undo_window(args, i, now)
+  local key = args[i + 1]
+  local start, w, span, delta = tonumber(args[i + 2]), tonumber(args[i + 3]), tonumber(args[i + 4]), tonumber(args[i + 5])
+  local wkey = window_key(key)
+  local s, count, prev = window_read(call('GET', wkey), call('GET', key))
+  if not s then
+    s, count, prev = start, 0, 0 -- deleted by the request (a refund emptied it) or expired since
+  end
+  if s == start then
+    count = max(0, count - delta)
+  elseif s == start + w then
+    prev = max(0, prev - delta)
+  end
+  local expires = window_expiry(s, count, prev, w, span)
+  if s ~= start and s ~= start + w then
+    -- that window is over: nothing is left to give back
+  elseif expires > now then
+    call('SET', wkey, window_value(s, prev), 'PX', ttl_ms(expires, now))
+    if count > 0 then
+      call('SET', key, fmt(count), 'PX', ttl_ms(expires, now))
+    else
+      call('DEL', key)
+    end
+  else
+    call('DEL', key, wkey)
+  end
+  return i + 6
+end
+
 ---------------------------------------------------------------------------
 -- fixed_window (engine/fixed_window.go): the key holds the counter's
 -- window start and count, until the window ends.
@@ -183,6 +216,8 @@ end
 function fixed.write(c, undo)
   write_window(c, c_w[c], 1, undo)
 end
+
+fixed.undo = { [UNDO_WINDOW] = undo_window }
 
 ---------------------------------------------------------------------------
 -- calendar window (engine/calendar_window.go): a fixed window on a time
@@ -246,6 +281,8 @@ function calendar.write(c, undo)
   write_window(c, calendar_end(c, c_ws[c]) - c_ws[c], 1, undo)
 end
 
+calendar.undo = fixed.undo
+
 ---------------------------------------------------------------------------
 -- sliding_window (engine/sliding_window.go): the key holds the counter's
 -- window start, count and the previous window's count, until the previous
@@ -306,6 +343,8 @@ end
 function sliding.write(c, undo)
   write_window(c, c_w[c], 2, undo)
 end
+
+sliding.undo = fixed.undo
 
 ---------------------------------------------------------------------------
 -- sliding_log (engine/sliding_log.go): a sorted set of entries (instant,
@@ -480,7 +519,7 @@ function log.write(c, undo)
   if pop > 0 then
     local popped = call('ZPOPMAX', base, pop)
     if undo then
-      local op = { UNDO_ZADD, base, fmt(w) }
+      local op = { UNDO_ZADD, base, fmt(w), #popped }
       for j = 1, #popped, 2 do
         op[#op + 1] = popped[j + 1]
         op[#op + 1] = popped[j]
@@ -489,7 +528,7 @@ function log.write(c, undo)
     end
   end
   local seq = stored
-  local added = undo and { UNDO_ZREM, base }
+  local added = undo and { UNDO_ZREM, base, 0 }
   local function add(at, hits)
     local member
     repeat
@@ -498,20 +537,21 @@ function log.write(c, undo)
     until call('ZADD', base, 'NX', fmt(at), member) == 1
     if added then
       added[#added + 1] = member
+      added[3] = added[3] + 1
     end
   end
   if trim > 0 then -- the newest stored entry left loses trim hits: replaced
     local m, at, h = log_stored(c, stored - 1)
     call('ZREM', base, m)
     if undo then
-      restores[#restores + 1] = { UNDO_ZADD, base, fmt(w), fmt(at), m }
+      restores[#restores + 1] = { UNDO_ZADD, base, fmt(w), 2, fmt(at), m }
     end
     add(at, h - trim)
   end
   for j = 1, #pend do
     add(pend[j][1], pend[j][2])
   end
-  if added and #added > 2 then
+  if added and added[3] > 0 then
     undo[#undo + 1] = added
   end
   for j = 1, #restores do
@@ -529,6 +569,70 @@ function log.write(c, undo)
   end
   call('ZADD', base, fmt(-c_count[c] - 1), LOG_TOTAL)
   call('PEXPIRE', base, ttl_ms(newest + w, now))
+end
+
+-- The undo of a log's writes (UNDO_ZREM and UNDO_ZADD at args[i]): entries
+-- it added removed, entries it removed put back if still in the window.
+-- Each returns where the next operation starts; log_undone holds the logs
+-- changed, whose totals finish_undo counts again.
+local log_undone, log_undone_set = {}, {}
+
+local function log_undone_add(key)
+  if not log_undone_set[key] then
+    log_undone[#log_undone + 1], log_undone_set[key] = key, true
+  end
+end
+
+-- UNDO_ZREM key count members...: remove log entries
+local function undo_log_added(args, i)
+  local key, count = args[i + 1], tonumber(args[i + 2])
+  for j = 1, count do
+    call('ZREM', key, args[i + 2 + j])
+  end
+  log_undone_add(key)
+  return i + 3 + count
+end
+
+-- UNDO_ZADD key window count (score member)...: put back log entries
+local function undo_log_removed(args, i, now)
+  local key, w, count = args[i + 1], tonumber(args[i + 2]), tonumber(args[i + 3])
+  local newest = 0
+  for j = 1, count, 2 do
+    local score = tonumber(args[i + 3 + j])
+    if score > now - w then
+      call('ZADD', key, score, args[i + 4 + j])
+      newest = max(newest, score)
+    end
+  end
+  if newest > 0 then
+    local want = ttl_ms(newest + w, now)
+    if call('PTTL', key) < tonumber(want) then
+      call('PEXPIRE', key, want)
+    end
+  end
+  log_undone_add(key)
+  return i + 4 + count
+end
+
+log.undo = { [UNDO_ZREM] = undo_log_added, [UNDO_ZADD] = undo_log_removed }
+
+-- finish_undo counts again the totals of the logs an undo changed.
+function log.finish_undo()
+  for l = 1, #log_undone do
+    local key = log_undone[l]
+    local total, entries = 0, call('ZRANGE', key, 0, -1)
+    for j = 1, #entries do
+      if entries[j] ~= LOG_TOTAL then
+        total = total + log_hits(entries[j])
+      end
+    end
+    if total == 0 then
+      call('DEL', key)
+    else
+      call('ZADD', key, fmt(-total - 1), LOG_TOTAL)
+    end
+  end
+  log_undone, log_undone_set = {}, {}
 end
 
 ---------------------------------------------------------------------------
@@ -614,6 +718,22 @@ function bucket.write(c, undo)
     undo[#undo + 1] = { UNDO_TAT, base, fmt(tat0 - tat) }
   end
 end
+
+-- UNDO_TAT key delta: TAT += delta µs. An absent or past TAT is a full
+-- bucket, i.e. now (as load reads it): undoing a refund that filled the
+-- bucket starts from there; a TAT not in the future is dropped.
+local function undo_tat(args, i, now)
+  local key = args[i + 1]
+  local tat = max(tonumber(call('GET', key) or '0'), now) + tonumber(args[i + 2])
+  if tat > now then
+    call('SET', key, fmt(tat), 'PX', ttl_ms(tat, now))
+  else
+    call('DEL', key)
+  end
+  return i + 3
+end
+
+bucket.undo = { [UNDO_TAT] = undo_tat }
 
 ---------------------------------------------------------------------------
 -- The algorithms by code; c_impl[c] is the section of counter c.
@@ -857,13 +977,7 @@ local function decide(a)
   local mode, instant = argv[head + REQUEST_MODE], argv[head + REQUEST_INSTANT]
   local deadline, undo_after = argv[head + REQUEST_DEADLINE], argv[head + REQUEST_UNDO_AFTER]
   local next_a = a + REQUEST_HEAD + ITEM_FIELDS * tonumber(argv[head + REQUEST_ITEMS])
-  pad_for(instant)
-  if instant ~= '' then
-    now = tonumber(instant)
-  else
-    redis_now = redis_now or instant_of('')
-    now = redis_now
-  end
+  now = clock(instant)
   if deadline ~= '' and now > tonumber(deadline) then
     return { VERDICT_EXPIRED, now }, next_a
   end
@@ -923,7 +1037,7 @@ end
 -- made).
 local function decide_entry(_, args)
   bind()
-  argv, redis_now, kv = args, nil, {}
+  argv, time_now, kv = args, nil, {}
   local a = 2
   for _ = 1, tonumber(argv[1]) do
     local items = tonumber(argv[a + REQUEST_ITEMS - 1])

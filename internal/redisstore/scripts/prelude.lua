@@ -9,7 +9,13 @@
 -- same names in internal/redisstore/wire.go, and TestWireContract fails
 -- when the two differ.
 
--- Algorithm codes: descriptors.Algorithm.
+-- The key layout's parts the scripts derive (engine/key.go): a window
+-- counter's second key is its key and WINDOW_KEY_SUFFIX; notices go to the
+-- channel of a key's prefix (what precedes its hash tag) and FREED_CHANNEL.
+local WINDOW_KEY_SUFFIX = ':s'
+local FREED_CHANNEL = 'freed'
+
+-- Algorithm codes: the engine's (engine.Algorithms, by code).
 local ALG_FIXED_WINDOW = 0
 local ALG_SLIDING_WINDOW = 1
 local ALG_SLIDING_LOG = 2
@@ -97,10 +103,10 @@ local UNDO_PUBLISH = 'P' -- base: announce hits given back (see freed)
 -- The standard functions the scripts use. A library's top level runs
 -- before Redis gives it any (not even tonumber), so each entry point calls
 -- bind first.
-local floor, min, max, tonumber, tostring, unpack, format, match, call, pcall_redis
+local floor, min, max, tonumber, tostring, unpack, pairs, format, match, call, pcall_redis
 local function bind()
   floor, min, max = math.floor, math.min, math.max
-  tonumber, tostring, unpack = _G.tonumber, _G.tostring, _G.unpack
+  tonumber, tostring, unpack, pairs = _G.tonumber, _G.tostring, _G.unpack, _G.pairs
   format, match = string.format, string.match
   call, pcall_redis = redis.call, redis.pcall
 end
@@ -123,34 +129,43 @@ end
 
 
 
--- the instant in µs: the argument, or Redis TIME when it is ""
-local function instant_of(arg)
+---------------------------------------------------------------------------
+-- The clock, and the scripts' one test seam. A request's instant argument
+-- (REQUEST_INSTANT; release's first) is "" in production: the scripts
+-- decide at Redis TIME, read once per call. A store on a test clock
+-- (redisstore's Options.Now, for tests only) passes its reading in µs
+-- instead. Expiries are relative (PX, PEXPIRE), and Redis expires keys on
+-- its own clock: a machine slow between two steps of a test clock would
+-- lose a state the steps still need, so with a test clock every expiry is
+-- padded by a day (ttl_pad). Expiry only collects garbage: a state past its
+-- expiry reads as no state, and a touch deletes it.
+
+local test_clock_pad_ms = 86400000 -- not part of the wire contract
+local ttl_pad = 0
+local time_now -- Redis TIME in µs, read once per call (each entry point clears it)
+
+-- clock returns the instant of an instant argument in µs (Redis TIME for
+-- ""), and sets ttl_pad for it.
+local function clock(arg)
   if arg ~= '' then
+    ttl_pad = test_clock_pad_ms
     return tonumber(arg)
   end
-  local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  ttl_pad = 0
+  if not time_now then
+    local t = call('TIME')
+    time_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return time_now
 end
 
 -- ttl_ms returns the milliseconds from now to the instant us (at least 1),
--- plus ttl_pad. Expiries are relative (PX, PEXPIRE) rather than absolute:
--- the instant may come from a test clock, which is not Redis's. Redis then
--- expires keys on its own clock, and a machine slow between two steps of
--- the test clock would lose a state the steps still need: with a test clock
--- (pad_for) keys are kept a day longer. Expiry only collects garbage: a
--- state past its expiry reads as no state, and a touch deletes it.
-local test_clock_pad_ms = 86400000 -- not part of the wire contract
-local ttl_pad = 0
-
+-- plus ttl_pad.
 local function ttl_ms(us, now)
   return fmt(max(1, idiv(us - now + 999, 1000)) + ttl_pad)
 end
 
--- pad_for sets ttl_pad for the clock of an instant argument (µs: a test
--- clock, or "" for Redis TIME).
-local function pad_for(arg)
-  ttl_pad = arg ~= '' and test_clock_pad_ms or 0
-end
+---------------------------------------------------------------------------
 
 -- freed announces that hits of the counter base were given back, on the
 -- channel <prefix>freed: other rls processes drop their cached denials of
@@ -158,7 +173,7 @@ end
 -- without the channel's permission must not fail the script halfway through
 -- its writes (their caches then stay off, see freed.go).
 local function freed(base)
-  pcall_redis('PUBLISH', match(base, '^[^{]*') .. 'freed', base)
+  pcall_redis('PUBLISH', match(base, '^[^{]*') .. FREED_CHANNEL, base)
 end
 
 -- A window counter (fixed, sliding and calendar windows) is two string
@@ -170,7 +185,7 @@ end
 -- numbers cost Redis a third more CPU: a SET of a string built in Lua per
 -- counter per request.)
 local function window_key(base)
-  return base .. ':s'
+  return base .. WINDOW_KEY_SUFFIX
 end
 
 -- window_read returns a window counter's start, count and previous count

@@ -1,0 +1,160 @@
+package redisstore
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of testdata from what the code does")
+
+// golden compares got with testdata/name, or writes it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := "testdata/" + name
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -run %s -update writes it)", err, t.Name())
+	}
+	if got != string(want) {
+		t.Errorf("%s changed: the Go↔Lua contract (or the key layout) is not what it was; if that is meant, change both sides (wire.go, scripts/) and run go test -run %s -update.\ngot:\n%s\nwant:\n%s", name, t.Name(), got, want)
+	}
+}
+
+// goldenRules are a rule of each algorithm, a named one and a calendar one.
+func goldenRules() []*engine.Rule {
+	return []*engine.Rule{
+		storetest.Rule(engine.FixedWindow, 10, time.Second, 0),
+		storetest.Rule(engine.SlidingWindow, 240, time.Hour, 0),
+		engine.MustCompile(engine.Spec{Algorithm: engine.SlidingLog, Unit: engine.Minute, Multiplier: 1, Limit: 5, Name: "burst"}),
+		storetest.Rule(engine.TokenBucket, 50, time.Second, 100),
+		storetest.CalendarRule(engine.Month, 3, time.UTC),
+	}
+}
+
+// TestRequestEncoding holds what newRequest and appendArgs send decide.lua
+// to testdata/request.golden: the positions of decide.lua's arguments are
+// the contract of prelude.lua (REQUEST_*, ITEM_*, FLAG_*).
+func TestRequestEncoding(t *testing.T) {
+	at := time.Date(2027, 2, 10, 12, 0, 0, 0, time.UTC)
+	var items []engine.Item
+	var bases []string
+	for i, r := range goldenRules() {
+		it := engine.Item{Desc: "api/k=v", Rule: r, Hits: uint64(i)}
+		switch i {
+		case 1:
+			it.Refund = true
+		case 2:
+			it.Shadow, it.Group = true, 2
+		case 3:
+			it.CountDenied = true
+		}
+		items = append(items, it)
+		bases = append(bases, engine.CounterKey("rls:", it.Desc, r))
+	}
+	req := newRequest(modeReserve, "", at, items, bases)
+	req.deadline, req.undoAfter = "1802260800010000", "1802260800005000"
+	var b strings.Builder
+	for i, a := range req.appendArgs(nil) {
+		fmt.Fprintf(&b, "%d\t%T\t%v\n", i+1, a, a)
+	}
+	golden(t, "request.golden", b.String())
+}
+
+// TestReplyDecoding holds how parseReply and results read a reply of
+// decide.lua (as go-redis hands it over) to testdata/reply.golden: the
+// statuses (with a charged denial), the undo log flattened into
+// release.lua's arguments, and the view.
+func TestReplyDecoding(t *testing.T) {
+	raw := []any{int64(verdictAdmitted), int64(1802260800001234),
+		int64(replyItemAdmitted), int64(7), int64(1000000), int64(0),
+		int64(replyItemDenied), int64(0), int64(59000000), int64(retryNever),
+		int64(replyItemCharged - 3), int64(0), int64(60000000), int64(59000000),
+		[]any{
+			[]any{undoWindow, "rls:{api/k=v}:fw1s", "1802260800000000", "1000000", int64(1), int64(2)},
+			[]any{undoTAT, "rls:{api/k=v}:tb1s", "-40000"},
+			[]any{undoZRem, "rls:{api/k=v}:sl60s:5:burst", int64(1), "1802260800001234-3/1"},
+			[]any{undoZAdd, "rls:{api/k=v}:sl60s:5:burst", "60000000", int64(2), "1802260799000000", "1802260799000000-2/1"},
+		},
+		[]any{int64(8), int64(1000000), int64(1), int64(59000000), int64(3), int64(60000000)},
+	}
+	rep, err := parseReply(raw, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make([]engine.Result, 3)
+	admitted, err := rep.results(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "verdict %d now %d admitted %v\n", rep.verdict, rep.now, admitted)
+	for i, r := range results {
+		fmt.Fprintf(&b, "item %d: %+v\n", i, r)
+	}
+	b.WriteString("undo (release.lua's arguments after the instant):\n")
+	for _, a := range rep.undo {
+		fmt.Fprintf(&b, "\t%T\t%v\n", a, a)
+	}
+	fmt.Fprintf(&b, "view %+v\n", rep.view)
+	golden(t, "reply.golden", b.String())
+
+	for _, bad := range []any{
+		"x", []any{int64(9), int64(0)},
+		raw[:5],
+		append(slices.Clone(raw[:14]), "not a log"),
+		append(slices.Clone(raw[:15]), []any{int64(1)}),
+	} {
+		if _, err := parseReply(bad, 3); err == nil {
+			t.Errorf("parseReply(%v) = nil error, want one", bad)
+		}
+	}
+}
+
+// TestRedisKeys holds the keys that decisions write in Redis (their names
+// and types) to testdata/redis-keys.golden: the key layout of engine/key.go
+// as the scripts apply it, the window keys they derive included. A change
+// is a data migration.
+func TestRedisKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(time.Date(2027, 2, 10, 12, 0, 0, 0, time.UTC))
+	s := newStore(t, Options{URL: srv.URL(), Prefix: "golden:", Now: clock.Now})
+	ctx := context.Background()
+	for _, r := range goldenRules() {
+		for _, e := range []engine.Entry{{Key: "remote_address", Value: "203.0.113.7"}, {Key: "k", Value: "a b%{x}:"}} {
+			items := []engine.Item{{Desc: string(engine.AppendDescriptorKey(nil, "api", []engine.Entry{e}, nil)), Rule: r, Hits: 1}}
+			if _, err := s.Apply(ctx, items, make([]engine.Result, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keys, err := s.client.Keys(ctx, "golden:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		typ, err := s.client.Type(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s\t%s\n", typ, k)
+	}
+	golden(t, "redis-keys.golden", b.String())
+}
