@@ -311,18 +311,3 @@ func TestHeaderMatcher(t *testing.T) {
 		}
 	}
 }
-
-func TestKindStrings(t *testing.T) {
-	if got := actionHeaderValueMatch.String(); got != "header_value_match" {
-		t.Errorf("actionHeaderValueMatch.String() = %q", got)
-	}
-	if got := actionKind(99).String(); got != "unknown" {
-		t.Errorf("actionKind(99).String() = %q", got)
-	}
-	if got := matchRegex.String(); got != "safe_regex" {
-		t.Errorf("matchRegex.String() = %q", got)
-	}
-	if got := matchKind(99).String(); got != "unknown" {
-		t.Errorf("matchKind(99).String() = %q", got)
-	}
-}

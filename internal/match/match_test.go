@@ -62,13 +62,6 @@ func TestLookup(t *testing.T) {
 func TestLookupAgreesWithScan(t *testing.T) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 3))
-	word := func(alphabet string, maxLen int) string {
-		b := make([]byte, rng.IntN(maxLen+1))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
 	scan := func(nodes []*node, key, value string) (*node, How) {
 		for _, how := range []How{Exact, Wildcard, AnyValue} {
 			for _, n := range nodes {
@@ -88,11 +81,11 @@ func TestLookupAgreesWithScan(t *testing.T) {
 	for round := range 300 {
 		var nodes []*node
 		for range rng.IntN(30) {
-			nodes = append(nodes, &node{key: word("kj", 1), value: word("ab*", 5)})
+			nodes = append(nodes, &node{key: randomWord(rng, "kj", 1), value: randomWord(rng, "ab*", 5)})
 		}
 		l := NewLevel(nodes, keyValue)
 		for range 100 {
-			key, value := word("kj", 1), word("ab", 6)
+			key, value := randomWord(rng, "kj", 1), randomWord(rng, "ab", 6)
 			want, wantHow := scan(nodes, key, value)
 			got, how, ok := l.Lookup(key, value)
 			if got != want || ok != (want != nil) || how != wantHow {

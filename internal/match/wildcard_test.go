@@ -28,6 +28,15 @@ func globMatch(p, s string) bool {
 	return s != "" && s[0] == p[0] && globMatch(p[1:], s[1:])
 }
 
+// randomWord is a word of up to maxLen bytes of alphabet.
+func randomWord(rng *rand.Rand, alphabet string, maxLen int) string {
+	b := make([]byte, rng.IntN(maxLen+1))
+	for i := range b {
+		b[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
 // firstMatch is the reference answer of a wildcard lookup: a plain scan.
 func firstMatch(nodes []*node, v string) *node {
 	for _, n := range nodes {
@@ -44,18 +53,11 @@ func firstMatch(nodes []*node, v string) *node {
 func TestWildcardIndexAgreesWithFileOrder(t *testing.T) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 2))
-	word := func(alphabet string, maxLen int) string {
-		b := make([]byte, rng.IntN(maxLen+1))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
 	for round := range 300 {
 		var nodes []*node
 		seen := make(map[string]bool)
 		for range 1 + rng.IntN(40) {
-			p := word("ab*", 7)
+			p := randomWord(rng, "ab*", 7)
 			if !strings.Contains(p, "*") {
 				p += "*"
 			}
@@ -67,7 +69,7 @@ func TestWildcardIndexAgreesWithFileOrder(t *testing.T) {
 		}
 		ix := newWildcards(nodes, keyValue)
 		for range 100 {
-			v := word("ab", 9)
+			v := randomWord(rng, "ab", 9)
 			want := firstMatch(nodes, v)
 			got, ok := ix.lookup(v)
 			if got != want || ok != (want != nil) {

@@ -35,6 +35,9 @@ func (r *Reader) Fields(n *yaml.Node) []Field {
 	var merged []Field
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := r.Resolve(n.Content[i]), n.Content[i+1]
+		if r.voids[k] {
+			continue // an alias refused or past a bound: reported
+		}
 		if k.Kind != yaml.ScalarNode {
 			r.Errorf(k, "a mapping key must be a string, got %s", Describe(k))
 			continue

@@ -32,29 +32,15 @@ func (r *Reader) null(v *yaml.Node, name, want string) bool {
 // Mapping returns n resolved when it is a mapping; otherwise it reports it
 // and returns nil. A null is none (NullIsZero) or reported.
 func (r *Reader) Mapping(n *yaml.Node, name string) *yaml.Node {
-	v := r.Resolve(n)
-	if IsNull(v) {
-		r.null(v, name, "a mapping")
-		return nil
-	}
-	if v.Kind != yaml.MappingNode {
-		r.Errorf(v, "%s must be a mapping, got %s", name, Describe(v))
-		return nil
-	}
-	return v
+	return r.collection(n, name, yaml.MappingNode, "a mapping")
 }
 
 // List returns the items of n, resolved, when it is a list; otherwise it
 // reports it and returns nil. A null is an empty list (NullIsZero) or
 // reported.
 func (r *Reader) List(n *yaml.Node, name string) []*yaml.Node {
-	v := r.Resolve(n)
-	if IsNull(v) {
-		r.null(v, name, "a list")
-		return nil
-	}
-	if v.Kind != yaml.SequenceNode {
-		r.Errorf(v, "%s must be a list, got %s", name, Describe(v))
+	v := r.collection(n, name, yaml.SequenceNode, "a list")
+	if v == nil {
 		return nil
 	}
 	items := make([]*yaml.Node, len(v.Content))
@@ -62,6 +48,21 @@ func (r *Reader) List(n *yaml.Node, name string) []*yaml.Node {
 		items[i] = r.Resolve(item)
 	}
 	return items
+}
+
+// collection returns n resolved when it is of kind (want in messages);
+// otherwise it reports it and returns nil.
+func (r *Reader) collection(n *yaml.Node, name string, kind yaml.Kind, want string) *yaml.Node {
+	v := r.Resolve(n)
+	if IsNull(v) {
+		r.null(v, name, want)
+		return nil
+	}
+	if v.Kind != kind {
+		r.Errorf(v, "%s must be %s, got %s", name, want, Describe(v))
+		return nil
+	}
+	return v
 }
 
 // String returns n's text. Any scalar is accepted as written (as yaml.v2
