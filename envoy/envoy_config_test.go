@@ -194,7 +194,7 @@ func TestEnvoyConfigWiring(t *testing.T) {
 
 // sampleRequest is a request as Envoy sees it after the connection
 // manager: the trusted client address and the headers, pseudo-headers
-// included, lower-case. It implements config.HTTPRequest.
+// included, lower-case. It implements httpdesc.Request.
 type sampleRequest struct {
 	client  netip.Addr
 	headers map[string]string
@@ -333,7 +333,7 @@ func TestEnvoyDescriptorsMatchLimits(t *testing.T) {
 					}
 					t.Logf("request %s: %v -> %s (%d limits)", req.name, entries, n.Path, len(n.Limits))
 				}
-				if authz := domain.BuildHTTPDescriptors(req.r, nil); !reflect.DeepEqual(authz, got) {
+				if authz := domain.HTTPDescriptors.Build(req.r, nil); !reflect.DeepEqual(authz, got) {
 					t.Errorf("request %s: ext_authz (http_descriptors of %s) builds %v, the ratelimit filter %v: the two listeners would count differently", req.name, domain.Name, authz, got)
 				}
 			}

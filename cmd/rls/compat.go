@@ -225,7 +225,7 @@ func compatFromEnv(env []string) (*options, error) {
 			return nil, err
 		}
 	}
-	o.configLimits.Reference = config.ReferenceOptions{MergeDomains: e.boolean("MERGE_DOMAIN_CONFIG", false), IgnoreReferenceKeys: true}
+	o.configLimits.Parse = config.ReferenceOptions(e.boolean("MERGE_DOMAIN_CONFIG", false))
 	if e.err != nil {
 		return nil, e.err
 	}

@@ -76,7 +76,7 @@ func TestCompatFromEnvMapping(t *testing.T) {
 		{"log level", o.logLevel, slog.LevelDebug},
 		{"log format", o.logFormat, "json"},
 		{"config path", o.config, filepath.Join("/srv", "rl", "config")},
-		{"merge domains", o.configLimits.Reference.MergeDomains, true},
+		{"merge domains", o.configLimits.Parse.MergeDomains, true},
 		{"xDS", o.compat.xds == nil, true},
 		{"prometheus", o.compat.promAddr, ""},
 		{"ignored", strings.Join(o.compat.ignored, "|"), "EXPIRATION_JITTER_MAX_SECONDS: " + ignoredWhy("EXPIRATION_JITTER_MAX_SECONDS") + "|TRACING_ENABLED: rls does not export traces"},
@@ -157,7 +157,7 @@ func TestCompatFileConfigAndClientCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"merge_domain_key1.yaml", "merge_domain_key2.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "internal", "descriptors", "testdata", "envoy-ratelimit", "merge", f))
+		b, err := os.ReadFile(filepath.Join("..", "..", "internal", "config", "testdata", "envoy-ratelimit", "merge", f))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -165,7 +165,7 @@ type xdsTarget struct{ d *daemon }
 
 func (t xdsTarget) Load(version string, configs []*rlsconfv3.RateLimitConfig) error {
 	return t.d.svc.Reload(func() (*config.Config, error) {
-		cfg, err := config.FromXDS(t.d.o.configLimits.Reference, configs)
+		cfg, err := config.FromXDS(t.d.o.configLimits.Parse, configs)
 		if err != nil {
 			return nil, fmt.Errorf("xDS version %s: %w", version, err)
 		}

@@ -66,7 +66,7 @@ tests:
 			"FAIL wrongly hopes for two: step 1: got OVER_LIMIT, want OK; statuses[0]: OVER_LIMIT k/1s remaining 0 reset 1s (request 2 of 2, at +0s)\n" +
 			"1 passed, 1 failed\n"},
 		{[]string{config, bad, tests}, 1, bad + ":3:5: test \"x\" has no steps\n" +
-			bad + `:4:5: unknown key "stps" in a test (known: name, start, domain, steps)` + "\n" +
+			bad + `:4:5: unknown key "stps" in a test (did you mean "steps"?)` + "\n" +
 			"PASS one a second\n"},
 		{[]string{badConfig, tests}, 1, badConfig + `:4:24: descriptor "k": unit "fortnight" is not one of second|minute|hour|day|week|month|year` + "\n"},
 		{[]string{config}, 2, ""},

@@ -21,13 +21,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlsproject/rls/internal/clientip"
-	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/httpdesc"
 	"github.com/rlsproject/rls/internal/service"
 )
 
 // Checker decides plain HTTP requests; *service.Service implements it.
 type Checker interface {
-	CheckHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*service.Response, error)
+	CheckHTTP(ctx context.Context, domain string, r httpdesc.Request) (*service.Response, error)
 }
 
 // domainKey is the context_extensions key that names the domain.

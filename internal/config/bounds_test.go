@@ -79,7 +79,7 @@ func TestParseLongPathsBounded(t *testing.T) {
 	long := tree(strings.Repeat("k", 64<<10), 1000) // 64 KiB × 2 (path, label) × 1000 children: 128 MB of names
 	var err error
 	n := allocated(func() { _, err = Parse("long.yaml", long) })
-	limit := expansionSlack + nameRatio*len(long)
+	limit := nameSlack + nameRatio*len(long)
 	want := fmt.Sprintf("descriptor paths and limit labels add up to more than %d bytes (8 times the file's size plus 1 MiB): "+
 		"a long key or value is repeated in the path of every descriptor below it", limit)
 	var list ErrorList

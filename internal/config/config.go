@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+
+	"github.com/rlsproject/rls/internal/strictyaml"
 )
 
 // build parses the sources in order into one Config: all of them are
 // parsed, and every problem of every file is returned.
-func build(srcs []source, ref ReferenceOptions) (*Config, error) {
+func build(srcs []source, opts ParseOptions) (*Config, error) {
 	c := &Config{domains: make(map[string]*Domain)}
 	var order []*Domain // load order: files, then documents
 	var all ErrorList
@@ -29,13 +31,13 @@ func build(srcs []source, ref ReferenceOptions) (*Config, error) {
 			continue
 		}
 		c.files = append(c.files, src.name)
-		domains, errs, warns := parseFile(src.name, src.data, ref)
+		domains, errs, warns := parseFile(src.name, src.data, &opts)
 		c.warnings = append(c.warnings, warns...)
 		for _, d := range domains {
 			if d.Name == "" {
 				continue // reported
 			}
-			if first, dup := c.domains[d.Name]; dup && ref.MergeDomains {
+			if first, dup := c.domains[d.Name]; dup && opts.MergeDomains {
 				errs = append(errs, mergeDomain(first, d, merged)...)
 				continue
 			} else if dup {
@@ -46,14 +48,14 @@ func build(srcs []source, ref ReferenceOptions) (*Config, error) {
 			c.domains[d.Name] = d
 			order = append(order, d)
 		}
-		all = append(all, sortErrors(errs)...)
+		all = append(all, strictyaml.SortErrors(errs)...)
 	}
 	if len(all) > 0 {
 		return nil, all
 	}
 	for _, d := range order {
 		c.names = append(c.names, d.Name)
-		d.index = newLevelIndex(d.Descriptors)
+		d.index = newLevel(d.Descriptors)
 		for _, n := range d.Descriptors {
 			c.finish(n)
 		}
@@ -69,7 +71,7 @@ func (c *Config) finish(n *Descriptor) {
 		l.Index = len(c.limits)
 		c.limits = append(c.limits, l)
 	}
-	n.index = newLevelIndex(n.Children)
+	n.index = newLevel(n.Children)
 	for _, child := range n.Children {
 		c.finish(child)
 	}
@@ -114,4 +116,14 @@ func (c *Config) Files() []string {
 		return nil
 	}
 	return c.files
+}
+
+// Warnings returns the keys that the load ignored under
+// ParseOptions.TolerateKeys, each at its position; nil under rls's own
+// rules. The slice is shared and must not be modified.
+func (c *Config) Warnings() []*Error {
+	if c == nil {
+		return nil
+	}
+	return c.warnings
 }

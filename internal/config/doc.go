@@ -1,7 +1,8 @@
-// Package config parses and validates rate-limit config files (the
-// envoyproxy/ratelimit YAML format plus rls's extensions) into an immutable
-// *Config, compiling each limit into the engine's rule (engine.Compile);
-// matches request descriptors against its trees without allocating; and
-// builds descriptors from HTTP requests with a domain's http_descriptors.
-// It knows nothing about stores or transports.
+// Package config loads rate-limit config files (the envoyproxy/ratelimit
+// YAML format plus rls's extensions) into an immutable *Config: files and
+// directories within caps, each read with strictyaml, each limit compiled
+// into the engine's rule (engine.Compile). It walks a domain's descriptor
+// tree for a request (Match, with match.Level at each level; Explain) and
+// dumps the config as JSON. A domain's http_descriptors are httpdesc's. It
+// knows nothing about stores or transports.
 package config

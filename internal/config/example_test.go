@@ -1,11 +1,13 @@
 package config
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/httpdesc"
 )
 
 // TestExampleConfig loads config/limits.yaml, the file `make run` serves,
@@ -77,18 +79,19 @@ func TestExampleConfig(t *testing.T) {
 	}
 
 	// http_descriptors: remote_address; api_key only with the header; path.
-	r := req("198.51.100.4", ":path", "/api/v1/users", "x-api-key", "k-1", ":method", "GET")
+	client := netip.MustParseAddr("198.51.100.4")
+	r := &httpdesc.StaticRequest{Client: client, Path: "/api/v1/users", Method: "GET", Headers: map[string]string{"x-api-key": "k-1"}}
 	wantDescriptors := [][]Entry{
 		entries("remote_address", "198.51.100.4"),
 		entries("api_key", "k-1"),
 		entries("path", "/api/v1/users"),
 	}
-	if got := api.BuildHTTPDescriptors(r, nil); !reflect.DeepEqual(got, wantDescriptors) {
-		t.Errorf("BuildHTTPDescriptors(with x-api-key) = %v, want %v", got, wantDescriptors)
+	if got := api.HTTPDescriptors.Build(r, nil); !reflect.DeepEqual(got, wantDescriptors) {
+		t.Errorf("HTTPDescriptors.Build(with x-api-key) = %v, want %v", got, wantDescriptors)
 	}
-	anonymous := req("198.51.100.4", ":path", "/")
+	anonymous := &httpdesc.StaticRequest{Client: client, Path: "/"}
 	wantDescriptors = [][]Entry{entries("remote_address", "198.51.100.4"), entries("path", "/")}
-	if got := api.BuildHTTPDescriptors(anonymous, nil); !reflect.DeepEqual(got, wantDescriptors) {
-		t.Errorf("BuildHTTPDescriptors(no x-api-key) = %v, want %v", got, wantDescriptors)
+	if got := api.HTTPDescriptors.Build(anonymous, nil); !reflect.DeepEqual(got, wantDescriptors) {
+		t.Errorf("HTTPDescriptors.Build(no x-api-key) = %v, want %v", got, wantDescriptors)
 	}
 }

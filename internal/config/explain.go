@@ -5,6 +5,8 @@ package config
 // with Match's own lookup, and keeps what it saw. Match stays as it is: a
 // request's hot path never pays for an explanation.
 
+import "github.com/rlsproject/rls/internal/match"
+
 // Stop says where matching a descriptor's entries ended.
 type Stop uint8
 
@@ -36,31 +38,11 @@ func (s Stop) String() string {
 	return "unknown"
 }
 
-// MatchKind says how an entry picked its node.
-type MatchKind uint8
-
-// The ways an entry picks a node, in the order Match tries them.
-const (
-	ExactValue MatchKind = iota
-	WildcardValue
-	AnyValue // the value-less node of the key
-)
-
-var matchKindNames = [...]string{"exact", "wildcard", "any_value"}
-
-// String returns "exact", "wildcard" or "any_value".
-func (k MatchKind) String() string {
-	if int(k) < len(matchKindNames) {
-		return matchKindNames[k]
-	}
-	return "unknown"
-}
-
-// Step is one level of a match: the entry and the node it picked.
+// Step is one level of a match: the entry, the node it picked and how.
 type Step struct {
 	Entry Entry
 	Node  *Descriptor
-	How   MatchKind
+	How   match.How
 }
 
 // MaxCandidates bounds Trace.Keys and Trace.Candidates.
@@ -105,18 +87,11 @@ func (d *Domain) Explain(entries []Entry) Trace {
 	ix, level := &d.index, d.Descriptors
 	var parent *Descriptor
 	for i, e := range entries {
-		node := ix.lookup(e)
-		if node == nil {
+		node, how, ok := ix.Lookup(e.Key, e.Value)
+		if !ok {
 			tr.At, tr.Parent = i, parent
 			tr.stopAt(level, e, parent)
 			return tr
-		}
-		how := AnyValue
-		switch {
-		case node.Wildcard:
-			how = WildcardValue
-		case node.Value != "":
-			how = ExactValue
 		}
 		tr.Steps = append(tr.Steps, Step{Entry: e, Node: node, How: how})
 		ix, level, parent = &node.index, node.Children, node

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -152,77 +151,5 @@ func TestExplainBoundsCandidates(t *testing.T) {
 	}
 	if tr := d.Explain(entries("nope", "x")); len(tr.Keys) != MaxCandidates || tr.More != MaxCandidates+6-MaxCandidates {
 		t.Errorf("no node among %d keys: %d keys, %d more; want %d and %d", MaxCandidates+6, len(tr.Keys), tr.More, MaxCandidates, 6)
-	}
-}
-
-func TestExplainHTTPDescriptors(t *testing.T) {
-	d := parseString(t, `
-domain: web
-http_descriptors:
-  - actions: [{remote_address: {}}]
-  - actions:
-      - request_headers: {header_name: x-api-key, descriptor_key: api_key}
-  - actions:
-      - generic_key: {descriptor_value: writes}
-      - header_value_match: {descriptor_value: post, headers: [{name: ":method", string_match: {exact: POST}}]}
-  - actions:
-      - query_parameters: {query_parameter_name: page, descriptor_key: page, skip_if_absent: true}
-  - actions:
-      - request_headers: {header_name: ":path", descriptor_key: path}
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 1}
-`).Domain("web")
-	r := &StaticHTTPRequest{Method: "GET", Path: "/a?b=1", Headers: map[string]string{"X-Api-Key": "k1"}}
-	trs := d.ExplainHTTPDescriptors(r)
-	want := []struct {
-		entries []Entry
-		action  int
-		name    string
-		reason  string
-	}{
-		{nil, 0, "remote_address", "no client address"},
-		{entries("api_key", "k1"), -1, "", ""},
-		{nil, 1, "header_value_match", "the headers did not match"},
-		{nil, -1, "", "every action was skipped (skip_if_absent): no entries"},
-		{entries("path", "/a?b=1"), -1, "", ""},
-	}
-	if len(trs) != len(want) {
-		t.Fatalf("%d traces, want %d", len(trs), len(want))
-	}
-	var made [][]Entry
-	for i, w := range want {
-		tr := trs[i]
-		if !reflect.DeepEqual(tr.Entries, w.entries) || tr.Action != w.action || tr.ActionName != w.name || tr.Reason != w.reason || tr.Index != i || tr.Line == 0 {
-			t.Errorf("item %d: %+v, want entries %v, action %d %q, reason %q, and its line", i, tr, w.entries, w.action, w.name, w.reason)
-		}
-		if tr.Entries != nil {
-			made = append(made, tr.Entries)
-		}
-	}
-	if got := d.BuildHTTPDescriptors(r, nil); !reflect.DeepEqual(got, made) {
-		t.Errorf("BuildHTTPDescriptors = %v, the explanation made %v", got, made)
-	}
-
-	r.Client = netip.MustParseAddr("192.0.2.1")
-	r.Method = "POST"
-	if trs := d.ExplainHTTPDescriptors(r); trs[0].Entries == nil || trs[2].Entries == nil {
-		t.Errorf("with a client address and POST: %+v, want items 0 and 2 to make descriptors", trs)
-	}
-}
-
-func TestStaticHTTPRequest(t *testing.T) {
-	r := &StaticHTTPRequest{Path: "/p", Headers: map[string]string{"X-Api-Key": "k"}}
-	for _, tc := range []struct {
-		name string
-		v    string
-		ok   bool
-	}{
-		{":path", "/p", true}, {":method", "", false}, {":authority", "", false},
-		{"x-api-key", "k", true}, {"X-API-KEY", "k", true}, {"x-other", "", false},
-	} {
-		if v, ok := r.Header(tc.name); v != tc.v || ok != tc.ok {
-			t.Errorf("Header(%q) = %q, %v; want %q, %v", tc.name, v, ok, tc.v, tc.ok)
-		}
 	}
 }

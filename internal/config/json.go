@@ -7,58 +7,30 @@ import (
 	"io"
 )
 
-// The shapes of the config dump. Flags that are false and optional fields
-// that are empty are left out; everything else is always there.
-type (
-	jsonLimit struct {
-		Index           int      `json:"index"`
-		ID              string   `json:"id"`
-		Label           string   `json:"label"`
-		Name            string   `json:"name,omitempty"`
-		Unlimited       bool     `json:"unlimited,omitempty"`
-		Algorithm       string   `json:"algorithm,omitempty"`
-		Unit            string   `json:"unit,omitempty"`
-		UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
-		Window          string   `json:"window,omitempty"`
-		WindowSeconds   int64    `json:"window_seconds,omitempty"`
-		RequestsPerUnit *uint32  `json:"requests_per_unit,omitempty"`
-		Burst           *uint32  `json:"burst,omitempty"`
-		Shadow          bool     `json:"shadow,omitempty"`
-		CountDenied     bool     `json:"count_denied_hits,omitempty"`
-		Calendar        string   `json:"calendar_time_zone,omitempty"`
-		Replaces        []string `json:"replaces,omitempty"`
-		Line            int      `json:"line"`
-		Column          int      `json:"column"`
-	}
-	jsonHTTPDescriptor struct {
-		Actions []jsonAction `json:"actions"`
-		Line    int          `json:"line"`
-		Column  int          `json:"column"`
-	}
-	jsonAction struct {
-		Kind               string              `json:"kind"`
-		DescriptorKey      string              `json:"descriptor_key"`
-		DescriptorValue    string              `json:"descriptor_value,omitempty"`
-		HeaderName         string              `json:"header_name,omitempty"`
-		QueryParameterName string              `json:"query_parameter_name,omitempty"`
-		SkipIfAbsent       bool                `json:"skip_if_absent,omitempty"`
-		V4PrefixLen        *int                `json:"v4_prefix_mask_len,omitempty"`
-		V6PrefixLen        *int                `json:"v6_prefix_mask_len,omitempty"`
-		ExpectMatch        *bool               `json:"expect_match,omitempty"`
-		Headers            []jsonHeaderMatcher `json:"headers,omitempty"`
-		Line               int                 `json:"line"`
-		Column             int                 `json:"column"`
-	}
-	jsonHeaderMatcher struct {
-		Name       string  `json:"name"`
-		Match      string  `json:"match"`
-		Pattern    *string `json:"pattern,omitempty"`
-		Regex      string  `json:"regex,omitempty"`
-		Present    *bool   `json:"present,omitempty"`
-		IgnoreCase bool    `json:"ignore_case,omitempty"`
-		Invert     bool    `json:"invert_match,omitempty"`
-	}
-)
+// jsonLimit is the shape of a limit in the config dump. Flags that are
+// false and optional fields that are empty are left out; everything else
+// is always there. (A domain's http_descriptors dump themselves:
+// httpdesc.Item.MarshalJSON.)
+type jsonLimit struct {
+	Index           int      `json:"index"`
+	ID              string   `json:"id"`
+	Label           string   `json:"label"`
+	Name            string   `json:"name,omitempty"`
+	Unlimited       bool     `json:"unlimited,omitempty"`
+	Algorithm       string   `json:"algorithm,omitempty"`
+	Unit            string   `json:"unit,omitempty"`
+	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
+	Window          string   `json:"window,omitempty"`
+	WindowSeconds   int64    `json:"window_seconds,omitempty"`
+	RequestsPerUnit *uint32  `json:"requests_per_unit,omitempty"`
+	Burst           *uint32  `json:"burst,omitempty"`
+	Shadow          bool     `json:"shadow,omitempty"`
+	CountDenied     bool     `json:"count_denied_hits,omitempty"`
+	Calendar        string   `json:"calendar_time_zone,omitempty"`
+	Replaces        []string `json:"replaces,omitempty"`
+	Line            int      `json:"line"`
+	Column          int      `json:"column"`
+}
 
 // DefaultMaxDumpBytes bounds MarshalJSON's output. A dump stops there
 // (see WriteJSON): aliases and long paths can make a config's dump much
@@ -233,7 +205,7 @@ func (d *dumper) domain(dom *Domain, ind string) bool {
 			return d.descriptor(dom.Descriptors[i], ind)
 		}) &&
 		(len(dom.HTTPDescriptors) == 0 || d.items(ind, "http_descriptors", len(dom.HTTPDescriptors), func(i int) any {
-			return dumpHTTPDescriptor(dom.HTTPDescriptors[i])
+			return dom.HTTPDescriptors[i] // its MarshalJSON
 		}))
 }
 
@@ -265,14 +237,6 @@ func quote(s string) string {
 	return string(b)
 }
 
-func dumpHTTPDescriptor(h *HTTPDescriptor) jsonHTTPDescriptor {
-	out := jsonHTTPDescriptor{Line: h.Line, Column: h.Column}
-	for _, a := range h.actions {
-		out.Actions = append(out.Actions, dumpAction(a))
-	}
-	return out
-}
-
 func dumpLimit(l *Limit) jsonLimit {
 	jl := jsonLimit{
 		Index: l.Index, ID: l.ID(), Label: l.Label, Name: l.Name, Unlimited: l.Unlimited,
@@ -290,37 +254,6 @@ func dumpLimit(l *Limit) jsonLimit {
 		jl.Burst = &burst
 	}
 	return jl
-}
-
-func dumpAction(a *action) jsonAction {
-	ja := jsonAction{
-		Kind: a.Kind.String(), DescriptorKey: a.DescriptorKey, DescriptorValue: a.DescriptorValue,
-		HeaderName: a.HeaderName, QueryParameterName: a.QueryParameterName, SkipIfAbsent: a.SkipIfAbsent,
-		Line: a.Line, Column: a.Column,
-	}
-	switch a.Kind {
-	case actionMaskedRemoteAddress:
-		v4, v6 := a.V4PrefixLen, a.V6PrefixLen
-		ja.V4PrefixLen, ja.V6PrefixLen = &v4, &v6
-	case actionHeaderValueMatch:
-		expect := a.ExpectMatch
-		ja.ExpectMatch = &expect
-		for _, m := range a.Headers {
-			jm := jsonHeaderMatcher{Name: m.Name, Match: m.Kind.String(), IgnoreCase: m.IgnoreCase, Invert: m.Invert}
-			switch m.Kind {
-			case matchRegex:
-				jm.Regex = m.regexSrc
-			case matchPresent:
-				present := m.Present
-				jm.Present = &present
-			default:
-				pattern := m.Pattern
-				jm.Pattern = &pattern
-			}
-			ja.Headers = append(ja.Headers, jm)
-		}
-	}
-	return ja
 }
 
 // calendarZone is the time zone of a calendar limit, "" for another.

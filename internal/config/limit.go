@@ -6,6 +6,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/strictyaml"
 )
 
 var (
@@ -15,7 +16,7 @@ var (
 
 // limits parses a descriptor's rate_limit or rate_limits and checks that no
 // two of them share a counter identity.
-func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
+func (p *parser) limits(d *Descriptor, rateLimit, rateLimits strictyaml.Field) []*Limit {
 	nodes, what := p.limitNodes(rateLimit, rateLimits)
 	var out []*Limit
 	ids := make(map[string]*Limit, len(nodes))
@@ -25,11 +26,11 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
 			continue
 		}
 		if l.Unlimited && len(nodes) > 1 {
-			p.errorf(n, "an unlimited limit must be the only limit of its descriptor")
+			p.Errorf(n, "an unlimited limit must be the only limit of its descriptor")
 		}
 		if id := l.ID(); id != "" {
 			if first, dup := ids[id]; dup {
-				p.errorf(n, "duplicate limit %s (same algorithm, window and name as the limit at %d:%d)", id, first.Line, first.Column)
+				p.Errorf(n, "duplicate limit %s (same algorithm, window and name as the limit at %d:%d)", id, first.Line, first.Column)
 			} else {
 				ids[id] = l
 			}
@@ -42,33 +43,33 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits field) []*Limit {
 
 // limitNodes returns the limits given by rate_limit or rate_limits (not
 // both), and what to call one in messages.
-func (p *parser) limitNodes(rateLimit, rateLimits field) ([]*yaml.Node, string) {
+func (p *parser) limitNodes(rateLimit, rateLimits strictyaml.Field) ([]*yaml.Node, string) {
 	var nodes []*yaml.Node
 	what := "rate_limit"
-	if rateLimits.k != nil {
+	if rateLimits.Given() {
 		what = "rate_limits item"
-		v := p.resolve(rateLimits.v)
-		nodes = p.list(rateLimits)
+		v := p.Resolve(rateLimits.Value)
+		nodes = p.List(rateLimits.Value, rateLimits.Key)
 		if v.Kind == yaml.SequenceNode && len(nodes) == 0 {
-			p.errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
+			p.Errorf(v, "rate_limits is empty (leave it out for a descriptor without limits)")
 		}
 	}
-	if rateLimit.k == nil {
+	if !rateLimit.Given() {
 		return nodes, what
 	}
-	v := p.resolve(rateLimit.v)
-	if rateLimits.k != nil && !isNull(v) && !isNull(p.resolve(rateLimits.v)) {
-		second := rateLimit.k
-		if rateLimits.k.Line > second.Line || (rateLimits.k.Line == second.Line && rateLimits.k.Column > second.Column) {
-			second = rateLimits.k
+	v := p.Resolve(rateLimit.Value)
+	if rateLimits.Given() && !strictyaml.IsNull(v) && !strictyaml.IsNull(p.Resolve(rateLimits.Value)) {
+		second := rateLimit.KeyNode
+		if rateLimits.KeyNode.Line > second.Line || (rateLimits.KeyNode.Line == second.Line && rateLimits.KeyNode.Column > second.Column) {
+			second = rateLimits.KeyNode
 		}
-		p.errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
+		p.Errorf(second, "rate_limit and rate_limits are both set (use rate_limits for several limits)")
 		return nil, what
 	}
 	switch {
-	case isNull(v):
+	case strictyaml.IsNull(v):
 	case v.Kind == yaml.SequenceNode:
-		p.errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
+		p.Errorf(v, "rate_limit must be a mapping, got a list (use rate_limits for several limits)")
 	default:
 		nodes = []*yaml.Node{v}
 	}
@@ -101,8 +102,8 @@ func distinctLabels(limits []*Limit) {
 // checks that relate them, and the spec they make.
 type limitFields struct {
 	spec                        engine.Spec
-	unit, rpu, alg, burst, mult field // k is nil when not given
-	calendar, zone              field
+	unit, rpu, alg, burst, mult strictyaml.Field // absent when not given
+	calendar, zone              strictyaml.Field
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
 	countDenied                 bool // the limit's own count_denied_hits
@@ -111,7 +112,7 @@ type limitFields struct {
 }
 
 // at returns the field of the spec field named name.
-func (g *limitFields) at(name string) field {
+func (g *limitFields) at(name string) strictyaml.Field {
 	switch name {
 	case "unit":
 		return g.unit
@@ -128,7 +129,7 @@ func (g *limitFields) at(name string) field {
 	case "time_zone":
 		return g.zone
 	}
-	return field{}
+	return strictyaml.Field{}
 }
 
 // limit parses and validates one limit of d, in phases: its fields, then
@@ -136,17 +137,17 @@ func (g *limitFields) at(name string) field {
 // what names it in messages.
 func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s must be a mapping, got %s", what, describe(n))
+		p.Errorf(n, "%s must be a mapping, got %s", what, strictyaml.Describe(n))
 		return nil
 	}
 	l := &Limit{Descriptor: d}
-	l.Line, l.Column = at(n)
+	l.Line, l.Column = strictyaml.Pos(n)
 	g := p.limitFields(n, l)
 	l.Shadow = g.shadow || d.ShadowMode
 	l.CountDeniedHits = g.countDenied || d.CountDeniedHits
 	for i, r := range l.Replaces {
 		if r != "" && r == l.Name {
-			p.errorf(g.replaceNodes[i], "replaces names this limit itself (%q)", r)
+			p.Errorf(g.replaceNodes[i], "replaces names this limit itself (%q)", r)
 		}
 	}
 	if l.Unlimited {
@@ -166,9 +167,9 @@ func (p *parser) limit(n *yaml.Node, d *Descriptor, what string) *Limit {
 // rule compiles the limit's fields into l.Rule, reporting each problem at
 // its field, and reports whether it did.
 func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
-	if g.unit.k == nil {
+	if !g.unit.Given() {
 		if !g.unitBad {
-			p.errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
+			p.Errorf(n, "unit is required (one of %s), or unlimited: true", unitList)
 		}
 		return false
 	}
@@ -176,24 +177,24 @@ func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
 		return false // reported
 	}
 	g.spec.Name = l.Name
-	if g.zone.k != nil {
+	if g.zone.Given() {
 		g.spec.TimeZoneSet = true
-		if g.calendar.k != nil {
+		if g.calendar.Given() {
 			// Its presence alone is a problem without calendar: true.
-			g.spec.TimeZone, g.spec.TimeZoneSet = p.str(g.zone)
+			g.spec.TimeZone, g.spec.TimeZoneSet = p.String(g.zone.Value, g.zone.Key)
 		}
 	}
 	r, errs := engine.Compile(g.spec)
 	for _, e := range errs {
 		f := g.at(e.Field)
-		at := f.v
+		at := f.Value
 		if e.Key {
-			at = f.k
+			at = f.KeyNode
 		}
 		if at == nil {
 			at = n
 		}
-		p.errorf(at, "%s", e.Msg)
+		p.Errorf(at, "%s", e.Msg)
 	}
 	l.Rule = r
 	return r != nil
@@ -204,17 +205,17 @@ func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
 func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 	g := limitFields{spec: engine.Spec{Multiplier: 1}}
 	var ok bool
-	for _, f := range p.fields(n) {
-		given := !isNull(p.resolve(f.v))
-		switch f.key {
+	for _, f := range p.Fields(n) {
+		given := !strictyaml.IsNull(p.Resolve(f.Value))
+		switch f.Key {
 		case "unit":
 			var s string
-			s, ok = p.str(f)
+			s, ok = p.String(f.Value, f.Key)
 			g.unitBad = !ok
 			if ok && s != "" {
 				g.unit = f
 				if g.spec.Unit, ok = engine.ParseUnit(s); !ok {
-					p.errorf(f.v, "unit %q is not one of %s", s, unitList)
+					p.Errorf(f.Value, "unit %q is not one of %s", s, unitList)
 				}
 			}
 			g.bad = g.bad || !ok
@@ -225,17 +226,17 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			g.spec.Limit, ok = p.uint32Field(f)
 			g.bad = g.bad || !ok
 		case "unlimited":
-			l.Unlimited = p.boolean(f)
+			l.Unlimited = p.Bool(f.Value, f.Key)
 		case "name":
-			l.Name, _ = p.str(f)
+			l.Name, _ = p.String(f.Value, f.Key)
 		case "replaces":
 			l.Replaces, g.replaceNodes = p.replaces(f)
 		case "algorithm":
 			var s string
-			if s, ok = p.str(f); ok && s != "" {
+			if s, ok = p.String(f.Value, f.Key); ok && s != "" {
 				g.alg, g.spec.Algorithm = f, s
 				if ok = engine.IsAlgorithm(s); !ok {
-					p.errorf(f.v, "algorithm %q is not one of %s", s, algorithmList)
+					p.Errorf(f.Value, "algorithm %q is not one of %s", s, algorithmList)
 				}
 			}
 			g.bad = g.bad || !ok
@@ -250,17 +251,17 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			if given {
 				g.mult = f
 				if g.spec.Multiplier, ok = p.uint32Field(f); ok && g.spec.Multiplier == 0 {
-					p.errorf(f.v, "unit_multiplier must be at least 1")
+					p.Errorf(f.Value, "unit_multiplier must be at least 1")
 					ok = false
 				}
 				g.bad = g.bad || !ok
 			}
 		case "shadow_mode":
-			g.shadow = p.boolean(f)
+			g.shadow = p.Bool(f.Value, f.Key)
 		case "count_denied_hits":
-			g.countDenied = p.boolean(f)
+			g.countDenied = p.Bool(f.Value, f.Key)
 		case "calendar":
-			if p.boolean(f) {
+			if p.Bool(f.Value, f.Key) {
 				g.calendar, g.spec.Calendar = f, true
 			}
 		case "time_zone":
@@ -278,14 +279,14 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 // window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
 // ignores it: files it accepts must load here.
 func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
-	for _, f := range [...]field{g.unit, g.alg, g.burst, g.mult} {
-		if f.k == nil {
+	for _, f := range [...]strictyaml.Field{g.unit, g.alg, g.burst, g.mult} {
+		if !f.Given() {
 			continue
 		}
-		if f.key == "unit" {
-			p.errorf(f.k, "should not specify rate limit unit when unlimited")
+		if f.Key == "unit" {
+			p.Errorf(f.KeyNode, "should not specify rate limit unit when unlimited")
 		} else {
-			p.errorf(f.k, "should not specify %s when unlimited", f.key)
+			p.Errorf(f.KeyNode, "should not specify %s when unlimited", f.Key)
 		}
 	}
 	l.Label = l.Name
@@ -295,25 +296,25 @@ func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
 }
 
 // replaces parses [{name: X}, ...], returning the names and their nodes.
-func (p *parser) replaces(f field) ([]string, []*yaml.Node) {
-	items := p.list(f)
+func (p *parser) replaces(f strictyaml.Field) ([]string, []*yaml.Node) {
+	items := p.List(f.Value, f.Key)
 	var names []string
 	var nodes []*yaml.Node
 	for _, item := range items {
 		if item.Kind != yaml.MappingNode {
-			p.errorf(item, "each replaces item must be a mapping like {name: other_limit}, got %s", describe(item))
+			p.Errorf(item, "each replaces item must be a mapping like {name: other_limit}, got %s", strictyaml.Describe(item))
 			continue
 		}
 		var name string
-		for _, nf := range p.fields(item) {
-			if nf.key == "name" {
-				name, _ = p.str(nf)
+		for _, nf := range p.Fields(item) {
+			if nf.Key == "name" {
+				name, _ = p.String(nf.Value, nf.Key)
 			} else {
-				p.unknown(nf, "replaces item", []string{"name"})
+				p.Unknown(nf, "replaces item", []string{"name"})
 			}
 		}
 		if name == "" {
-			p.errorf(item, "replaces item has an empty name")
+			p.Errorf(item, "replaces item has an empty name")
 			continue
 		}
 		names = append(names, name)

@@ -29,10 +29,9 @@ type LoadOptions struct {
 	MaxFileBytes int64
 	// MaxTotalBytes bounds the files of one load together.
 	MaxTotalBytes int64
-	// Reference loads as envoyproxy/ratelimit's compatibility mode does
-	// (reference.go): MergeDomains, and keys of the reference's key set
-	// found at a level where rls has no such key ignored with a warning.
-	Reference ReferenceOptions
+	// Parse relaxes the grammar's rules (ParseOptions); the zero value is
+	// rls's own.
+	Parse ParseOptions
 }
 
 // WithDefaults returns o with its unset fields at their defaults.
@@ -101,7 +100,7 @@ func LoadWith(opts LoadOptions, paths ...string) (*Config, error) {
 		}
 		kept = append(kept, src)
 	}
-	return build(kept, opts.Reference)
+	return build(kept, opts.Parse)
 }
 
 // readCapped reads the file called name, or finds that it holds more than

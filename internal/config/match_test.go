@@ -109,39 +109,6 @@ func TestMatch(t *testing.T) {
 	}
 }
 
-func TestMatchWildcard(t *testing.T) {
-	tests := []struct {
-		pattern, value string
-		want           bool
-	}{
-		{"*", "", true},
-		{"*", "anything", true},
-		{"a*", "a", true},
-		{"a*", "abc", true},
-		{"a*", "ba", false},
-		{"*a", "ba", true},
-		{"*a", "ab", false},
-		{"a*b*c", "abc", true},
-		{"a*b*c", "a__b__c", true},
-		{"a*b*c", "acb", false},
-		{"a*b*c", "a__c__b", false},
-		{"a**b", "ab", true},
-		{"ab*ba", "aba", false},
-		{"ab*ba", "abba", true},
-		{"*x*", "x", true},
-		{"*x*", "yyy", false},
-		{"/api/*/action", "/api//action", true},
-		{"/api/*/action", "/api/v1/action/", false},
-		{"*.example.com", "a.b.example.com", true},
-		{"*.example.com", "example.com", false},
-	}
-	for _, tt := range tests {
-		if got := matchWildcard(strings.Split(tt.pattern, "*"), tt.value); got != tt.want {
-			t.Errorf("matchWildcard(%q, %q) = %v, want %v", tt.pattern, tt.value, got, tt.want)
-		}
-	}
-}
-
 // TestMatchDoesNotAllocate: Match is on every request's path.
 func TestMatchDoesNotAllocate(t *testing.T) {
 	d := parseString(t, matchConfig).Domain("m")

@@ -1,14 +1,14 @@
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rlsproject/rls/internal/httpdesc"
+	"github.com/rlsproject/rls/internal/match"
+	"github.com/rlsproject/rls/internal/strictyaml"
 )
 
 // MaxDepth is the deepest descriptor tree a config may hold (levels of
@@ -25,78 +25,61 @@ const maxMetadataDepth = 64
 // Domain.File only. Config problems are returned as an ErrorList holding all
 // of them.
 func Parse(filename string, data []byte) (*Config, error) {
-	return build([]source{{name: filename, data: data}}, ReferenceOptions{})
+	return build([]source{{name: filename, data: data}}, ParseOptions{})
 }
 
 // parseFile parses the documents of one file into domains, with every
-// problem found. Domains are returned even when they have problems, so that
-// duplicates across files can still be reported.
-func parseFile(name string, data []byte, ref ReferenceOptions) ([]*Domain, []*Error, []*Error) {
-	p := newParser(name, len(data))
-	p.referenceKeys = ref.IgnoreReferenceKeys
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var domains []*Domain
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			p.syntaxError(err, data)
-			break
-		}
-		if len(doc.Content) == 0 {
-			continue
-		}
-		root := p.resolve(doc.Content[0])
-		if isNull(root) {
-			continue // an empty document, as after a trailing ---
-		}
+// problem found and the warnings of keys tolerated by opts. Domains are
+// returned even when they have problems, so that duplicates across files
+// can still be reported.
+func parseFile(name string, data []byte, opts *ParseOptions) (domains []*Domain, errs, warnings []*Error) {
+	p := newParser(name, len(data), opts)
+	for root := range p.Documents(data) {
 		if d := p.domain(root); d != nil {
 			domains = append(domains, d)
 		}
 	}
-	if len(domains) == 0 && len(p.errs) == 0 {
-		p.errs = append(p.errs, &Error{File: name, Line: 1, Column: 1,
+	errs = p.Errors()
+	if len(domains) == 0 && len(errs) == 0 {
+		errs = append(errs, &Error{File: name, Line: 1, Column: 1,
 			Msg: "no domain in file (want a mapping with domain: and descriptors:)"})
 	}
-	return domains, p.errs, p.warnings
+	return domains, errs, p.Warnings()
 }
 
 // domain parses one document.
 func (p *parser) domain(n *yaml.Node) *Domain {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "a document must be a mapping with domain: and descriptors:, got %s", describe(n))
+		p.Errorf(n, "a document must be a mapping with domain: and descriptors:, got %s", strictyaml.Describe(n))
 		return nil
 	}
-	d := &Domain{File: p.file}
-	d.Line, d.Column = at(n)
+	d := &Domain{File: p.File()}
+	d.Line, d.Column = strictyaml.Pos(n)
 	d.nameLine, d.nameCol = d.Line, d.Column
 	var named bool
-	var descriptors field
-	for _, f := range p.fields(n) {
-		switch f.key {
+	var descriptors strictyaml.Field
+	for _, f := range p.Fields(n) {
+		switch f.Key {
 		case "domain":
 			named = true
-			d.nameLine, d.nameCol = at(f.v)
-			name, ok := p.str(f)
+			d.nameLine, d.nameCol = strictyaml.Pos(f.Value)
+			name, ok := p.String(f.Value, f.Key)
 			if ok && name == "" {
-				p.errorf(f.v, "domain is empty")
+				p.Errorf(f.Value, "domain is empty")
 			}
 			d.Name = name
 		case "descriptors":
 			descriptors = f
 		case "http_descriptors":
-			d.HTTPDescriptors = p.httpDescriptors(f)
+			d.HTTPDescriptors = httpdesc.Parse(p.Reader, f)
 		default:
 			p.misplaced(f, levelDomain)
 		}
 	}
 	if !named {
-		p.errorf(n, "domain is required")
+		p.Errorf(n, "domain is required")
 	}
-	if descriptors.k != nil {
+	if descriptors.Given() {
 		d.Descriptors = p.descriptors(descriptors, nil, 0, true)
 	}
 	return d
@@ -105,13 +88,13 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 // descriptors parses a descriptors list at depth (0 = top level) and checks
 // that no two of its nodes have the same key and value. pathOK says whether
 // the parent's path is complete enough to prefix messages with.
-func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool) []*Descriptor {
-	items := p.list(f)
+func (p *parser) descriptors(f strictyaml.Field, parent *Descriptor, depth int, pathOK bool) []*Descriptor {
+	items := p.List(f.Value, f.Key)
 	if p.nameOver {
 		return nil // reported: the paths below would only add to it
 	}
 	if len(items) > 0 && depth >= MaxDepth {
-		p.errorf(items[0], "descriptors nested deeper than %d levels", MaxDepth)
+		p.Errorf(items[0], "descriptors nested deeper than %d levels", MaxDepth)
 		return nil
 	}
 	var out []*Descriptor
@@ -124,7 +107,7 @@ func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool
 		if d.Key != "" {
 			e := Entry{Key: d.Key, Value: d.Value}
 			if first, dup := seen[e]; dup {
-				p.errorAt(item, fmt.Sprintf("duplicate descriptor %q (first at %d:%d)", d.Path, first.Line, first.Column))
+				p.ErrorAt(item, fmt.Sprintf("duplicate descriptor %q (first at %d:%d)", d.Path, first.Line, first.Column))
 			} else {
 				seen[e] = d
 			}
@@ -139,25 +122,25 @@ func (p *parser) descriptors(f field, parent *Descriptor, depth int, pathOK bool
 // fields, its limits and its children.
 func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK bool) *Descriptor {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "a descriptor must be a mapping with key:, got %s", describe(n))
+		p.Errorf(n, "a descriptor must be a mapping with key:, got %s", strictyaml.Describe(n))
 		return nil
 	}
 	d := &Descriptor{Parent: parent, Depth: depth}
-	d.Line, d.Column = at(n)
-	fields := p.fields(n)
+	d.Line, d.Column = strictyaml.Pos(n)
+	fields := p.Fields(n)
 	if !p.identity(n, d, fields) {
 		pathOK = false
 	}
 
-	outer := p.in
+	outer := p.Context()
 	if pathOK {
-		p.in = d
+		p.SetContext(strictyaml.Context{What: "descriptor", Name: d.Path})
 	}
-	defer func() { p.in = outer }()
+	defer p.SetContext(outer)
 
-	var rateLimit, rateLimits, children, share field // k is nil when absent
+	var rateLimit, rateLimits, children, share strictyaml.Field // absent unless given
 	for _, f := range fields {
-		switch f.key {
+		switch f.Key {
 		case "key", "value":
 		case "descriptors":
 			children = f
@@ -166,18 +149,18 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		case "rate_limits":
 			rateLimits = f
 		case "shadow_mode":
-			d.ShadowMode = p.boolean(f)
+			d.ShadowMode = p.Bool(f.Value, f.Key)
 		case "count_denied_hits":
-			d.CountDeniedHits = p.boolean(f)
+			d.CountDeniedHits = p.Bool(f.Value, f.Key)
 		case "quota_mode":
-			d.QuotaMode = p.boolean(f)
+			d.QuotaMode = p.Bool(f.Value, f.Key)
 		case "detailed_metric":
-			d.DetailedMetric = p.boolean(f)
+			d.DetailedMetric = p.Bool(f.Value, f.Key)
 		case "value_to_metric":
-			d.ValueToMetric = p.boolean(f)
+			d.ValueToMetric = p.Bool(f.Value, f.Key)
 		case "share_threshold":
 			share = f
-			d.ShareThreshold = p.boolean(f)
+			d.ShareThreshold = p.Bool(f.Value, f.Key)
 		case "metadata":
 			d.Metadata = p.metadata(f)
 		default:
@@ -185,11 +168,11 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 		}
 	}
 	if d.ShareThreshold && !d.Wildcard {
-		p.errorf(share.k, "share_threshold needs a value with a * wildcard, got value %q", d.Value)
+		p.Errorf(share.KeyNode, "share_threshold needs a value with a * wildcard, got value %q", d.Value)
 	}
 	d.Shares = shares(d)
 	d.Limits = p.limits(d, rateLimit, rateLimits)
-	if children.k != nil {
+	if children.Given() {
 		d.Children = p.descriptors(children, d, depth+1, pathOK)
 	}
 	return d
@@ -214,15 +197,15 @@ func shares(d *Descriptor) []string {
 
 // identity reads the key and value of the descriptor n into d and sets its
 // path; false when the key is missing or empty (reported).
-func (p *parser) identity(n *yaml.Node, d *Descriptor, fields []field) bool {
+func (p *parser) identity(n *yaml.Node, d *Descriptor, fields []strictyaml.Field) bool {
 	var keyNode *yaml.Node
 	for _, f := range fields {
-		switch f.key {
+		switch f.Key {
 		case "key":
-			keyNode = f.v
-			d.Key, _ = p.str(f)
+			keyNode = f.Value
+			d.Key, _ = p.String(f.Value, f.Key)
 		case "value":
-			d.Value, _ = p.str(f)
+			d.Value, _ = p.String(f.Value, f.Key)
 		}
 	}
 	d.Path = d.Key
@@ -232,24 +215,21 @@ func (p *parser) identity(n *yaml.Node, d *Descriptor, fields []field) bool {
 	if d.Parent != nil && p.spendNames(len(d.Parent.Path)+1+len(d.Path), n) {
 		d.Path = d.Parent.Path + "/" + d.Path
 	}
-	if strings.Contains(d.Value, "*") {
-		d.Wildcard = true
-		d.segs = strings.Split(d.Value, "*")
-	}
+	d.Wildcard = match.IsWildcard(d.Value)
 	if d.Key != "" {
 		return true
 	}
 	if keyNode != nil {
-		p.errorf(keyNode, "descriptor has empty key")
+		p.Errorf(keyNode, "descriptor has empty key")
 	} else {
-		p.errorf(n, "descriptor has empty key")
+		p.Errorf(n, "descriptor has empty key")
 	}
 	return false
 }
 
 // metadata parses a descriptor's metadata into JSON-compatible values.
-func (p *parser) metadata(f field) map[string]any {
-	v := p.mapping(f)
+func (p *parser) metadata(f strictyaml.Field) map[string]any {
+	v := p.Mapping(f.Value, f.Key)
 	if v == nil {
 		return nil
 	}
@@ -260,17 +240,17 @@ func (p *parser) metadata(f field) map[string]any {
 // jsonValue converts a YAML value into map[string]any, []any, string,
 // float64, bool or nil.
 func (p *parser) jsonValue(n *yaml.Node, depth int) any {
-	n = p.resolve(n)
+	n = p.Resolve(n)
 	if depth > maxMetadataDepth {
-		p.errorf(n, "metadata nested deeper than %d levels", maxMetadataDepth)
+		p.Errorf(n, "metadata nested deeper than %d levels", maxMetadataDepth)
 		return nil
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
-		fields := p.fields(n)
+		fields := p.Fields(n)
 		m := make(map[string]any, len(fields))
 		for _, f := range fields {
-			m[f.key] = p.jsonValue(f.v, depth+1)
+			m[f.Key] = p.jsonValue(f.Value, depth+1)
 		}
 		return m
 	case yaml.SequenceNode:
@@ -292,7 +272,7 @@ func (p *parser) jsonValue(n *yaml.Node, depth int) any {
 		var x float64
 		if err := n.Decode(&x); err == nil {
 			if math.IsInf(x, 0) || math.IsNaN(x) {
-				p.errorf(n, "metadata value %s is not a finite number", n.Value)
+				p.Errorf(n, "metadata value %s is not a finite number", n.Value)
 				return nil
 			}
 			return x

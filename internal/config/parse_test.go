@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/httpdesc"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -315,26 +317,24 @@ func TestParseGood(t *testing.T) {
 	if len(h) != 5 {
 		t.Fatalf("ext: %d http_descriptors, want 5", len(h))
 	}
-	if m := h[2].actions[1].Headers[0]; m.Name != ":method" || m.Kind != matchExact || m.Pattern != "POST" {
-		t.Errorf("header matcher = %+v, want :method exact POST (name lower-cased)", m)
+	// What the items parsed to, seen through what they make of requests.
+	build := func(items httpdesc.List, r *httpdesc.StaticRequest) [][]Entry { return items.Build(r, nil) }
+	post := build(h[2:4], &httpdesc.StaticRequest{Method: "POST"})
+	if want := [][]Entry{entries("generic_key", "writes", "header_match", "post")}; !reflect.DeepEqual(post, want) {
+		t.Errorf("items 2 and 3, POST: %v, want %v (:METHOD read as :method, exact POST)", post, want)
 	}
-	if a := h[3].actions[0]; a.HeaderName != "x-api-key" || a.DescriptorKey != "api_key" || a.SkipIfAbsent {
-		t.Errorf("request_headers = %+v", a)
+	if got := build(h[2:4], &httpdesc.StaticRequest{Method: "post", Headers: map[string]string{"X-Api-Key": "k"}}); !reflect.DeepEqual(got, [][]Entry{entries("api_key", "k")}) {
+		t.Errorf("items 2 and 3, post with X-Api-Key: %v, want only api_key=k (exact is case-sensitive; header_name X-Api-Key)", got)
 	}
-	re := h[4].actions[1].Headers[3].Regex
-	if re == nil || !re.MatchString("v12") || re.MatchString("xv12") || re.MatchString("v12x") {
-		t.Errorf("safe_regex v[0-9]+ must match the whole value: %v", re)
+	bot := map[string]string{"user-agent": "a Bot", "x-a": "a1", "x-b": "c", "x-c": "v12"}
+	if got := build(h[4:], &httpdesc.StaticRequest{Headers: bot}); got != nil {
+		t.Errorf("item 4, every header matching (expect_match: false): %v, want nothing", got)
 	}
-}
-
-func TestErrorFormat(t *testing.T) {
-	e := &Error{File: "limits.yaml", Line: 14, Column: 7, Msg: `unit "fortnight" is not one of second|minute`}
-	if got, want := e.Error(), `limits.yaml:14:7: unit "fortnight" is not one of second|minute`; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
-	}
-	list := ErrorList{e, {File: "b.yaml", Line: 1, Column: 2, Msg: "x"}}
-	if got, want := list.Error(), e.Error()+"\nb.yaml:1:2: x"; got != want {
-		t.Errorf("ErrorList.Error() = %q, want %q", got, want)
+	for _, c := range []string{"xv12", "v12x"} {
+		bot["x-c"] = c
+		if got := build(h[4:], &httpdesc.StaticRequest{Headers: bot}); !reflect.DeepEqual(got, [][]Entry{entries("kind", "browser", "not_bot", "yes")}) {
+			t.Errorf("item 4, x-c: %s: %v, want kind=browser, not_bot=yes (safe_regex v[0-9]+ matches the whole value only)", c, got)
+		}
 	}
 }
 

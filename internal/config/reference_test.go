@@ -105,7 +105,7 @@ func TestReferenceMergeDomains(t *testing.T) {
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `duplicate domain "test-domain"`) {
 		t.Fatalf("Load(merge pair) without merging: err = %v, want a duplicate domain", err)
 	}
-	c, err := LoadWith(LoadOptions{Reference: ReferenceOptions{MergeDomains: true}}, dir)
+	c, err := LoadWith(LoadOptions{Parse: ParseOptions{MergeDomains: true}}, dir)
 	if err != nil {
 		t.Fatalf("LoadWith(MergeDomains): %v", err)
 	}
@@ -127,7 +127,7 @@ func TestReferenceMergeDomains(t *testing.T) {
 	// A top-level descriptor in both files stays an error.
 	dup := t.TempDir()
 	writeFiles(t, dup, map[string]string{"a.yaml": domainDoc("d"), "b.yaml": domainDoc("d")})
-	_, err = LoadWith(LoadOptions{Reference: ReferenceOptions{MergeDomains: true}}, dup)
+	_, err = LoadWith(LoadOptions{Parse: ParseOptions{MergeDomains: true}}, dup)
 	if err == nil || !strings.Contains(err.Error(), `b.yaml:3:5: duplicate descriptor "k" in domain "d"`) {
 		t.Errorf("merging a repeated descriptor: err = %v", err)
 	}
@@ -135,7 +135,7 @@ func TestReferenceMergeDomains(t *testing.T) {
 
 // The reference checks its keys without regard to their level: a key of
 // its set where rls has no such key loads there, and loads here with a
-// warning under IgnoreReferenceKeys; an unknown key is an error either way.
+// warning under ReferenceOptions; an unknown key is an error either way.
 func TestReferenceKeysAtAnyLevel(t *testing.T) {
 	text := "domain: d\nname: ignored\ndescriptors:\n  - key: k\n    unit: second\n    rate_limit: {unit: minute, requests_per_unit: 3, key: x}\n"
 	if _, err := Parse("f.yaml", []byte(text)); err == nil {
@@ -143,9 +143,9 @@ func TestReferenceKeysAtAnyLevel(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"f.yaml": text})
-	c, err := LoadWith(LoadOptions{Reference: ReferenceOptions{IgnoreReferenceKeys: true}}, dir)
+	c, err := LoadWith(LoadOptions{Parse: ReferenceOptions(false)}, dir)
 	if err != nil {
-		t.Fatalf("LoadWith(IgnoreReferenceKeys): %v", err)
+		t.Fatalf("LoadWith(ReferenceOptions): %v", err)
 	}
 	if got := matchLimits(t, c, "d", "k", "v"); got != "3/minute" {
 		t.Errorf("k: %s, want 3/minute", got)
@@ -163,7 +163,7 @@ func TestReferenceKeysAtAnyLevel(t *testing.T) {
 		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(warns, "\n"), strings.Join(want, "\n"))
 	}
 	writeFiles(t, dir, map[string]string{"f.yaml": "domain: d\ndescriptors:\n  - key: k\n    colour: red\n"})
-	if _, err := LoadWith(LoadOptions{Reference: ReferenceOptions{IgnoreReferenceKeys: true}}, dir); err == nil || !strings.Contains(err.Error(), `unknown key "colour"`) {
+	if _, err := LoadWith(LoadOptions{Parse: ReferenceOptions(false)}, dir); err == nil || !strings.Contains(err.Error(), `unknown key "colour"`) {
 		t.Errorf("unknown key under reference rules: err = %v", err)
 	}
 }
@@ -187,7 +187,7 @@ func TestFromXDSEnvoyGatewayShape(t *testing.T) {
 			},
 		}},
 	}
-	c, err := FromXDS(ReferenceOptions{}, []*rlsconfv3.RateLimitConfig{rc})
+	c, err := FromXDS(ParseOptions{}, []*rlsconfv3.RateLimitConfig{rc})
 	if err != nil {
 		t.Fatalf("FromXDS: %v", err)
 	}
@@ -211,7 +211,7 @@ func TestFromXDSValuesStayText(t *testing.T) {
 		{Key: "on", Value: "1e3", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 0}},
 		{Key: "k", Value: "*x: {y}", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: 7}},
 	}}
-	c, err := FromXDS(ReferenceOptions{}, []*rlsconfv3.RateLimitConfig{rc})
+	c, err := FromXDS(ParseOptions{}, []*rlsconfv3.RateLimitConfig{rc})
 	if err != nil {
 		t.Fatalf("FromXDS: %v", err)
 	}
@@ -251,13 +251,13 @@ func TestFromXDSInvalid(t *testing.T) {
 			{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, Name: "x", Replaces: []*rlsconfv3.RateLimitReplace{{Name: "x"}}}}}}},
 			"replaces names this limit itself"},
 	} {
-		_, err := FromXDS(ReferenceOptions{}, tc.configs)
+		_, err := FromXDS(ParseOptions{}, tc.configs)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.name, err, tc.want)
 		}
 	}
 	// Two resources of one domain merge under MergeDomains.
-	c, err := FromXDS(ReferenceOptions{MergeDomains: true}, []*rlsconfv3.RateLimitConfig{
+	c, err := FromXDS(ParseOptions{MergeDomains: true}, []*rlsconfv3.RateLimitConfig{
 		{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "a", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}}}},
 		{Name: "b", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "b", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 2}}}},
 	})

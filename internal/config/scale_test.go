@@ -45,7 +45,7 @@ func BenchmarkMergeScale(b *testing.B) {
 		src := []source{{name: "merge.yaml", data: []byte(cfg.String())}}
 		b.Run(fmt.Sprintf("documents=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := build(src, ReferenceOptions{MergeDomains: true}); err != nil {
+				if _, err := build(src, ParseOptions{MergeDomains: true}); err != nil {
 					b.Fatal(err)
 				}
 			}

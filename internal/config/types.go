@@ -2,6 +2,8 @@ package config
 
 import (
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/httpdesc"
+	"github.com/rlsproject/rls/internal/match"
 )
 
 // Limit is one window of a descriptor (one element of rate_limits, or the
@@ -65,7 +67,7 @@ type Descriptor struct {
 	// Key and each runtime value is counted separately.
 	Value string
 	// Wildcard is true when Value contains '*', which matches any run of
-	// characters (including none) within the value only.
+	// characters (including none) within the value only (match.IsWildcard).
 	Wildcard bool
 	// Limits are the windows of this node (rate_limit or rate_limits); empty
 	// when the node has none, in which case a request ending here has no
@@ -105,15 +107,7 @@ type Descriptor struct {
 	// Line and Column locate the node's first key.
 	Line, Column int
 
-	index levelIndex // children's match index
-	segs  []string   // Value split at '*' when Wildcard
-}
-
-// levelIndex is the match index of one level of the tree.
-type levelIndex struct {
-	exact     map[Entry]*Descriptor     // key + exact value
-	wildcards map[string]*wildcardIndex // nodes with a wildcard value, by key
-	keyOnly   map[string]*Descriptor
+	index match.Level[*Descriptor] // children's match index
 }
 
 // Entry is one (key, value) pair of a request descriptor.
@@ -126,15 +120,15 @@ type Domain struct {
 	Descriptors []*Descriptor
 	// HTTPDescriptors say how /auth/{domain} and ext_authz build
 	// descriptors from an HTTP request; nil when the domain has none.
-	HTTPDescriptors []*HTTPDescriptor
+	HTTPDescriptors httpdesc.List
 
 	// File is the file the domain was loaded from, as given to Parse or
 	// Load; Line and Column locate the document's first key.
 	File         string
 	Line, Column int
 
-	index             levelIndex // top level's match index
-	nameLine, nameCol int        // position of the domain's name
+	index             match.Level[*Descriptor] // top level's match index
+	nameLine, nameCol int                      // position of the domain's name
 }
 
 // Config is a parsed and validated set of domains. It is immutable and safe
@@ -144,7 +138,7 @@ type Config struct {
 	names   []string // sorted domain names
 	limits  []*Limit
 	files   []string
-	// warnings are the keys ignored under ReferenceOptions.
+	// warnings are the keys ignored under ParseOptions.TolerateKeys.
 	warnings []*Error
 }
 

@@ -2,86 +2,8 @@ package config
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 )
-
-// TestWildcardIndexAgreesWithFileOrder: on random patterns and values over
-// a small alphabet (so that they collide often), the index picks exactly
-// the first pattern in file order that matches, as a plain scan does.
-func TestWildcardIndexAgreesWithFileOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	word := func(alphabet string, maxLen int) string {
-		b := make([]byte, rng.IntN(maxLen+1))
-		for i := range b {
-			b[i] = alphabet[rng.IntN(len(alphabet))]
-		}
-		return string(b)
-	}
-	for round := range 300 {
-		var nodes []*Descriptor
-		seen := make(map[string]bool)
-		for range 1 + rng.IntN(40) {
-			p := word("ab*", 7)
-			if !strings.Contains(p, "*") {
-				p += "*"
-			}
-			if seen[p] {
-				continue
-			}
-			seen[p] = true
-			nodes = append(nodes, &Descriptor{Key: "k", Value: p, Wildcard: true, segs: strings.Split(p, "*")})
-		}
-		ix := newWildcardIndex(nodes)
-		for range 100 {
-			v := word("ab", 9)
-			var want *Descriptor
-			for _, n := range nodes {
-				if globMatch(n.Value, v) {
-					want = n
-					break
-				}
-			}
-			if got := ix.lookup(v); got != want {
-				var patterns []string
-				for _, n := range nodes {
-					patterns = append(patterns, n.Value)
-				}
-				t.Fatalf("round %d: patterns %q: lookup(%q) = %v, want %v", round, patterns, v, got, want)
-			}
-		}
-	}
-}
-
-// TestWildcardIndexShapes: prefixes and suffixes that nest, split radix
-// edges and share both ends keep file order.
-func TestWildcardIndexShapes(t *testing.T) {
-	patterns := []string{"/api/users/*", "/api/*", "/api/*/x", "*.example.com", "/a*b*c", "/a*c", "/ap*", "*"}
-	var nodes []*Descriptor
-	for _, p := range patterns {
-		nodes = append(nodes, &Descriptor{Key: "k", Value: p, Wildcard: true, segs: strings.Split(p, "*")})
-	}
-	ix := newWildcardIndex(nodes)
-	tests := []struct{ value, want string }{
-		{"/api/users/7", "/api/users/*"},
-		{"/api/users", "/api/*"},
-		{"/api/v1/x", "/api/*"},
-		{"www.example.com", "*.example.com"},
-		{"/abc", "/a*b*c"},
-		{"/ac", "/a*c"},
-		{"/apx", "/ap*"},
-		{"", "*"},
-		{"other", "*"},
-		{"/a", "*"}, // a prefix of /a*c and /ap* only
-	}
-	for _, tt := range tests {
-		got := ix.lookup(tt.value)
-		if got == nil || got.Value != tt.want {
-			t.Errorf("patterns %q: lookup(%q) = %v, want %s", patterns, tt.value, got, tt.want)
-		}
-	}
-}
 
 // TestMatchManyWildcards: with 100,000 wildcard values, a request that
 // matches none falls to the value-less node and one that matches gets the
@@ -117,11 +39,10 @@ func wildcardDomain(n int) *Domain {
 		if i%2 == 1 {
 			value = fmt.Sprintf("*.h%d.example.com", i)
 		}
-		d.Descriptors = append(d.Descriptors, &Descriptor{Key: "path", Value: value, Wildcard: true,
-			Path: "path=" + value, segs: strings.Split(value, "*")})
+		d.Descriptors = append(d.Descriptors, &Descriptor{Key: "path", Value: value, Wildcard: true, Path: "path=" + value})
 	}
 	d.Descriptors = append(d.Descriptors, &Descriptor{Key: "path", Path: "path"})
-	d.index = newLevelIndex(d.Descriptors)
+	d.index = newLevel(d.Descriptors)
 	return d
 }
 

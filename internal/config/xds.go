@@ -16,10 +16,10 @@ import (
 // stands for and goes through the file loader's parsing and validation, so
 // that a config means the same whether it comes from a file or from xDS.
 // The proto has a fixed set of fields (no value_to_metric, share_threshold
-// or rls extensions), so there is no unknown-key check to skip. ref applies
+// or rls extensions), so there is no unknown-key check to skip. opts apply
 // as for files (MergeDomains merges resources of one domain). An invalid
 // set is an *XDSError naming each problem's resource.
-func FromXDS(ref ReferenceOptions, configs []*rlsconfv3.RateLimitConfig) (*Config, error) {
+func FromXDS(opts ParseOptions, configs []*rlsconfv3.RateLimitConfig) (*Config, error) {
 	srcs := make([]source, 0, len(configs))
 	for i, rc := range configs {
 		data, err := yaml.Marshal(xdsDocument(rc))
@@ -28,7 +28,7 @@ func FromXDS(ref ReferenceOptions, configs []*rlsconfv3.RateLimitConfig) (*Confi
 		}
 		srcs = append(srcs, source{name: xdsSourceName(i, rc), data: data})
 	}
-	cfg, err := build(srcs, ref)
+	cfg, err := build(srcs, opts)
 	var list ErrorList
 	if errors.As(err, &list) {
 		return nil, xdsError(list)

@@ -10,15 +10,15 @@ import (
 	"net/http"
 
 	"github.com/rlsproject/rls/internal/clientip"
-	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/envoyrls"
+	"github.com/rlsproject/rls/internal/httpdesc"
 	"github.com/rlsproject/rls/internal/service"
 )
 
 // Explainer answers POST /debug/explain; *service.Service implements it.
 type Explainer interface {
 	Explain(ctx context.Context, req *service.Request) (*service.Explanation, error)
-	ExplainHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*service.Explanation, error)
+	ExplainHTTP(ctx context.Context, domain string, r httpdesc.Request) (*service.Explanation, error)
 }
 
 // maxExplainBody bounds the body of POST /debug/explain, as /json's.
@@ -88,7 +88,7 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 }
 
 // httpForm decodes the HTTP form of the body: the domain and the request.
-func httpForm(body []byte) (*config.StaticHTTPRequest, string, error) {
+func httpForm(body []byte) (*httpdesc.StaticRequest, string, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var b explainHTTPBody
@@ -98,7 +98,7 @@ func httpForm(body []byte) (*config.StaticHTTPRequest, string, error) {
 	if b.Domain == "" {
 		return nil, "", errors.New(`bad explain request: "domain" must be set`)
 	}
-	req := &config.StaticHTTPRequest{Method: b.HTTP.Method, Path: b.HTTP.Path, Authority: b.HTTP.Authority, Headers: b.HTTP.Headers}
+	req := &httpdesc.StaticRequest{Method: b.HTTP.Method, Path: b.HTTP.Path, Authority: b.HTTP.Authority, Headers: b.HTTP.Headers}
 	if b.HTTP.ClientAddress != "" {
 		a, ok := clientip.Parse(b.HTTP.ClientAddress)
 		if !ok {

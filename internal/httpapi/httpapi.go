@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/httpdesc"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -28,7 +29,7 @@ import (
 type Service interface {
 	Ready(ctx context.Context) error
 	Config() *config.Config
-	CheckHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*service.Response, error)
+	CheckHTTP(ctx context.Context, domain string, r httpdesc.Request) (*service.Response, error)
 }
 
 // DebugAccess says who may use /debug/*.

@@ -1,23 +1,20 @@
 package ruletest
 
 import (
-	"bytes"
-	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/rlsproject/rls/internal/clientip"
-	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/httpdesc"
 	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/strictyaml"
 )
 
 // DefaultStart is a case's first instant when neither the case nor the
@@ -71,7 +68,7 @@ type Step struct {
 	Domain       string
 	Descriptors  []service.Descriptor
 	HitsAddend   uint32
-	HTTP         *config.StaticHTTPRequest
+	HTTP         *httpdesc.StaticRequest
 	Repeat       int
 	Every        time.Duration
 	// Expect is the overall code of every repetition.
@@ -113,174 +110,62 @@ func LoadFile(path string) (*File, error) {
 		return nil, err
 	}
 	if len(data) > MaxFileBytes {
-		return nil, config.ErrorList{{File: path, Line: 1, Column: 1, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}}
+		return nil, strictyaml.ErrorList{{File: path, Line: 1, Column: 1, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}}
 	}
 	return Parse(path, data)
 }
 
 // Parse parses a test file; name is used in errors. Every problem is
-// returned in a config.ErrorList, each as file:line:col: message.
+// returned in a strictyaml.ErrorList (config.ErrorList is the same type),
+// each as file:line:col: message, as config files report theirs: the
+// file is read with the config's strict reader, without aliases.
 func Parse(name string, data []byte) (*File, error) {
-	p := &parser{file: name}
-	var root yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&root); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, config.ErrorList{{File: name, Line: 1, Column: 1, Msg: "empty test file (want tests:)"}}
+	p := parser{strictyaml.NewReader(name, strictyaml.Options{RefuseAliases: "aliases are not supported in test files"})}
+	var root *yaml.Node
+	for doc := range p.Documents(data) {
+		if root != nil {
+			p.Errorf(doc, "one YAML document per test file")
+			break
 		}
-		return nil, config.ErrorList{config.SyntaxError(name, data, err)}
+		root = doc
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, "one YAML document per test file")
+	if root == nil && len(p.Errors()) == 0 {
+		return nil, strictyaml.ErrorList{{File: name, Line: 1, Column: 1, Msg: "empty test file (want tests:)"}}
 	}
-	f := p.document(root.Content[0])
-	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b *config.Error) int {
-			return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
-		})
-		return nil, p.errs
+	var f *File
+	if root != nil {
+		f = p.document(root)
+	}
+	if errs := p.Errors(); len(errs) > 0 {
+		return nil, strictyaml.ErrorList(strictyaml.SortErrors(errs))
 	}
 	return f, nil
 }
 
-// parser walks a test file's nodes, collecting every problem.
-type parser struct {
-	file string
-	errs config.ErrorList
-}
+// parser walks a test file's nodes with the strict reader, which collects
+// every problem.
+type parser struct{ *strictyaml.Reader }
 
-func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	line, col := n.Line, n.Column
-	if line < 1 {
-		line, col = 1, 1
-	}
-	p.errs = append(p.errs, &config.Error{File: p.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
-}
-
-// fields returns the values of mapping n by key, reporting keys not in
-// allowed (with the place's name in messages), duplicates, aliases and
-// non-mappings. Absent keys are nil.
-func (p *parser) fields(n *yaml.Node, where string, allowed ...string) map[string]*yaml.Node {
-	out := make(map[string]*yaml.Node)
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s must be a mapping, got %s", where, kind(n))
-		return out
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if v.Kind == yaml.AliasNode || k.Kind == yaml.AliasNode {
-			p.errorf(k, "aliases are not supported in test files")
-			continue
-		}
-		if k.Kind != yaml.ScalarNode || !contains(allowed, k.Value) {
-			p.errorf(k, "unknown key %q in %s (known: %s)", k.Value, where, strings.Join(allowed, ", "))
-			continue
-		}
-		if out[k.Value] != nil {
-			p.errorf(k, "duplicate key %q in %s", k.Value, where)
-			continue
-		}
-		out[k.Value] = v
-	}
-	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func kind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	if n.ShortTag() == "!!null" {
-		return "null"
-	}
-	return fmt.Sprintf("%q", n.Value)
-}
-
-// scalar returns n's text, reporting a node that is not a scalar.
-func (p *parser) scalar(n *yaml.Node, what string) (string, bool) {
-	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
-		p.errorf(n, "%s must be a value, got %s", what, kind(n))
-		return "", false
-	}
-	return n.Value, true
-}
-
-func (p *parser) str(n *yaml.Node, what string) string {
-	s, _ := p.scalar(n, what)
+func (p parser) str(n *yaml.Node, what string) string {
+	s, _ := p.String(n, what)
 	return s
 }
 
-// number reads n as a config file's whole number in [0, max]
-// (config.WholeNumber): 1_000 and 0x10 as in a limit.
-func (p *parser) number(n *yaml.Node, what string, max uint64) (uint64, bool) {
-	if _, ok := p.scalar(n, what); !ok {
-		return 0, false
-	}
-	v, problem := config.WholeNumber(n, max)
-	if problem != "" {
-		p.errorf(n, "%s %s", what, problem)
-		return 0, false
-	}
-	return v, true
-}
-
-func (p *parser) boolean(n *yaml.Node, what string) bool {
-	s, ok := p.scalar(n, what)
-	if !ok {
-		return false
-	}
-	switch s {
-	case "true":
-		return true
-	case "false":
-		return false
-	}
-	p.errorf(n, "%s: %q is not true or false", what, s)
-	return false
-}
-
-func (p *parser) duration(n *yaml.Node, what string) (time.Duration, bool) {
-	s, ok := p.scalar(n, what)
-	if !ok {
-		return 0, false
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		p.errorf(n, "%s: %q is not a duration (e.g. 1.5s, 2m, 1h30m)", what, s)
-		return 0, false
-	}
-	return d, true
-}
-
-func (p *parser) instant(n *yaml.Node, what string) (time.Time, bool) {
-	s, ok := p.scalar(n, what)
+func (p parser) instant(n *yaml.Node, what string) (time.Time, bool) {
+	s, ok := p.String(n, what)
 	if !ok {
 		return time.Time{}, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		p.errorf(n, "%s: %q is not an RFC 3339 instant (e.g. 2030-01-01T00:00:00Z)", what, s)
+		p.Errorf(n, "%s: %q is not an RFC 3339 instant (e.g. 2030-01-01T00:00:00Z)", what, s)
 		return time.Time{}, false
 	}
 	return t, true
 }
 
-func (p *parser) code(n *yaml.Node, what string) (service.Code, bool) {
-	s, ok := p.scalar(n, what)
+func (p parser) code(n *yaml.Node, what string) (service.Code, bool) {
+	s, ok := p.String(n, what)
 	if !ok {
 		return 0, false
 	}
@@ -290,22 +175,14 @@ func (p *parser) code(n *yaml.Node, what string) (service.Code, bool) {
 	case "OVER_LIMIT":
 		return service.OverLimit, true
 	}
-	p.errorf(n, "%s: %q is not OK or OVER_LIMIT", what, s)
+	p.Errorf(n, "%s: %q is not OK or OVER_LIMIT", what, s)
 	return 0, false
 }
 
-func (p *parser) list(n *yaml.Node, what string) []*yaml.Node {
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "%s must be a list, got %s", what, kind(n))
-		return nil
-	}
-	return n.Content
-}
-
 // document parses the file: defaults, then the cases.
-func (p *parser) document(n *yaml.Node) *File {
-	f := &File{Name: p.file}
-	fs := p.fields(n, "the test file", "domain", "start", "tests")
+func (p parser) document(n *yaml.Node) *File {
+	f := &File{Name: p.File()}
+	fs := p.Object(n, "the test file", "domain", "start", "tests")
 	start, domain := DefaultStart, ""
 	if v := fs["start"]; v != nil {
 		start, _ = p.instant(v, "start")
@@ -316,36 +193,37 @@ func (p *parser) document(n *yaml.Node) *File {
 	tests := fs["tests"]
 	if tests == nil {
 		if n.Kind == yaml.MappingNode {
-			p.errorf(n, "no tests: (want a list of cases)")
+			p.Errorf(n, "no tests: (want a list of cases)")
 		}
 		return f
 	}
 	names := make(map[string]int)
-	for _, cn := range p.list(tests, "tests") {
+	for _, cn := range p.List(tests, "tests") {
 		c := p.testCase(cn, start, domain)
 		if c == nil {
 			continue
 		}
 		if line, dup := names[c.Name]; dup {
-			p.errorf(cn, "duplicate test name %q (first at line %d)", c.Name, line)
+			p.Errorf(cn, "duplicate test name %q (first at line %d)", c.Name, line)
 		}
 		names[c.Name] = c.Line
 		f.Cases = append(f.Cases, c)
 	}
 	if len(tests.Content) == 0 && tests.Kind == yaml.SequenceNode {
-		p.errorf(tests, "tests: no cases")
+		p.Errorf(tests, "tests: no cases")
 	}
 	return f
 }
 
-func (p *parser) testCase(n *yaml.Node, start time.Time, domain string) *Case {
-	fs := p.fields(n, "a test", "name", "start", "domain", "steps")
-	c := &Case{Line: n.Line, Column: n.Column, Start: start}
+func (p parser) testCase(n *yaml.Node, start time.Time, domain string) *Case {
+	fs := p.Object(n, "a test", "name", "start", "domain", "steps")
+	c := &Case{Start: start}
+	c.Line, c.Column = strictyaml.Pos(n)
 	if v := fs["name"]; v != nil {
 		c.Name = p.str(v, "name")
 	}
 	if c.Name == "" && n.Kind == yaml.MappingNode {
-		p.errorf(n, "a test needs a name")
+		p.Errorf(n, "a test needs a name")
 	}
 	if v := fs["start"]; v != nil {
 		c.Start, _ = p.instant(v, "start")
@@ -356,22 +234,23 @@ func (p *parser) testCase(n *yaml.Node, start time.Time, domain string) *Case {
 	steps := fs["steps"]
 	if steps == nil {
 		if n.Kind == yaml.MappingNode {
-			p.errorf(n, "test %q has no steps", c.Name)
+			p.Errorf(n, "test %q has no steps", c.Name)
 		}
 		return c
 	}
-	for _, sn := range p.list(steps, "steps") {
+	for _, sn := range p.List(steps, "steps") {
 		c.Steps = append(c.Steps, p.step(sn, domain))
 	}
 	if steps.Kind == yaml.SequenceNode && len(steps.Content) == 0 {
-		p.errorf(steps, "test %q has no steps", c.Name)
+		p.Errorf(steps, "test %q has no steps", c.Name)
 	}
 	return c
 }
 
-func (p *parser) step(n *yaml.Node, domain string) *Step {
-	fs := p.fields(n, "a step", "at", "after", "instant", "domain", "descriptors", "http", "hits", "repeat", "every", "expect", "statuses", "headers")
-	s := &Step{Line: n.Line, Column: n.Column, Domain: domain, Repeat: 1}
+func (p parser) step(n *yaml.Node, domain string) *Step {
+	fs := p.Object(n, "a step", "at", "after", "instant", "domain", "descriptors", "http", "hits", "repeat", "every", "expect", "statuses", "headers")
+	s := &Step{Domain: domain, Repeat: 1}
+	s.Line, s.Column = strictyaml.Pos(n)
 	var timed *yaml.Node
 	for _, key := range []string{"at", "after", "instant"} {
 		v := fs[key]
@@ -379,17 +258,17 @@ func (p *parser) step(n *yaml.Node, domain string) *Step {
 			continue
 		}
 		if timed != nil {
-			p.errorf(v, "a step has one of at, after and instant")
+			p.Errorf(v, "a step has one of at, after and instant")
 			continue
 		}
 		timed = v
 		switch key {
 		case "at":
 			s.When = At
-			s.Offset, _ = p.duration(v, key)
+			s.Offset, _ = p.Duration(v, key)
 		case "after":
 			s.When = After
-			s.Offset, _ = p.duration(v, key)
+			s.Offset, _ = p.Duration(v, key)
 		case "instant":
 			s.When = Instant
 			s.Time, _ = p.instant(v, key)
@@ -399,52 +278,52 @@ func (p *parser) step(n *yaml.Node, domain string) *Step {
 		s.Domain = p.str(v, "domain")
 	}
 	if s.Domain == "" && n.Kind == yaml.MappingNode {
-		p.errorf(n, "a step needs a domain (on the step, its test or the file)")
+		p.Errorf(n, "a step needs a domain (on the step, its test or the file)")
 	}
 	switch d, h := fs["descriptors"], fs["http"]; {
 	case d != nil && h != nil:
-		p.errorf(h, "a step has descriptors or http, not both")
+		p.Errorf(h, "a step has descriptors or http, not both")
 	case d != nil:
-		for i, dn := range p.list(d, "descriptors") {
+		for i, dn := range p.List(d, "descriptors") {
 			s.Descriptors = append(s.Descriptors, p.descriptor(dn, fmt.Sprintf("descriptors[%d]", i)))
 		}
 		if d.Kind == yaml.SequenceNode && len(d.Content) == 0 {
-			p.errorf(d, "descriptors: none")
+			p.Errorf(d, "descriptors: none")
 		}
 	case h != nil:
 		s.HTTP = p.httpRequest(h)
 	case n.Kind == yaml.MappingNode:
-		p.errorf(n, "a step needs descriptors or http")
+		p.Errorf(n, "a step needs descriptors or http")
 	}
 	if v := fs["hits"]; v != nil {
 		if s.HTTP != nil {
-			p.errorf(v, "hits: an http step counts 1 hit per descriptor")
+			p.Errorf(v, "hits: an http step counts 1 hit per descriptor")
 		}
-		h, _ := p.number(v, "hits", math.MaxUint32)
+		h, _ := p.Number(v, "hits", math.MaxUint32)
 		s.HitsAddend = uint32(h)
 	}
 	if v := fs["repeat"]; v != nil {
-		if r, ok := p.number(v, "repeat", math.MaxUint64); ok {
+		if r, ok := p.Number(v, "repeat", math.MaxUint64); ok {
 			if r == 0 || r > MaxRepeat {
-				p.errorf(v, "repeat: %d is not from 1 to %d", r, MaxRepeat)
+				p.Errorf(v, "repeat: %d is not from 1 to %d", r, MaxRepeat)
 			}
 			s.Repeat = int(min(r, MaxRepeat))
 		}
 	}
 	if v := fs["every"]; v != nil {
-		s.Every, _ = p.duration(v, "every")
+		s.Every, _ = p.Duration(v, "every")
 	}
 	if v := fs["expect"]; v != nil {
 		s.Expect, _ = p.code(v, "expect")
 	} else if n.Kind == yaml.MappingNode {
-		p.errorf(n, "a step needs expect: OK or expect: OVER_LIMIT")
+		p.Errorf(n, "a step needs expect: OK or expect: OVER_LIMIT")
 	}
 	if v := fs["statuses"]; v != nil {
-		for i, sn := range p.list(v, "statuses") {
+		for i, sn := range p.List(v, "statuses") {
 			s.Statuses = append(s.Statuses, p.status(sn, fmt.Sprintf("statuses[%d]", i)))
 		}
 		if s.Descriptors != nil && len(s.Statuses) > len(s.Descriptors) {
-			p.errorf(v, "statuses: %d for %d descriptors", len(s.Statuses), len(s.Descriptors))
+			p.Errorf(v, "statuses: %d for %d descriptors", len(s.Statuses), len(s.Descriptors))
 		}
 	}
 	if v := fs["headers"]; v != nil {
@@ -456,7 +335,7 @@ func (p *parser) step(n *yaml.Node, domain string) *Step {
 // descriptor parses "key=value[,key=value...]", a list of {key, value}
 // entries, or a mapping with entries and, optionally, hits, refund and
 // limit.
-func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
+func (p parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 	var d service.Descriptor
 	switch n.Kind {
 	case yaml.ScalarNode:
@@ -466,11 +345,11 @@ func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 		d.Entries = p.entryList(n, what)
 		return d
 	}
-	fs := p.fields(n, what, "entries", "hits", "refund", "limit")
+	fs := p.Object(n, what, "entries", "hits", "refund", "limit")
 	switch e := fs["entries"]; {
 	case e == nil:
 		if n.Kind == yaml.MappingNode {
-			p.errorf(n, "%s needs entries", what)
+			p.Errorf(n, "%s needs entries", what)
 		}
 	case e.Kind == yaml.ScalarNode:
 		d.Entries = p.entryText(e, what+".entries")
@@ -479,10 +358,10 @@ func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 	}
 	if v := fs["hits"]; v != nil {
 		d.HasHits = true
-		d.Hits, _ = p.number(v, what+".hits", math.MaxUint32)
+		d.Hits, _ = p.Number(v, what+".hits", math.MaxUint32)
 	}
 	if v := fs["refund"]; v != nil {
-		d.Refund = p.boolean(v, what+".refund")
+		d.Refund = p.Bool(v, what+".refund")
 	}
 	if v := fs["limit"]; v != nil {
 		d.Override = p.override(v, what+".limit")
@@ -491,12 +370,13 @@ func (p *parser) descriptor(n *yaml.Node, what string) service.Descriptor {
 }
 
 // entryList parses a list of {key: K, value: V}.
-func (p *parser) entryList(n *yaml.Node, what string) []config.Entry {
-	var out []config.Entry
-	for i, en := range p.list(n, what) {
+func (p parser) entryList(n *yaml.Node, what string) []engine.Entry {
+	var out []engine.Entry
+	items := p.List(n, what)
+	for i, en := range items {
 		where := fmt.Sprintf("%s[%d]", what, i)
-		efs := p.fields(en, where, "key", "value")
-		var entry config.Entry
+		efs := p.Object(en, where, "key", "value")
+		var entry engine.Entry
 		if k := efs["key"]; k != nil {
 			entry.Key = p.str(k, where+".key")
 		}
@@ -504,66 +384,62 @@ func (p *parser) entryList(n *yaml.Node, what string) []config.Entry {
 			entry.Value = p.str(v, where+".value")
 		}
 		if entry.Key == "" && en.Kind == yaml.MappingNode {
-			p.errorf(en, "%s needs a key", where)
+			p.Errorf(en, "%s needs a key", where)
 		}
 		out = append(out, entry)
 	}
 	if len(out) == 0 && n.Kind == yaml.SequenceNode {
-		p.errorf(n, "%s: no entries", what)
+		p.Errorf(n, "%s: no entries", what)
 	}
 	return out
 }
 
 // entryText parses "key=value[,key=value...]" (as rls check takes it).
-func (p *parser) entryText(n *yaml.Node, what string) []config.Entry {
-	s, ok := p.scalar(n, what)
+func (p parser) entryText(n *yaml.Node, what string) []engine.Entry {
+	s, ok := p.String(n, what)
 	if !ok {
 		return nil
 	}
-	var out []config.Entry
+	var out []engine.Entry
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			p.errorf(n, "%s: %q: entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)", what, s)
+			p.Errorf(n, "%s: %q: entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)", what, s)
 			return nil
 		}
-		out = append(out, config.Entry{Key: k, Value: v})
+		out = append(out, engine.Entry{Key: k, Value: v})
 	}
 	return out
 }
 
-func (p *parser) override(n *yaml.Node, what string) *service.Override {
-	fs := p.fields(n, what, "requests_per_unit", "unit", "unit_multiplier")
+func (p parser) override(n *yaml.Node, what string) *service.Override {
+	fs := p.Object(n, what, "requests_per_unit", "unit", "unit_multiplier")
 	o := &service.Override{}
 	if v := fs["requests_per_unit"]; v != nil {
-		r, _ := p.number(v, what+".requests_per_unit", math.MaxUint32)
+		r, _ := p.Number(v, what+".requests_per_unit", math.MaxUint32)
 		o.RequestsPerUnit = uint32(r)
 	} else if n.Kind == yaml.MappingNode {
-		p.errorf(n, "%s needs requests_per_unit", what)
+		p.Errorf(n, "%s needs requests_per_unit", what)
 	}
 	if v := fs["unit"]; v != nil {
 		s := p.str(v, what+".unit")
-		for u := engine.Second; u <= engine.Year; u++ {
-			if strings.EqualFold(s, u.String()) {
-				o.Unit = u
-			}
-		}
-		if o.Unit == engine.UnitUnknown {
-			p.errorf(v, "%s.unit: %q is not one of second|minute|hour|day|week|month|year", what, s)
+		var ok bool
+		if o.Unit, ok = engine.ParseUnit(s); !ok {
+			p.Errorf(v, "%s.unit: %q is not one of %s", what, s, engine.UnitNames())
 		}
 	} else if n.Kind == yaml.MappingNode {
-		p.errorf(n, "%s needs a unit", what)
+		p.Errorf(n, "%s needs a unit", what)
 	}
 	if v := fs["unit_multiplier"]; v != nil {
-		m, _ := p.number(v, what+".unit_multiplier", math.MaxUint32)
+		m, _ := p.Number(v, what+".unit_multiplier", math.MaxUint32)
 		o.UnitMultiplier = uint32(m)
 	}
 	return o
 }
 
-func (p *parser) httpRequest(n *yaml.Node) *config.StaticHTTPRequest {
-	fs := p.fields(n, "http", "method", "path", "authority", "headers", "client")
-	r := &config.StaticHTTPRequest{}
+func (p parser) httpRequest(n *yaml.Node) *httpdesc.StaticRequest {
+	fs := p.Object(n, "http", "method", "path", "authority", "headers", "client")
+	r := &httpdesc.StaticRequest{}
 	if v := fs["method"]; v != nil {
 		r.Method = p.str(v, "http.method")
 	}
@@ -577,29 +453,40 @@ func (p *parser) httpRequest(n *yaml.Node) *config.StaticHTTPRequest {
 		s := p.str(v, "http.client")
 		a, ok := clientip.Parse(s)
 		if !ok && s != "" {
-			p.errorf(v, "http.client: %q is not an IP address", s)
+			p.Errorf(v, "http.client: %q is not an IP address", s)
 		}
 		r.Client = a
 	}
 	if v := fs["headers"]; v != nil {
-		if v.Kind != yaml.MappingNode {
-			p.errorf(v, "http.headers must be a mapping of names to values, got %s", kind(v))
+		names := p.nameMapping(v, "http.headers must be a mapping of names to values")
+		if names == nil {
 			return r
 		}
 		r.Headers = make(map[string]string)
-		for i := 0; i+1 < len(v.Content); i += 2 {
-			name := p.str(v.Content[i], "a header name")
-			if _, dup := r.Headers[strings.ToLower(name)]; dup {
-				p.errorf(v.Content[i], "duplicate header %q", name)
+		for _, f := range names {
+			name := strings.ToLower(f.Key)
+			if _, dup := r.Headers[name]; dup {
+				p.Errorf(f.KeyNode, "duplicate header %q", name)
 			}
-			r.Headers[strings.ToLower(name)] = p.str(v.Content[i+1], fmt.Sprintf("header %q", name))
+			r.Headers[name] = p.str(f.Value, fmt.Sprintf("header %q", f.Key))
 		}
 	}
 	return r
 }
 
-func (p *parser) status(n *yaml.Node, what string) StatusExpectation {
-	fs := p.fields(n, what, "code", "remaining", "reset", "limit")
+// nameMapping returns the fields of n, a mapping of header names to
+// values; anything else is reported with what it must be.
+func (p parser) nameMapping(n *yaml.Node, must string) []strictyaml.Field {
+	v := p.Resolve(n)
+	if v.Kind != yaml.MappingNode {
+		p.Errorf(v, "%s, got %s", must, strictyaml.Describe(v))
+		return nil
+	}
+	return p.Fields(v)
+}
+
+func (p parser) status(n *yaml.Node, what string) StatusExpectation {
+	fs := p.Object(n, what, "code", "remaining", "reset", "limit")
 	var e StatusExpectation
 	if v := fs["code"]; v != nil {
 		if c, ok := p.code(v, what+".code"); ok {
@@ -610,46 +497,40 @@ func (p *parser) status(n *yaml.Node, what string) StatusExpectation {
 		if v.Kind == yaml.ScalarNode && v.Value == "unlimited" {
 			r := uint32(math.MaxUint32)
 			e.Remaining = &r
-		} else if r, ok := p.number(v, what+".remaining", math.MaxUint32); ok {
+		} else if r, ok := p.Number(v, what+".remaining", math.MaxUint32); ok {
 			r32 := uint32(r)
 			e.Remaining = &r32
 		}
 	}
 	if v := fs["reset"]; v != nil {
-		if d, ok := p.duration(v, what+".reset"); ok {
+		if d, ok := p.Duration(v, what+".reset"); ok {
 			if d%time.Second != 0 || d < 0 {
-				p.errorf(v, "%s.reset: %s is not whole seconds (duration_until_reset is sent in whole seconds, rounded up)", what, d)
+				p.Errorf(v, "%s.reset: %s is not whole seconds (duration_until_reset is sent in whole seconds, rounded up)", what, d)
 			}
 			e.Reset = &d
 		}
 	}
 	if v := fs["limit"]; v != nil {
 		var l string
-		if v.ShortTag() != "!!null" {
+		if !strictyaml.IsNull(v) {
 			l = p.str(v, what+".limit")
 		}
 		e.Limit = &l
 	}
 	if len(fs) == 0 && n.Kind == yaml.MappingNode {
-		p.errorf(n, "%s expects nothing (code, remaining, reset or limit)", what)
+		p.Errorf(n, "%s expects nothing (code, remaining, reset or limit)", what)
 	}
 	return e
 }
 
-func (p *parser) headers(n *yaml.Node) []HeaderExpectation {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "headers must be a mapping of names to values (null: absent), got %s", kind(n))
-		return nil
-	}
+func (p parser) headers(n *yaml.Node) []HeaderExpectation {
 	var out []HeaderExpectation
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		name := p.str(n.Content[i], "a header name")
-		v := n.Content[i+1]
-		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
-			out = append(out, HeaderExpectation{Name: name, Absent: true})
+	for _, f := range p.nameMapping(n, "headers must be a mapping of names to values (null: absent)") {
+		if strictyaml.IsNull(p.Resolve(f.Value)) {
+			out = append(out, HeaderExpectation{Name: f.Key, Absent: true})
 			continue
 		}
-		out = append(out, HeaderExpectation{Name: name, Value: p.str(v, fmt.Sprintf("header %q", name))})
+		out = append(out, HeaderExpectation{Name: f.Key, Value: p.str(f.Value, fmt.Sprintf("header %q", f.Key))})
 	}
 	return out
 }

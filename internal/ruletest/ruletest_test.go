@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/strictyaml"
 )
 
 const limitsYAML = `
@@ -189,18 +190,17 @@ func TestCasesDoNotShareCounters(t *testing.T) {
 // TestBadFiles: every file of testdata/bad is refused with exactly the
 // problems listed, as file:line:col: message.
 func TestBadFiles(t *testing.T) {
-	known := "(known: at, after, instant, domain, descriptors, http, hits, repeat, every, expect, statuses, headers)"
 	want := map[string][]string{
 		"alias.yaml": {
-			`2:1: unknown key "step" in the test file (known: domain, start, tests)`,
-			"6:42: aliases are not supported in test files",
+			`2:1: unknown key "step" in the test file (allowed: domain, start, tests)`,
+			"6:52: aliases are not supported in test files",
 		},
 		"bad_client.yaml":           {`5:24: http.client: "10.0.0.300" is not an IP address`},
 		"bad_code.yaml":             {`6:17: expect: "DENIED" is not OK or OVER_LIMIT`},
-		"bad_duration.yaml":         {`5:13: at: "10" is not a duration (e.g. 1.5s, 2m, 1h30m)`},
+		"bad_duration.yaml":         {`5:13: at must be a duration (e.g. 1.5s, 2m, 1h30m), got number 10`},
 		"bad_entries.yaml":          {`5:23: descriptors[0]: "remote_address": entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)`},
 		"bad_start.yaml":            {`4:12: start: "2030-01-01" is not an RFC 3339 instant (e.g. 2030-01-01T00:00:00Z)`},
-		"descriptors_and_http.yaml": {"6:15: a step has descriptors or http, not both"},
+		"descriptors_and_http.yaml": {"6:16: a step has descriptors or http, not both"},
 		"duplicate_name.yaml":       {`5:5: duplicate test name "same" (first at line 3)`},
 		"empty.yaml":                {"1:1: empty test file (want tests:)"},
 		"hits_negative.yaml":        {"5:46: descriptors[0].hits must not be negative, got -1"},
@@ -218,7 +218,7 @@ func TestBadFiles(t *testing.T) {
 		"unknown_anchor.yaml":       {"6:22: invalid YAML: unknown anchor 'd' referenced"},
 		"unknown_key.yaml": {
 			"5:9: a step needs expect: OK or expect: OVER_LIMIT",
-			`6:9: unknown key "expct" in a step ` + known,
+			`6:9: unknown key "expct" in a step (did you mean "expect"?)`,
 		},
 	}
 	files, _ := filepath.Glob("testdata/bad/*.yaml")
@@ -228,7 +228,7 @@ func TestBadFiles(t *testing.T) {
 	for _, path := range files {
 		name := filepath.Base(path)
 		_, err := LoadFile(path)
-		var list config.ErrorList
+		var list strictyaml.ErrorList
 		if !errors.As(err, &list) {
 			t.Errorf("%s: LoadFile = %v, want problems", name, err)
 			continue
@@ -308,5 +308,44 @@ tests:
 	var out bytes.Buffer
 	if passed, _ := Run(cfg, f, &out); passed != 1 {
 		t.Errorf("Run:\n%s\nwant the case to pass", out.String())
+	}
+}
+
+// TestProblemsReportedAsConfigDoes: a test file and a config file read
+// with one reader, so that the same mistake is reported in the same words
+// (before, test files listed known keys instead of proposing the nearest,
+// named duplicates without the first one's place, called a list key
+// `unknown key ""`, refused merge keys, and spelled booleans and numbers
+// their own way).
+func TestProblemsReportedAsConfigDoes(t *testing.T) {
+	step := "domain: api\ntests:\n  - name: t\n    steps:\n      - "
+	limit := "domain: api\ndescriptors:\n  - key: k\n    rate_limit: "
+	for _, tc := range []struct {
+		name, test, config   string
+		wantTest, wantConfig string // how the messages end
+	}{
+		{"unknown key", step + "{descriptors: [a=b], expct: OK}\n", limit + "{unit: second, requests_per_units: 1}\n",
+			`unknown key "expct" in a step (did you mean "expect"?)`, `unknown key "requests_per_units" in rate_limit (did you mean "requests_per_unit"?)`},
+		{"duplicate key", step + "{descriptors: [a=b], expect: OK, expect: OK}\n", limit + "{unit: second, unit: second}\n",
+			`duplicate key "expect" (first at 5:30)`, `duplicate key "unit" (first at 4:18)`},
+		{"boolean", step + "{descriptors: [{entries: a=b, refund: 1}], expect: OK}\n", limit + "{unit: second, shadow_mode: 1}\n",
+			"refund must be true or false, got number 1", "shadow_mode must be true or false, got number 1"},
+		{"number", step + "{descriptors: [{entries: a=b, hits: 1.5}], expect: OK}\n", limit + "{unit: second, requests_per_unit: 1.5}\n",
+			"hits must be a whole number, got number 1.5", "requests_per_unit must be a whole number, got number 1.5"},
+		{"key not a string", step + "{[a]: 1, descriptors: [a=b], expect: OK}\n", limit + "{[a]: 1, unit: second}\n",
+			"a mapping key must be a string, got a list", "a mapping key must be a string, got a list"},
+	} {
+		_, testErr := Parse("t.yaml", []byte(tc.test))
+		_, configErr := config.Parse("c.yaml", []byte(tc.config))
+		if testErr == nil || !strings.HasSuffix(testErr.Error(), tc.wantTest) {
+			t.Errorf("%s: test file: %v, want a problem ending %q", tc.name, testErr, tc.wantTest)
+		}
+		if configErr == nil || !strings.HasSuffix(configErr.Error(), tc.wantConfig) {
+			t.Errorf("%s: config file: %v, want a problem ending %q", tc.name, configErr, tc.wantConfig)
+		}
+	}
+	// Merge keys work in both.
+	if _, err := Parse("t.yaml", []byte(step+"{<<: {expect: OK}, descriptors: [a=b]}\n")); err != nil {
+		t.Errorf("a step with a merge key: %v", err)
 	}
 }

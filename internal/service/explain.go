@@ -8,6 +8,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/httpdesc"
 )
 
 // Explanation says how the service would resolve a request and what its
@@ -181,7 +182,7 @@ func (s *Service) Explain(ctx context.Context, req *Request) (*Explanation, erro
 // descriptors come from the domain's http_descriptors (one hit each), as
 // CheckHTTP makes them. For a domain the config does not have, it explains
 // that.
-func (s *Service) ExplainHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*Explanation, error) {
+func (s *Service) ExplainHTTP(ctx context.Context, domain string, r httpdesc.Request) (*Explanation, error) {
 	cur := s.current.Load()
 	var cfg *config.Config
 	if cur != nil {
@@ -189,7 +190,10 @@ func (s *Service) ExplainHTTP(ctx context.Context, domain string, r config.HTTPR
 	}
 	dom := cfg.Domain(domain)
 	req := &Request{Domain: domain}
-	traces := dom.ExplainHTTPDescriptors(r)
+	var traces []httpdesc.Trace
+	if dom != nil {
+		traces = dom.HTTPDescriptors.Explain(r)
+	}
 	items := make([]HTTPItemExplanation, len(traces))
 	for i, tr := range traces {
 		it := &items[i]

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/httpdesc"
 )
 
 func (f *fixture) explain(t *testing.T, req *Request) *Explanation {
@@ -162,7 +162,7 @@ func TestExplainInvalid(t *testing.T) {
 
 func TestExplainHTTP(t *testing.T) {
 	f := newFixture(t, Options{})
-	r := &config.StaticHTTPRequest{Method: "GET", Path: "/", Client: netip.MustParseAddr("192.0.2.7")}
+	r := &httpdesc.StaticRequest{Method: "GET", Path: "/", Client: netip.MustParseAddr("192.0.2.7")}
 	ex, err := f.svc.ExplainHTTP(context.Background(), "api", r)
 	if err != nil {
 		t.Fatal(err)

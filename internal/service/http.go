@@ -3,7 +3,7 @@ package service
 import (
 	"context"
 
-	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/httpdesc"
 )
 
 // CheckHTTP decides a plain HTTP request (nginx auth_request, ext_authz)
@@ -11,7 +11,7 @@ import (
 // applied to r, one hit each. The response always carries both header
 // drafts. It returns ErrUnknownDomain when the config has no such domain;
 // a domain whose http_descriptors produce nothing for r answers OK.
-func (s *Service) CheckHTTP(ctx context.Context, domain string, r config.HTTPRequest) (*Response, error) {
+func (s *Service) CheckHTTP(ctx context.Context, domain string, r httpdesc.Request) (*Response, error) {
 	cur := s.current.Load()
 	if cur == nil {
 		return nil, ErrUnknownDomain
@@ -22,7 +22,7 @@ func (s *Service) CheckHTTP(ctx context.Context, domain string, r config.HTTPReq
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	sc.built = dom.BuildHTTPDescriptors(r, sc.built[:0])
+	sc.built = dom.HTTPDescriptors.Build(r, sc.built[:0])
 	if len(sc.built) == 0 {
 		s.m.requestsOK.Inc()
 		return &Response{Code: OK}, nil

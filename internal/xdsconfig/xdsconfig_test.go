@@ -40,7 +40,7 @@ func (t *target) Load(version string, configs []*rlsconfv3.RateLimitConfig) erro
 		t.loads = map[string]int{}
 	}
 	t.loads[version]++
-	cfg, err := config.FromXDS(config.ReferenceOptions{}, configs)
+	cfg, err := config.FromXDS(config.ParseOptions{}, configs)
 	if err != nil {
 		return err
 	}

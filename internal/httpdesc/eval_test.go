@@ -1,11 +1,11 @@
-package config
+package httpdesc
 
 import (
 	"reflect"
 	"testing"
 )
 
-func TestBuildHTTPDescriptors(t *testing.T) {
+func TestBuild(t *testing.T) {
 	tests := []struct {
 		name    string
 		actions string // the http_descriptors list
@@ -14,109 +14,110 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 	}{
 		{
 			name:    "remote_address",
-			actions: "- actions: [{remote_address: {}}]",
+			actions: "\n- actions: [{remote_address: {}}]",
 			r:       req("203.0.113.7"),
 			want:    [][]Entry{entries("remote_address", "203.0.113.7")},
 		},
 		{
 			name:    "remote_address unmaps IPv4-mapped IPv6",
-			actions: "- actions: [{remote_address: }]",
+			actions: "\n- actions: [{remote_address: }]",
 			r:       req("::ffff:203.0.113.7"),
 			want:    [][]Entry{entries("remote_address", "203.0.113.7")},
 		},
 		{
 			name:    "remote_address IPv6 without zone",
-			actions: "- actions: [{remote_address: {}}]",
+			actions: "\n- actions: [{remote_address: {}}]",
 			r:       req("fe80::1%eth0"),
 			want:    [][]Entry{entries("remote_address", "fe80::1")},
 		},
 		{
 			name:    "remote_address unknown drops the descriptor",
-			actions: "- actions: [{remote_address: {}}]\n- actions: [{generic_key: {descriptor_value: x}}]",
+			actions: "\n- actions: [{remote_address: {}}]\n- actions: [{generic_key: {descriptor_value: x}}]",
 			r:       req(""),
 			want:    [][]Entry{entries("generic_key", "x")},
 		},
 		{
 			name:    "masked_remote_address IPv4",
-			actions: "- actions: [{masked_remote_address: {v4_prefix_mask_len: 24, v6_prefix_mask_len: 64}}]",
+			actions: "\n- actions: [{masked_remote_address: {v4_prefix_mask_len: 24, v6_prefix_mask_len: 64}}]",
 			r:       req("192.168.1.77"),
 			want:    [][]Entry{entries("masked_remote_address", "192.168.1.0/24")},
 		},
 		{
 			name:    "masked_remote_address IPv6",
-			actions: "- actions: [{masked_remote_address: {v4_prefix_mask_len: 24, v6_prefix_mask_len: 64}}]",
+			actions: "\n- actions: [{masked_remote_address: {v4_prefix_mask_len: 24, v6_prefix_mask_len: 64}}]",
 			r:       req("2001:db8:1:2:3:4:5:6"),
 			want:    [][]Entry{entries("masked_remote_address", "2001:db8:1:2::/64")},
 		},
 		{
 			name:    "masked_remote_address defaults /32 and /128, mapped address unmapped",
-			actions: "- actions: [{masked_remote_address: {}}]",
+			actions: "\n- actions: [{masked_remote_address: {}}]",
 			r:       req("::ffff:10.1.2.3"),
 			want:    [][]Entry{entries("masked_remote_address", "10.1.2.3/32")},
 		},
 		{
 			name:    "masked_remote_address /0",
-			actions: "- actions: [{masked_remote_address: {v4_prefix_mask_len: 0}}]",
+			actions: "\n- actions: [{masked_remote_address: {v4_prefix_mask_len: 0}}]",
 			r:       req("10.1.2.3"),
 			want:    [][]Entry{entries("masked_remote_address", "0.0.0.0/0")},
 		},
 		{
 			name:    "request_headers first value, pseudo-header",
-			actions: "- actions: [{request_headers: {header_name: X-Api-Key, descriptor_key: api_key}}, {request_headers: {header_name: ':path', descriptor_key: path}}]",
+			actions: "\n- actions: [{request_headers: {header_name: X-Api-Key, descriptor_key: api_key}}, {request_headers: {header_name: ':path', descriptor_key: path}}]",
 			r:       req("10.0.0.1", "x-api-key", "k1", ":path", "/a?b=c"),
 			want:    [][]Entry{entries("api_key", "k1", "path", "/a?b=c")},
 		},
 		{
 			name:    "request_headers absent drops the descriptor",
-			actions: "- actions: [{remote_address: {}}, {request_headers: {header_name: x-api-key, descriptor_key: api_key}}]",
+			actions: "\n- actions: [{remote_address: {}}, {request_headers: {header_name: x-api-key, descriptor_key: api_key}}]",
 			r:       req("10.0.0.1"),
 			want:    nil,
 		},
 		{
 			name:    "request_headers absent with skip_if_absent leaves the entry out",
-			actions: "- actions: [{remote_address: {}}, {request_headers: {header_name: x-api-key, descriptor_key: api_key, skip_if_absent: true}}]",
+			actions: "\n- actions: [{remote_address: {}}, {request_headers: {header_name: x-api-key, descriptor_key: api_key, skip_if_absent: true}}]",
 			r:       req("10.0.0.1"),
 			want:    [][]Entry{entries("remote_address", "10.0.0.1")},
 		},
 		{
 			name:    "request_headers present but empty is an entry",
-			actions: "- actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]",
+			actions: "\n- actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]",
 			r:       req("", "x-api-key", ""),
 			want:    [][]Entry{entries("api_key", "")},
 		},
 		{
 			name:    "every entry skipped: no descriptor",
-			actions: "- actions: [{request_headers: {header_name: x-a, descriptor_key: a, skip_if_absent: true}}, {query_parameters: {query_parameter_name: q, descriptor_key: q, skip_if_absent: true}}]",
+			actions: "\n- actions: [{request_headers: {header_name: x-a, descriptor_key: a, skip_if_absent: true}}, {query_parameters: {query_parameter_name: q, descriptor_key: q, skip_if_absent: true}}]",
 			r:       req("", ":path", "/"),
 			want:    nil,
 		},
 		{
 			name:    "query_parameters first occurrence, decoded",
-			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}, {query_parameters: {query_parameter_name: 'a b', descriptor_key: ab}}]",
+			actions: "\n- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}, {query_parameters: {query_parameter_name: 'a b', descriptor_key: ab}}]",
 			r:       req("", ":path", "/list?x=1&page=2%2B3&page=9&a+b=c%20d#frag"),
 			want:    [][]Entry{entries("page", "2+3", "ab", "c d")},
 		},
 		{
 			name:    "query_parameters: a fragment is not the query",
-			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}]\n- actions: [{generic_key: {descriptor_value: g}}]",
+			actions: "\n- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}]\n- actions: [{generic_key: {descriptor_value: g}}]",
 			r:       req("", ":path", "/a#?page=z"),
 			want:    [][]Entry{entries("generic_key", "g")},
 		},
 		{
 			name:    "query_parameters: the query ends at the fragment",
-			actions: "- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}, {query_parameters: {query_parameter_name: x, descriptor_key: x, skip_if_absent: true}}]",
+			actions: "\n- actions: [{query_parameters: {query_parameter_name: page, descriptor_key: page}}, {query_parameters: {query_parameter_name: x, descriptor_key: x, skip_if_absent: true}}]",
 			r:       req("", ":path", "/a?page=1#x=2&page=3"),
 			want:    [][]Entry{entries("page", "1")},
 		},
 		{
 			name:    ":path without its fragment",
-			actions: "- actions: [{request_headers: {header_name: ':path', descriptor_key: path}}]",
+			actions: "\n- actions: [{request_headers: {header_name: ':path', descriptor_key: path}}]",
 			r:       req("", ":path", "/a/b?x=1#frag?y=2"),
 			want:    [][]Entry{entries("path", "/a/b?x=1")},
 		},
 		{
 			name: "header_value_match on :path without its fragment",
-			actions: `- actions:
+			actions: `
+- actions:
     - header_value_match:
         descriptor_value: root
         headers: [{name: ":path", string_match: {exact: /}}]`,
@@ -125,43 +126,44 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 		},
 		{
 			name:    "other headers keep their #",
-			actions: "- actions: [{request_headers: {header_name: x-tag, descriptor_key: tag}}]",
+			actions: "\n- actions: [{request_headers: {header_name: x-tag, descriptor_key: tag}}]",
 			r:       req("", "x-tag", "a#b"),
 			want:    [][]Entry{entries("tag", "a#b")},
 		},
 		{
 			name:    "query_parameters without = is empty",
-			actions: "- actions: [{query_parameters: {query_parameter_name: flag, descriptor_key: flag}}]",
+			actions: "\n- actions: [{query_parameters: {query_parameter_name: flag, descriptor_key: flag}}]",
 			r:       req("", ":path", "/p?&flag&x=1"),
 			want:    [][]Entry{entries("flag", "")},
 		},
 		{
 			name:    "query_parameters badly escaped stays as sent",
-			actions: "- actions: [{query_parameters: {query_parameter_name: q, descriptor_key: q}}]",
+			actions: "\n- actions: [{query_parameters: {query_parameter_name: q, descriptor_key: q}}]",
 			r:       req("", ":path", "/p?q=100%"),
 			want:    [][]Entry{entries("q", "100%")},
 		},
 		{
 			name:    "query_parameters absent drops the descriptor",
-			actions: "- actions: [{query_parameters: {query_parameter_name: q, descriptor_key: q}}]\n- actions: [{query_parameters: {query_parameter_name: q, descriptor_key: q}}]",
+			actions: "\n- actions: [{query_parameters: {query_parameter_name: q, descriptor_key: q}}]\n- actions: [{query_parameters: {query_parameter_name: q, descriptor_key: q}}]",
 			r:       req("", ":path", "/p?qq=1"),
 			want:    nil,
 		},
 		{
 			name:    "query_parameters skip_if_absent",
-			actions: "- actions: [{generic_key: {descriptor_value: g}}, {query_parameters: {query_parameter_name: q, descriptor_key: q, skip_if_absent: true}}]",
+			actions: "\n- actions: [{generic_key: {descriptor_value: g}}, {query_parameters: {query_parameter_name: q, descriptor_key: q, skip_if_absent: true}}]",
 			r:       req("", ":path", "/p"),
 			want:    [][]Entry{entries("generic_key", "g")},
 		},
 		{
 			name:    "generic_key default and custom key",
-			actions: "- actions: [{generic_key: {descriptor_value: writes}}, {generic_key: {descriptor_key: tier, descriptor_value: gold}}]",
+			actions: "\n- actions: [{generic_key: {descriptor_value: writes}}, {generic_key: {descriptor_key: tier, descriptor_value: gold}}]",
 			r:       req(""),
 			want:    [][]Entry{entries("generic_key", "writes", "tier", "gold")},
 		},
 		{
 			name: "header_value_match all match",
-			actions: `- actions:
+			actions: `
+- actions:
     - header_value_match:
         descriptor_value: post
         headers: [{name: ":method", string_match: {exact: POST}}, {name: x-b, present_match: true}]`,
@@ -170,7 +172,8 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 		},
 		{
 			name: "header_value_match one misses: no descriptor",
-			actions: `- actions:
+			actions: `
+- actions:
     - header_value_match:
         descriptor_value: post
         headers: [{name: ":method", string_match: {exact: POST}}, {name: x-b, present_match: true}]`,
@@ -179,7 +182,8 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 		},
 		{
 			name: "header_value_match expect_match false: entry when not all match",
-			actions: `- actions:
+			actions: `
+- actions:
     - header_value_match:
         descriptor_key: not_get
         descriptor_value: "yes"
@@ -190,7 +194,8 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 		},
 		{
 			name: "header_value_match expect_match false: no entry when all match",
-			actions: `- actions:
+			actions: `
+- actions:
     - header_value_match:
         descriptor_value: "yes"
         expect_match: false
@@ -200,7 +205,8 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 		},
 		{
 			name: "several items, order kept, failing ones dropped",
-			actions: `- actions: [{remote_address: {}}]
+			actions: `
+- actions: [{remote_address: {}}]
 - actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
 - actions: [{request_headers: {header_name: ":path", descriptor_key: path}}]`,
 			r:    req("10.9.8.7", ":path", "/api/v1/users"),
@@ -208,30 +214,27 @@ func TestBuildHTTPDescriptors(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		c := parseString(t, "domain: h\nhttp_descriptors:\n"+tt.actions+"\n")
-		d := c.Domain("h")
-		got := d.BuildHTTPDescriptors(tt.r, nil)
+		got := parse(t, tt.actions).Build(tt.r, nil)
 		if !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("%s: BuildHTTPDescriptors(%+v) = %v, want %v", tt.name, tt.r, got, tt.want)
+			t.Errorf("%s: Build(%+v) = %v, want %v", tt.name, tt.r, got, tt.want)
 		}
 	}
 }
 
-// TestBuildHTTPDescriptorsAppends: dst is appended to, not replaced.
-func TestBuildHTTPDescriptorsAppends(t *testing.T) {
-	d := parseString(t, "domain: h\nhttp_descriptors: [{actions: [{generic_key: {descriptor_value: g}}]}]\n").Domain("h")
+// TestBuildAppends: dst is appended to, not replaced.
+func TestBuildAppends(t *testing.T) {
+	l := parse(t, "[{actions: [{generic_key: {descriptor_value: g}}]}]")
 	dst := [][]Entry{entries("first", "1")}
-	got := d.BuildHTTPDescriptors(req(""), dst)
+	got := l.Build(req(""), dst)
 	if want := [][]Entry{entries("first", "1"), entries("generic_key", "g")}; !reflect.DeepEqual(got, want) {
-		t.Errorf("BuildHTTPDescriptors(dst=[first]) = %v, want %v", got, want)
+		t.Errorf("Build(dst=[first]) = %v, want %v", got, want)
 	}
-	none := parseString(t, "domain: n\n").Domain("n")
-	if got := none.BuildHTTPDescriptors(req("10.0.0.1"), dst); !reflect.DeepEqual(got, dst) {
-		t.Errorf("no http_descriptors: BuildHTTPDescriptors = %v, want dst unchanged", got)
+	var none List
+	if got := none.Build(req("10.0.0.1"), dst); !reflect.DeepEqual(got, dst) {
+		t.Errorf("no http_descriptors: Build = %v, want dst unchanged", got)
 	}
-	var nilDomain *Domain
-	if got := nilDomain.BuildHTTPDescriptors(req(""), nil); got != nil {
-		t.Errorf("(*Domain)(nil).BuildHTTPDescriptors = %v, want nil", got)
+	if got := none.Build(req(""), nil); got != nil {
+		t.Errorf("no http_descriptors: Build(nil) = %v, want nil", got)
 	}
 }
 
@@ -266,12 +269,12 @@ func TestHeaderMatcher(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, invert := range []bool{false, true} {
-			text := "domain: h\nhttp_descriptors:\n- actions:\n  - header_value_match:\n      descriptor_value: v\n      headers: [{name: x-h, string_match: " + tt.matcher
+			text := "\n- actions:\n  - header_value_match:\n      descriptor_value: v\n      headers: [{name: x-h, string_match: " + tt.matcher
 			if invert {
 				text += ", invert_match: true"
 			}
 			text += "}]\n"
-			m := parseString(t, text).Domain("h").HTTPDescriptors[0].actions[0].Headers[0]
+			m := parse(t, text)[0].actions[0].Headers[0]
 			r := req("")
 			if tt.value != "<absent>" {
 				r = req("", "x-h", tt.value)
@@ -306,20 +309,5 @@ func TestHeaderMatcher(t *testing.T) {
 		if got := m.matches(r); got != tt.want {
 			t.Errorf("present_match %v, invert_match %v, header set %v: matches = %v, want %v", tt.present, tt.invert, tt.headerSet, got, tt.want)
 		}
-	}
-}
-
-func TestKindStrings(t *testing.T) {
-	if got := actionHeaderValueMatch.String(); got != "header_value_match" {
-		t.Errorf("actionHeaderValueMatch.String() = %q", got)
-	}
-	if got := actionKind(99).String(); got != "unknown" {
-		t.Errorf("actionKind(99).String() = %q", got)
-	}
-	if got := matchRegex.String(); got != "safe_regex" {
-		t.Errorf("matchRegex.String() = %q", got)
-	}
-	if got := matchKind(99).String(); got != "unknown" {
-		t.Errorf("matchKind(99).String() = %q", got)
 	}
 }

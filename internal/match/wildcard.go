@@ -1,21 +1,22 @@
-package config
+package match
 
 import "strings"
 
-// wildcardIndex finds, among the wildcard values of one key at one level
-// of a tree, the first in file order that matches a value. Patterns are
-// indexed by their literal prefix (the text before the first '*') in a
-// radix tree; where more than linearGroup patterns share a prefix, they
-// are indexed by their literal suffix (the text after the last '*') in a
-// radix tree read from the end. A lookup walks the value once forward and,
-// at each of its prefixes that some patterns have, tries those patterns
-// or walks their suffix tree backward: its cost grows with the value's
-// length and the number of pattern prefixes along it, not with the number
-// of patterns. Patterns with the same prefix and suffix (that differ in
-// their middle parts) are tried one by one in file order. Built once,
-// never modified: safe for concurrent use. Lookups do not allocate.
-type wildcardIndex struct {
-	nodes    []*Descriptor // in file order: a pattern's rank is its position
+// wildcards finds, among the wildcard values of one key at one level of a
+// tree, the first in order that matches a value. Patterns are indexed by
+// their literal prefix (the text before the first '*') in a radix tree;
+// where more than linearGroup patterns share a prefix, they are indexed by
+// their literal suffix (the text after the last '*') in a radix tree read
+// from the end. A lookup walks the value once forward and, at each of its
+// prefixes that some patterns have, tries those patterns or walks their
+// suffix tree backward: its cost grows with the value's length and the
+// number of pattern prefixes along it, not with the number of patterns.
+// Patterns with the same prefix and suffix (that differ in their middle
+// parts) are tried one by one in order. Built once, never modified: safe
+// for concurrent use. Lookups do not allocate.
+type wildcards[N any] struct {
+	nodes    []N        // in order: a pattern's rank is its position
+	segs     [][]string // per rank, the pattern split at '*'
 	prefixes radixNode
 }
 
@@ -34,12 +35,14 @@ type radixNode struct {
 	suffixes *radixNode   // prefix tree only, instead of ranks
 }
 
-// newWildcardIndex indexes nodes, wildcard nodes of one key in file order.
-func newWildcardIndex(nodes []*Descriptor) *wildcardIndex {
-	ix := &wildcardIndex{nodes: nodes}
+// newWildcards indexes nodes, the wildcard nodes of one key in order.
+func newWildcards[N any](nodes []N, keyValue func(N) (key, value string)) *wildcards[N] {
+	w := &wildcards[N]{nodes: nodes, segs: make([][]string, len(nodes))}
 	var crowded []*radixNode
 	for rank, n := range nodes {
-		p := ix.prefixes.insert(n.segs[0])
+		_, value := keyValue(n)
+		w.segs[rank] = strings.Split(value, "*")
+		p := w.prefixes.insert(w.segs[rank][0])
 		p.ranks = append(p.ranks, int32(rank))
 		if len(p.ranks) == linearGroup+1 {
 			crowded = append(crowded, p)
@@ -48,24 +51,24 @@ func newWildcardIndex(nodes []*Descriptor) *wildcardIndex {
 	for _, p := range crowded {
 		p.suffixes = &radixNode{}
 		for _, r := range p.ranks {
-			segs := nodes[r].segs
+			segs := w.segs[r]
 			s := p.suffixes.insert(reversed(segs[len(segs)-1]))
 			s.ranks = append(s.ranks, r)
 		}
 		p.ranks = nil
 	}
-	return ix
+	return w
 }
 
-// lookup returns the first pattern in file order that matches v, or nil.
-func (ix *wildcardIndex) lookup(v string) *Descriptor {
-	best := len(ix.nodes)
-	n, i := &ix.prefixes, 0
+// lookup returns the first pattern in order that matches v.
+func (w *wildcards[N]) lookup(v string) (node N, ok bool) {
+	best := len(w.nodes)
+	n, i := &w.prefixes, 0
 	for {
 		if n.suffixes != nil {
-			best = ix.bySuffix(n.suffixes, v, best)
+			best = w.bySuffix(n.suffixes, v, best)
 		} else {
-			best = ix.first(n.ranks, v, best)
+			best = w.first(n.ranks, v, best)
 		}
 		if i == len(v) {
 			break
@@ -76,20 +79,20 @@ func (ix *wildcardIndex) lookup(v string) *Descriptor {
 		}
 		n, i = c, i+len(c.label)
 	}
-	if best < len(ix.nodes) {
-		return ix.nodes[best]
+	if best < len(w.nodes) {
+		return w.nodes[best], true
 	}
-	return nil
+	return node, false
 }
 
 // first returns the lowest of ranks below best whose pattern matches v,
 // else best.
-func (ix *wildcardIndex) first(ranks []int32, v string, best int) int {
+func (w *wildcards[N]) first(ranks []int32, v string, best int) int {
 	for _, r := range ranks {
 		if int(r) >= best {
 			break
 		}
-		if matchWildcard(ix.nodes[r].segs, v) {
+		if matchSegments(w.segs[r], v) {
 			return int(r)
 		}
 	}
@@ -98,10 +101,10 @@ func (ix *wildcardIndex) first(ranks []int32, v string, best int) int {
 
 // bySuffix walks the suffix tree n along v from its end and returns the
 // lowest rank below best of a pattern there that matches v, else best.
-func (ix *wildcardIndex) bySuffix(n *radixNode, v string, best int) int {
+func (w *wildcards[N]) bySuffix(n *radixNode, v string, best int) int {
 	j := len(v) // v[j:] is read
 	for {
-		best = ix.first(n.ranks, v, best)
+		best = w.first(n.ranks, v, best)
 		if j == 0 {
 			return best
 		}

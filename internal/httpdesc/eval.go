@@ -1,14 +1,19 @@
-package config
+package httpdesc
 
 import (
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"github.com/rlsproject/rls/internal/engine"
 )
 
-// HTTPRequest is what http_descriptors read from an HTTP request. The
+// Entry is one (key, value) pair of a descriptor.
+type Entry = engine.Entry
+
+// Request is what http_descriptors read from an HTTP request. The
 // transport adapters implement it.
-type HTTPRequest interface {
+type Request interface {
 	// Header returns the first value of the header with the lower-case name,
 	// and whether it is present. The pseudo-headers ":method", ":path" (with
 	// the query string; a "#fragment" after it is ignored) and ":authority"
@@ -18,16 +23,13 @@ type HTTPRequest interface {
 	ClientAddr() netip.Addr
 }
 
-// BuildHTTPDescriptors appends to dst the descriptors that the domain's
-// http_descriptors make of r, with Envoy's rules: one descriptor per item,
-// entries in action order; an action that cannot produce its entry drops
-// the whole descriptor, unless it has skip_if_absent (then only the entry is
-// left out); a descriptor left with no entries is dropped.
-func (d *Domain) BuildHTTPDescriptors(r HTTPRequest, dst [][]Entry) [][]Entry {
-	if d == nil {
-		return dst
-	}
-	for _, h := range d.HTTPDescriptors {
+// Build appends to dst the descriptors that l makes of r, with Envoy's
+// rules: one descriptor per item, entries in action order; an action that
+// cannot produce its entry drops the whole descriptor, unless it has
+// skip_if_absent (then only the entry is left out); a descriptor left with
+// no entries is dropped.
+func (l List) Build(r Request, dst [][]Entry) [][]Entry {
+	for _, h := range l {
 		if entries, failed := h.apply(r); failed < 0 && len(entries) > 0 {
 			dst = append(dst, entries)
 		}
@@ -38,9 +40,8 @@ func (d *Domain) BuildHTTPDescriptors(r HTTPRequest, dst [][]Entry) [][]Entry {
 // apply runs h's actions on r: the entries they produce, in action order,
 // and failed, the index of the action that could not produce its entry and
 // so drops the descriptor (-1 when none did; an action with skip_if_absent
-// never fails). The one rule of BuildHTTPDescriptors and
-// ExplainHTTPDescriptors.
-func (h *HTTPDescriptor) apply(r HTTPRequest) (entries []Entry, failed int) {
+// never fails). The one rule of Build and Explain.
+func (h *Item) apply(r Request) (entries []Entry, failed int) {
 	for i, a := range h.actions {
 		e, ok := a.entry(r)
 		if !ok {
@@ -58,7 +59,7 @@ func (h *HTTPDescriptor) apply(r HTTPRequest) (entries []Entry, failed int) {
 }
 
 // entry produces a's entry for r, or false when it cannot.
-func (a *action) entry(r HTTPRequest) (Entry, bool) {
+func (a *action) entry(r Request) (Entry, bool) {
 	switch a.Kind {
 	case actionRemoteAddress, actionMaskedRemoteAddress:
 		addr := r.ClientAddr()
@@ -104,7 +105,7 @@ func (a *action) entry(r HTTPRequest) (Entry, bool) {
 // pseudo-header comes without its fragment ("#..."): Envoy never sees one
 // (clients do not send it), but a forward-auth X-Original-URI may carry
 // one, and it is neither path nor query.
-func header(r HTTPRequest, name string) (string, bool) {
+func header(r Request, name string) (string, bool) {
 	v, ok := r.Header(name)
 	if name == ":path" {
 		v, _, _ = strings.Cut(v, "#")
@@ -146,7 +147,7 @@ func unescapeQuery(s string) string {
 // matches applies m to r with Envoy's rules: an absent header matches only
 // present_match: false (or present_match: true inverted); invert_match
 // inverts the result for a present header.
-func (m *headerMatcher) matches(r HTTPRequest) bool {
+func (m *headerMatcher) matches(r Request) bool {
 	v, ok := header(r, m.Name)
 	if m.Kind == matchPresent {
 		return (ok == m.Present) != m.Invert

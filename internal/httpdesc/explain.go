@@ -1,4 +1,4 @@
-package config
+package httpdesc
 
 import (
 	"fmt"
@@ -6,11 +6,11 @@ import (
 	"strings"
 )
 
-// HTTPTrace is what one item of a domain's http_descriptors made of a
-// request: its descriptor, or the action that dropped it and why.
-type HTTPTrace struct {
-	// Index is the item's position in http_descriptors; Line and Column
-	// locate it in its file.
+// Trace is what one item of http_descriptors made of a request: its
+// descriptor, or the action that dropped it and why.
+type Trace struct {
+	// Index is the item's position in the list; Line and Column locate it
+	// in its file.
 	Index        int
 	Line, Column int
 	// Entries is the descriptor the item made; nil when it made none.
@@ -23,17 +23,16 @@ type HTTPTrace struct {
 	Reason     string
 }
 
-// ExplainHTTPDescriptors applies the domain's http_descriptors to r as
-// BuildHTTPDescriptors does and says, item by item, what each made or why
-// it made nothing. The descriptors made are those BuildHTTPDescriptors
+// Explain applies l to r as Build does and says, item by item, what each
+// made or why it made nothing. The descriptors made are those Build
 // returns, in the same order.
-func (d *Domain) ExplainHTTPDescriptors(r HTTPRequest) []HTTPTrace {
-	if d == nil {
+func (l List) Explain(r Request) []Trace {
+	if l == nil {
 		return nil
 	}
-	out := make([]HTTPTrace, 0, len(d.HTTPDescriptors))
-	for i, h := range d.HTTPDescriptors {
-		tr := HTTPTrace{Index: i, Line: h.Line, Column: h.Column}
+	out := make([]Trace, 0, len(l))
+	for i, h := range l {
+		tr := Trace{Index: i, Line: h.Line, Column: h.Column}
 		entries, failed := h.apply(r)
 		switch tr.Action = failed; {
 		case failed >= 0:
@@ -50,7 +49,7 @@ func (d *Domain) ExplainHTTPDescriptors(r HTTPRequest) []HTTPTrace {
 }
 
 // whyNot says why a could not produce its entry for r.
-func (a *action) whyNot(r HTTPRequest) string {
+func (a *action) whyNot(r Request) string {
 	switch a.Kind {
 	case actionRemoteAddress, actionMaskedRemoteAddress:
 		if !r.ClientAddr().IsValid() {
@@ -70,11 +69,11 @@ func (a *action) whyNot(r HTTPRequest) string {
 	return "no entry"
 }
 
-// StaticHTTPRequest is an HTTPRequest given by its parts, for tools that
-// describe a request rather than receive one (rls test, POST
-// /debug/explain). The zero value is a request with no headers and no
-// client address. Safe for concurrent use once made.
-type StaticHTTPRequest struct {
+// StaticRequest is a Request given by its parts, for tools that describe
+// a request rather than receive one (rls test, POST /debug/explain). The
+// zero value is a request with no headers and no client address. Safe for
+// concurrent use once made.
+type StaticRequest struct {
 	Method    string // ":method"; absent when empty
 	Path      string // ":path", with the query string; absent when empty
 	Authority string // ":authority"; absent when empty
@@ -83,8 +82,8 @@ type StaticHTTPRequest struct {
 	Client  netip.Addr
 }
 
-// Header implements HTTPRequest.
-func (r *StaticHTTPRequest) Header(name string) (string, bool) {
+// Header implements Request.
+func (r *StaticRequest) Header(name string) (string, bool) {
 	switch name {
 	case ":method":
 		return r.Method, r.Method != ""
@@ -104,5 +103,5 @@ func (r *StaticHTTPRequest) Header(name string) (string, bool) {
 	return "", false
 }
 
-// ClientAddr implements HTTPRequest.
-func (r *StaticHTTPRequest) ClientAddr() netip.Addr { return r.Client }
+// ClientAddr implements Request.
+func (r *StaticRequest) ClientAddr() netip.Addr { return r.Client }

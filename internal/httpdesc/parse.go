@@ -1,4 +1,4 @@
-package config
+package httpdesc
 
 import (
 	"regexp"
@@ -6,14 +6,21 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rlsproject/rls/internal/strictyaml"
 )
 
-// HTTPDescriptor is one item of http_descriptors: it yields one descriptor
-// whose entries come from its actions, in order.
-type HTTPDescriptor struct {
-	actions      []*action
+// Item is one item of http_descriptors: it yields one descriptor whose
+// entries come from its actions, in order. It belongs to an immutable
+// config: never modified, safe for concurrent use.
+type Item struct {
+	actions []*action
+	// Line and Column locate the item in its file.
 	Line, Column int
 }
+
+// List is a domain's http_descriptors, in file order; nil has none.
+type List []*Item
 
 // actionKind is the kind of an http_descriptors action, named like Envoy's
 // route rate-limit actions.
@@ -157,23 +164,29 @@ var (
 	}
 )
 
-// httpDescriptors parses a domain's http_descriptors.
-func (p *parser) httpDescriptors(f field) []*HTTPDescriptor {
-	var out []*HTTPDescriptor
-	for _, item := range p.list(f) {
+// parser reads http_descriptors with the reader of the file they are in.
+type parser struct{ *strictyaml.Reader }
+
+// Parse reads f, a domain's http_descriptors field, with r, the reader of
+// its file: every problem is reported to r. The items returned are those
+// with at least one valid action.
+func Parse(r *strictyaml.Reader, f strictyaml.Field) List {
+	p := parser{r}
+	var out List
+	for _, item := range p.List(f.Value, f.Key) {
 		if item.Kind != yaml.MappingNode {
-			p.errorf(item, "each http_descriptors item must be a mapping like {actions: [...]}, got %s", describe(item))
+			p.Errorf(item, "each http_descriptors item must be a mapping like {actions: [...]}, got %s", strictyaml.Describe(item))
 			continue
 		}
-		h := &HTTPDescriptor{}
-		h.Line, h.Column = at(item)
+		h := &Item{}
+		h.Line, h.Column = strictyaml.Pos(item)
 		given := 0 // actions written, valid or not
-		for _, af := range p.fields(item) {
-			if af.key != "actions" {
-				p.unknown(af, "http_descriptors item", []string{"actions"})
+		for _, af := range p.Fields(item) {
+			if af.Key != "actions" {
+				p.Unknown(af, "http_descriptors item", []string{"actions"})
 				continue
 			}
-			nodes := p.list(af)
+			nodes := p.List(af.Value, af.Key)
 			given += len(nodes)
 			for _, n := range nodes {
 				if a := p.action(n); a != nil {
@@ -182,7 +195,7 @@ func (p *parser) httpDescriptors(f field) []*HTTPDescriptor {
 			}
 		}
 		if given == 0 {
-			p.errorf(item, "http_descriptors item has no actions")
+			p.Errorf(item, "http_descriptors item has no actions")
 		}
 		if len(h.actions) > 0 {
 			out = append(out, h)
@@ -193,7 +206,7 @@ func (p *parser) httpDescriptors(f field) []*HTTPDescriptor {
 
 // action parses one action: a mapping with exactly one action key, whose
 // value holds the action's fields.
-func (p *parser) action(n *yaml.Node) *action {
+func (p parser) action(n *yaml.Node) *action {
 	f, kind, ok := p.actionKind(n)
 	if !ok {
 		return nil
@@ -203,123 +216,123 @@ func (p *parser) action(n *yaml.Node) *action {
 		return nil
 	}
 	a := &action{Kind: kind, DescriptorKey: defaultKeys[kind], ExpectMatch: true, V4PrefixLen: 32, V6PrefixLen: 128}
-	a.Line, a.Column = at(f.k)
+	a.Line, a.Column = strictyaml.Pos(f.KeyNode)
 	for _, bf := range body {
-		if !slices.Contains(actionKeys[kind], bf.key) {
-			p.unknown(bf, f.key, actionKeys[kind])
+		if !slices.Contains(actionKeys[kind], bf.Key) {
+			p.Unknown(bf, f.Key, actionKeys[kind])
 			continue
 		}
-		p.actionField(a, f.key, bf)
+		p.actionField(a, f.Key, bf)
 	}
 	for _, key := range requiredKeys[kind] {
-		if !slices.ContainsFunc(body, func(bf field) bool { return bf.key == key }) {
-			p.errorf(f.k, "%s needs %s", f.key, key)
+		if !slices.ContainsFunc(body, func(bf strictyaml.Field) bool { return bf.Key == key }) {
+			p.Errorf(f.KeyNode, "%s needs %s", f.Key, key)
 		}
 	}
 	return a
 }
 
 // actionKind reads which action n is: its only key.
-func (p *parser) actionKind(n *yaml.Node) (field, actionKind, bool) {
+func (p parser) actionKind(n *yaml.Node) (strictyaml.Field, actionKind, bool) {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "an action must be a mapping with one of %s, got %s", actionList, describe(n))
-		return field{}, 0, false
+		p.Errorf(n, "an action must be a mapping with one of %s, got %s", actionList, strictyaml.Describe(n))
+		return strictyaml.Field{}, 0, false
 	}
-	fields := p.fields(n)
+	fields := p.Fields(n)
 	switch {
 	case len(fields) == 0:
-		p.errorf(n, "an action must have one of %s", actionList)
-		return field{}, 0, false
+		p.Errorf(n, "an action must have one of %s", actionList)
+		return strictyaml.Field{}, 0, false
 	case len(fields) > 1:
-		p.errorf(fields[1].k, "an action has exactly one kind, got %q and %q (give each its own list item)", fields[0].key, fields[1].key)
-		return field{}, 0, false
+		p.Errorf(fields[1].KeyNode, "an action has exactly one kind, got %q and %q (give each its own list item)", fields[0].Key, fields[1].Key)
+		return strictyaml.Field{}, 0, false
 	}
 	f := fields[0]
-	if k := slices.Index(actionNames[:], f.key); k >= 0 {
+	if k := slices.Index(actionNames[:], f.Key); k >= 0 {
 		return f, actionKind(k), true
 	}
-	p.errorf(f.k, "unsupported action %q (supported: %s)", f.key, actionList)
-	return field{}, 0, false
+	p.Errorf(f.KeyNode, "unsupported action %q (supported: %s)", f.Key, actionList)
+	return strictyaml.Field{}, 0, false
 }
 
 // actionBody returns the fields of an action's value; null has none.
-func (p *parser) actionBody(f field) ([]field, bool) {
-	body := p.resolve(f.v)
+func (p parser) actionBody(f strictyaml.Field) ([]strictyaml.Field, bool) {
+	body := p.Resolve(f.Value)
 	switch {
-	case isNull(body):
+	case strictyaml.IsNull(body):
 		return nil, true
 	case body.Kind != yaml.MappingNode:
-		p.errorf(body, "%s must be a mapping, got %s", f.key, describe(body))
+		p.Errorf(body, "%s must be a mapping, got %s", f.Key, strictyaml.Describe(body))
 		return nil, false
 	}
-	return p.fields(body), true
+	return p.Fields(body), true
 }
 
 // actionField reads one field of the action called name into a; the key is
 // one that a's kind takes.
-func (p *parser) actionField(a *action, name string, bf field) {
-	switch bf.key {
+func (p parser) actionField(a *action, name string, bf strictyaml.Field) {
+	switch bf.Key {
 	case "descriptor_key":
-		if a.DescriptorKey, _ = p.str(bf); a.DescriptorKey == "" {
-			p.errorf(bf.v, "%s: descriptor_key must not be empty", name)
+		if a.DescriptorKey, _ = p.String(bf.Value, bf.Key); a.DescriptorKey == "" {
+			p.Errorf(bf.Value, "%s: descriptor_key must not be empty", name)
 			a.DescriptorKey = defaultKeys[a.Kind]
 		}
 	case "descriptor_value":
-		if a.DescriptorValue, _ = p.str(bf); a.DescriptorValue == "" {
-			p.errorf(bf.v, "%s: descriptor_value must not be empty", name)
+		if a.DescriptorValue, _ = p.String(bf.Value, bf.Key); a.DescriptorValue == "" {
+			p.Errorf(bf.Value, "%s: descriptor_value must not be empty", name)
 		}
 	case "header_name":
 		a.HeaderName = p.headerName(bf)
 	case "query_parameter_name":
-		if a.QueryParameterName, _ = p.str(bf); a.QueryParameterName == "" {
-			p.errorf(bf.v, "%s: query_parameter_name must not be empty", name)
+		if a.QueryParameterName, _ = p.String(bf.Value, bf.Key); a.QueryParameterName == "" {
+			p.Errorf(bf.Value, "%s: query_parameter_name must not be empty", name)
 		}
 	case "skip_if_absent":
-		a.SkipIfAbsent = p.boolean(bf)
+		a.SkipIfAbsent = p.Bool(bf.Value, bf.Key)
 	case "v4_prefix_mask_len":
 		a.V4PrefixLen = p.maskLen(bf, 32)
 	case "v6_prefix_mask_len":
 		a.V6PrefixLen = p.maskLen(bf, 128)
 	case "expect_match":
-		if !isNull(p.resolve(bf.v)) {
-			a.ExpectMatch = p.boolean(bf)
+		if !strictyaml.IsNull(p.Resolve(bf.Value)) {
+			a.ExpectMatch = p.Bool(bf.Value, bf.Key)
 		}
 	case "headers":
-		for _, hn := range p.list(bf) {
+		for _, hn := range p.List(bf.Value, bf.Key) {
 			if m := p.headerMatcher(hn); m != nil {
 				a.Headers = append(a.Headers, m)
 			}
 		}
 		if len(a.Headers) == 0 {
-			p.errorf(bf.v, "header_value_match: headers must not be empty")
+			p.Errorf(bf.Value, "header_value_match: headers must not be empty")
 		}
 	}
 }
 
 // maskLen reads a prefix length in [0, bits]; null is bits.
-func (p *parser) maskLen(f field, bits int) int {
-	if isNull(p.resolve(f.v)) {
+func (p parser) maskLen(f strictyaml.Field, bits int) int {
+	if strictyaml.IsNull(p.Resolve(f.Value)) {
 		return bits
 	}
-	x, _ := p.number(f, uint64(bits))
+	x, _ := p.Number(f.Value, f.Key, uint64(bits))
 	return int(x)
 }
 
 // headerName reads a header name and lower-cases it. Pseudo-headers
 // (":path") are allowed; other colons, spaces and control bytes are not.
-func (p *parser) headerName(f field) string {
-	name, ok := p.str(f)
+func (p parser) headerName(f strictyaml.Field) string {
+	name, ok := p.String(f.Value, f.Key)
 	if !ok {
 		return ""
 	}
 	if name == "" {
-		p.errorf(f.v, "%s must not be empty", f.key)
+		p.Errorf(f.Value, "%s must not be empty", f.Key)
 		return ""
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if c <= ' ' || c == 0x7f || (c == ':' && i > 0) {
-			p.errorf(f.v, "%s %q is not a valid header name", f.key, name)
+			p.Errorf(f.Value, "%s %q is not a valid header name", f.Key, name)
 			return ""
 		}
 	}
@@ -327,74 +340,74 @@ func (p *parser) headerName(f field) string {
 }
 
 // headerMatcher parses one of header_value_match's headers.
-func (p *parser) headerMatcher(n *yaml.Node) *headerMatcher {
+func (p parser) headerMatcher(n *yaml.Node) *headerMatcher {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "a header matcher must be a mapping like {name: ..., string_match: {...}}, got %s", describe(n))
+		p.Errorf(n, "a header matcher must be a mapping like {name: ..., string_match: {...}}, got %s", strictyaml.Describe(n))
 		return nil
 	}
 	m := &headerMatcher{}
-	var kindF field // k is nil until one is found
+	var kindF strictyaml.Field // absent until one is found
 	var named, legacy bool
-	for _, f := range p.fields(n) {
-		switch f.key {
+	for _, f := range p.Fields(n) {
+		switch f.Key {
 		case "name":
 			named = true
 			m.Name = p.headerName(f)
 		case "string_match", "present_match":
-			if kindF.k != nil {
-				p.errorf(f.k, "a header matcher takes one of string_match and present_match, got both")
+			if kindF.Given() {
+				p.Errorf(f.KeyNode, "a header matcher takes one of string_match and present_match, got both")
 				continue
 			}
 			kindF = f
-			if f.key == "present_match" {
-				m.Kind, m.Present = matchPresent, p.boolean(f)
+			if f.Key == "present_match" {
+				m.Kind, m.Present = matchPresent, p.Bool(f.Value, f.Key)
 			} else {
 				p.stringMatch(f, m)
 			}
 		case "invert_match":
-			m.Invert = p.boolean(f)
+			m.Invert = p.Bool(f.Value, f.Key)
 		default:
-			if instead, ok := legacyMatchers[f.key]; ok {
-				p.errorf(f.k, "%s is not supported; write %s", f.key, instead)
+			if instead, ok := legacyMatchers[f.Key]; ok {
+				p.Errorf(f.KeyNode, "%s is not supported; write %s", f.Key, instead)
 				legacy = true
 				continue
 			}
-			p.unknown(f, "header matcher", []string{"name", "string_match", "present_match", "invert_match"})
+			p.Unknown(f, "header matcher", []string{"name", "string_match", "present_match", "invert_match"})
 		}
 	}
 	if !named {
-		p.errorf(n, "a header matcher needs name")
+		p.Errorf(n, "a header matcher needs name")
 	}
-	if kindF.k == nil && !legacy {
-		p.errorf(n, "a header matcher needs string_match or present_match")
+	if !kindF.Given() && !legacy {
+		p.Errorf(n, "a header matcher needs string_match or present_match")
 	}
 	return m
 }
 
 // stringMatch parses a string_match into m.
-func (p *parser) stringMatch(f field, m *headerMatcher) {
-	v := p.mapping(f)
+func (p parser) stringMatch(f strictyaml.Field, m *headerMatcher) {
+	v := p.Mapping(f.Value, f.Key)
 	if v == nil {
-		if isNull(p.resolve(f.v)) {
-			p.errorf(f.v, "string_match needs one of exact, prefix, suffix, contains, safe_regex")
+		if strictyaml.IsNull(p.Resolve(f.Value)) {
+			p.Errorf(f.Value, "string_match needs one of exact, prefix, suffix, contains, safe_regex")
 		}
 		return
 	}
-	var kindF, ignoreF field // k is nil until found
-	for _, sf := range p.fields(v) {
-		switch sf.key {
+	var kindF, ignoreF strictyaml.Field // absent until found
+	for _, sf := range p.Fields(v) {
+		switch sf.Key {
 		case "exact", "prefix", "suffix", "contains", "safe_regex":
-			if kindF.k != nil {
-				p.errorf(sf.k, "string_match takes one of exact, prefix, suffix, contains, safe_regex, got %s and %s", kindF.key, sf.key)
+			if kindF.Given() {
+				p.Errorf(sf.KeyNode, "string_match takes one of exact, prefix, suffix, contains, safe_regex, got %s and %s", kindF.Key, sf.Key)
 				continue
 			}
 			kindF = sf
-			if sf.key == "safe_regex" {
+			if sf.Key == "safe_regex" {
 				m.Kind = matchRegex
 				p.safeRegex(sf, m)
 				continue
 			}
-			switch sf.key {
+			switch sf.Key {
 			case "exact":
 				m.Kind = matchExact
 			case "prefix":
@@ -404,61 +417,61 @@ func (p *parser) stringMatch(f field, m *headerMatcher) {
 			default:
 				m.Kind = matchContains
 			}
-			m.Pattern, _ = p.str(sf)
-			if m.Pattern == "" && sf.key != "exact" {
-				p.errorf(sf.v, "string_match %s must not be empty", sf.key)
+			m.Pattern, _ = p.String(sf.Value, sf.Key)
+			if m.Pattern == "" && sf.Key != "exact" {
+				p.Errorf(sf.Value, "string_match %s must not be empty", sf.Key)
 			}
 		case "ignore_case":
 			ignoreF = sf
-			m.IgnoreCase = p.boolean(sf)
+			m.IgnoreCase = p.Bool(sf.Value, sf.Key)
 		default:
-			p.unknown(sf, "string_match", []string{"exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case"})
+			p.Unknown(sf, "string_match", []string{"exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case"})
 		}
 	}
-	if kindF.k == nil {
-		p.errorf(v, "string_match needs one of exact, prefix, suffix, contains, safe_regex")
+	if !kindF.Given() {
+		p.Errorf(v, "string_match needs one of exact, prefix, suffix, contains, safe_regex")
 	} else if m.Kind == matchRegex && m.IgnoreCase {
-		p.errorf(ignoreF.k, "ignore_case does not apply to safe_regex (start the regex with (?i))")
+		p.Errorf(ignoreF.KeyNode, "ignore_case does not apply to safe_regex (start the regex with (?i))")
 	}
 }
 
 // safeRegex compiles safe_regex: {regex: ...}, anchored: the whole value
 // must match, as in Envoy.
-func (p *parser) safeRegex(f field, m *headerMatcher) {
-	v := p.mapping(f)
+func (p parser) safeRegex(f strictyaml.Field, m *headerMatcher) {
+	v := p.Mapping(f.Value, f.Key)
 	if v == nil {
-		if isNull(p.resolve(f.v)) {
-			p.errorf(f.v, "safe_regex needs regex")
+		if strictyaml.IsNull(p.Resolve(f.Value)) {
+			p.Errorf(f.Value, "safe_regex needs regex")
 		}
 		return
 	}
 	var seen bool
-	for _, rf := range p.fields(v) {
-		if rf.key != "regex" {
-			p.unknown(rf, "safe_regex", []string{"regex"})
+	for _, rf := range p.Fields(v) {
+		if rf.Key != "regex" {
+			p.Unknown(rf, "safe_regex", []string{"regex"})
 			continue
 		}
 		seen = true
-		src, ok := p.str(rf)
+		src, ok := p.String(rf.Value, rf.Key)
 		if !ok {
 			continue
 		}
 		if src == "" {
-			p.errorf(rf.v, "safe_regex regex must not be empty")
+			p.Errorf(rf.Value, "safe_regex regex must not be empty")
 			continue
 		}
 		if _, err := regexp.Compile(src); err != nil {
-			p.errorf(rf.v, "safe_regex %q: %v", src, err)
+			p.Errorf(rf.Value, "safe_regex %q: %v", src, err)
 			continue
 		}
 		re, err := regexp.Compile(`^(?:` + src + `)$`)
 		if err != nil {
-			p.errorf(rf.v, "safe_regex %q: %v", src, err)
+			p.Errorf(rf.Value, "safe_regex %q: %v", src, err)
 			continue
 		}
 		m.Regex, m.regexSrc = re, src
 	}
 	if !seen {
-		p.errorf(v, "safe_regex needs regex")
+		p.Errorf(v, "safe_regex needs regex")
 	}
 }
