@@ -1,0 +1,345 @@
+package series
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Other is the conventional overflow label value (Options.Overflow): the
+// series into which a group's request values fold past its bound.
+const Other = "_other"
+
+// Options configure a Family.
+type Options struct {
+	// Labels names the label values that every counter of the family takes,
+	// in order: the vectors' labels that are not curried.
+	Labels []string
+	// Counters are the family's counter vectors, each taking the values of
+	// Labels. A vector with more labels is curried: one vector with a label
+	// "result" curried to "ok" and to "over_limit" gives two counters. A
+	// vector belongs to one family.
+	Counters []*prometheus.CounterVec
+	// Together makes all the counters of a series when the first of them is
+	// used (a scrape then shows the others at 0); otherwise each counter is
+	// made on its own first use.
+	Together bool
+	// Max bounds the distinct series of one group; 0 means the family has
+	// no groups.
+	Max int
+	// Overflow are the label values after a group's prefix of the group's
+	// overflow series (for a tail of one value, []string{Other}). Groups
+	// with one prefix share it.
+	Overflow []string
+}
+
+// Family is a set of counter vectors sharing label values, whose series
+// come and go with the configs that a Reload declares: a series is made
+// in the vectors on its first use, kept (the same counters) by a reload
+// that declares its labels again, and deleted by one that does not. A
+// request still counting on an older config's series never makes a
+// deleted series again: what it counts is discarded. Groups hold the
+// series whose labels end with request values, at most Options.Max per
+// group, the rest counted in the group's overflow series.
+//
+// A series is one object per distinct label values: declared twice, or
+// reached through several groups, it is the same series, kept while any
+// of them is live. Label values that are not valid UTF-8 are made valid
+// (U+FFFD for each invalid byte), as Prometheus takes no other.
+//
+// Safe for concurrent use. Counting on a series whose counter exists, and
+// finding a group's series that exists, take no lock and allocate
+// nothing; making one takes the family's lock.
+type Family struct {
+	labels   []string
+	vecs     []*prometheus.CounterVec
+	together bool
+	max      int
+	overflow []string
+
+	// discarded counts what removed series and groups count: nothing that
+	// is exported. discardSeries is the series that a removed group gives.
+	discarded     prometheus.Counter
+	discardSeries *Series
+
+	// reloading lets one Reload run at a time.
+	reloading sync.Mutex
+	// mu orders the making of series against their deletion by a reload.
+	mu        sync.Mutex
+	series    map[string]*Series  // by key: live, declared or made since the last reload
+	groups    map[groupID]*Group  // live or declared since the last reload
+	permanent map[string]struct{} // keys of series no reload deletes
+}
+
+// groupID names a group across reloads: its prefix's key and its id.
+type groupID struct{ prefix, id string }
+
+// New returns a family of the counters of o. It panics when o is not
+// consistent (a programmer's error).
+func New(o Options) *Family {
+	if len(o.Counters) == 0 {
+		panic("series.New: no counters")
+	}
+	if o.Max > 0 && (len(o.Overflow) == 0 || len(o.Overflow) > len(o.Labels)) {
+		panic(fmt.Sprintf("series.New: groups of %d series need overflow label values, 1 to %d of them, not %d", o.Max, len(o.Labels), len(o.Overflow)))
+	}
+	f := &Family{
+		labels:    o.Labels,
+		vecs:      o.Counters,
+		together:  o.Together,
+		max:       o.Max,
+		overflow:  o.Overflow,
+		discarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "discarded", Help: "What counts on removed series."}),
+		series:    make(map[string]*Series),
+		groups:    make(map[groupID]*Group),
+		permanent: make(map[string]struct{}),
+	}
+	f.discardSeries = &Series{f: f, counters: make([]atomic.Pointer[prometheus.Counter], len(f.vecs))}
+	f.discard(f.discardSeries)
+	return f
+}
+
+// Series is the counters of one set of label values in a family, made on
+// first use. Safe for concurrent use.
+type Series struct {
+	f        *Family
+	key      string
+	labels   []string
+	counters []atomic.Pointer[prometheus.Counter] // by Options.Counters index; nil until made
+	// removed is set, with f.mu held, when a reload deletes the series;
+	// its counters are then the family's discarded counter, for good.
+	removed bool
+}
+
+// Counter returns the series' counter of vector i (an index of
+// Options.Counters), making the series in the vectors on first use (all
+// of them with Options.Together). A removed series' counters count
+// nothing.
+func (s *Series) Counter(i int) prometheus.Counter {
+	if c := s.counters[i].Load(); c != nil {
+		return *c
+	}
+	return s.make(i)
+}
+
+func (s *Series) make(i int) prometheus.Counter {
+	f := s.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := s.counters[i].Load(); c != nil {
+		return *c // made meanwhile, or removed
+	}
+	for j, vec := range f.vecs {
+		if j == i || (f.together && s.counters[j].Load() == nil) {
+			c := vec.WithLabelValues(s.labels...)
+			s.counters[j].Store(&c)
+		}
+	}
+	return *s.counters[i].Load()
+}
+
+// discard makes s count nothing, for good. Requires f.mu held (or s not
+// shared yet).
+func (f *Family) discard(s *Series) {
+	s.removed = true
+	for i := range s.counters {
+		s.counters[i].Store(&f.discarded)
+	}
+}
+
+// lookup returns the series of labels (valid UTF-8, of the family's
+// number), making the object (not its counters) when needed. Requires f.mu
+// held.
+func (f *Family) lookup(labels []string) *Series {
+	key := encode(labels)
+	if s := f.series[key]; s != nil {
+		return s
+	}
+	s := &Series{f: f, key: key, labels: labels, counters: make([]atomic.Pointer[prometheus.Counter], len(f.vecs))}
+	f.series[key] = s
+	return s
+}
+
+// checkLabels panics unless labels has the family's number of values.
+func (f *Family) checkLabels(labels []string, what string) {
+	if len(labels) != len(f.labels) {
+		panic(fmt.Sprintf("series: %s %q: %d label values, want %d (%q)", what, labels, len(labels), len(f.labels), f.labels))
+	}
+}
+
+// Permanent returns the series of labels, which no reload deletes (e.g.
+// what counts requests that no config knows). Declaring the same labels in
+// a reload gives the same series.
+func (f *Family) Permanent(labels ...string) *Series {
+	f.checkLabels(labels, "permanent series")
+	labels = validLabels(append([]string(nil), labels...))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.lookup(labels)
+	f.permanent[s.key] = struct{}{}
+	return s
+}
+
+// Group is the series of one family whose label values are a prefix from
+// the config and a tail from a request: at most the family's Max distinct
+// tails, then the overflow series (the prefix and Options.Overflow). Safe
+// for concurrent use.
+type Group struct {
+	f        *Family
+	prefix   string // the prefix's key
+	overflow *Series
+	mu       sync.RWMutex
+	series   map[string]*Series // by the tail's key
+	// removed is set, with f.mu and mu held, when a reload drops the group:
+	// it then gives the family's discard series, for good.
+	removed bool
+}
+
+// Get returns the series of the group's prefix and the label values tail
+// (a key, built with AppendLabel or EndLabel), making the object when the
+// group has fewer than Max tails, else the overflow series. Finding a tail
+// that the group has takes no lock and allocates nothing; so does the
+// overflow of a full group. It panics when the prefix and tail are not the
+// family's number of values.
+func (g *Group) Get(tail []byte) *Series {
+	g.mu.RLock()
+	s, removed, full := g.series[string(tail)], g.removed, len(g.series) >= g.f.max
+	g.mu.RUnlock()
+	switch {
+	case s != nil:
+		return s
+	case removed:
+		return g.f.discardSeries
+	case full:
+		return g.overflow
+	}
+	return g.add(tail)
+}
+
+func (g *Group) add(tail []byte) *Series {
+	f := g.f
+	f.mu.Lock() // before g.mu, as in Commit
+	defer f.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.removed:
+		return f.discardSeries
+	case g.series[string(tail)] != nil:
+		return g.series[string(tail)]
+	case len(g.series) >= f.max:
+		return g.overflow
+	}
+	labels, err := decode(g.prefix + string(tail))
+	if err != nil {
+		panic(fmt.Sprintf("series: Group.Get(%q): not a key: %v", tail, err))
+	}
+	f.checkLabels(labels, "group series")
+	s := f.lookup(validLabels(labels))
+	g.series[string(tail)] = s
+	return s
+}
+
+// Reload declares the series and groups of a new config: those it
+// declares are kept (or made), and Commit deletes the others. One reload
+// runs at a time; counting goes on meanwhile, on the series of both
+// configs.
+type Reload struct {
+	f      *Family
+	series map[string]*Series // declared, by key
+	groups map[groupID]*Group // declared
+	done   bool
+}
+
+// Reload starts a reload. The caller must Commit it: other reloads wait
+// until then.
+func (f *Family) Reload() *Reload {
+	f.reloading.Lock()
+	return &Reload{f: f, series: make(map[string]*Series), groups: make(map[groupID]*Group)}
+}
+
+// Series declares the series of labels and returns it: the one that the
+// previous config had, when it had those labels, so that it goes on
+// counting. It panics when labels are not the family's number of values.
+func (r *Reload) Series(labels ...string) *Series {
+	f := r.f
+	f.checkLabels(labels, "series")
+	labels = validLabels(append([]string(nil), labels...))
+	f.mu.Lock()
+	s := f.lookup(labels)
+	f.mu.Unlock()
+	r.series[s.key] = s
+	return s
+}
+
+// Group declares the group of prefix and id (groups of one prefix with
+// several ids are capped each on its own and share the overflow series)
+// and returns it: the previous config's, with its series, when it had the
+// same. It panics when the family has no groups or when prefix and
+// overflow are not the family's number of values.
+func (r *Reload) Group(id string, prefix ...string) *Group {
+	f := r.f
+	if f.max <= 0 {
+		panic("series: Reload.Group on a family without groups (Options.Max)")
+	}
+	prefix = validLabels(append([]string(nil), prefix...))
+	overflow := append(append([]string(nil), prefix...), f.overflow...)
+	f.checkLabels(overflow, "group prefix and overflow")
+	gid := groupID{encode(prefix), id}
+	f.mu.Lock()
+	g := f.groups[gid]
+	if g == nil {
+		g = &Group{f: f, prefix: gid.prefix, overflow: f.lookup(overflow), series: make(map[string]*Series)}
+		f.groups[gid] = g
+	}
+	f.mu.Unlock()
+	r.groups[gid] = g
+	return g
+}
+
+// Commit ends the reload: the series that it did not declare, and that no
+// declared group or Permanent holds, are deleted from the vectors, and
+// count nothing from then on (a late count on them makes nothing); the
+// groups it did not declare give nothing any more. A second Commit does
+// nothing.
+func (r *Reload) Commit() {
+	if r.done {
+		return
+	}
+	r.done = true
+	f := r.f
+	defer f.reloading.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	live := r.series
+	for key := range f.permanent {
+		live[key] = f.series[key]
+	}
+	for gid, g := range f.groups {
+		g.mu.Lock()
+		if r.groups[gid] != g {
+			g.removed, g.series = true, nil
+			delete(f.groups, gid)
+		} else {
+			live[g.overflow.key] = g.overflow
+			for _, s := range g.series {
+				live[s.key] = s
+			}
+		}
+		g.mu.Unlock()
+	}
+	for key, s := range f.series {
+		if live[key] != nil {
+			continue
+		}
+		for i, vec := range f.vecs {
+			if c := s.counters[i].Load(); c != nil {
+				vec.DeleteLabelValues(s.labels...)
+			}
+		}
+		f.discard(s)
+		delete(f.series, key)
+	}
+}
