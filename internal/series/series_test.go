@@ -145,6 +145,9 @@ func TestLateCountMakesNoDeletedSeries(t *testing.T) {
 	old.Counter(2).Inc()
 	g.Get(tail("v1")).Counter(0).Inc() // was in the group
 	g.Get(tail("v2")).Counter(1).Inc() // new to it
+	// The race: Get found the group live, the reload committed, then Get
+	// goes on to add the tail.
+	g.add(tail("v3")).Counter(0).Inc()
 	fx.expect(t, "late counts on the old config")
 }
 

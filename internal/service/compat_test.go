@@ -439,3 +439,57 @@ func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceStatsInvalidUTF8Value is the regression test of a panic: a
+// request value that is not valid UTF-8 (a header that /auth or ext_authz
+// read into a detailed_metric descriptor) went into a label of the
+// reference's stats as it was, and Prometheus panics on such a label value.
+// It is counted under the value made valid (U+FFFD for the bad bytes).
+func TestReferenceStatsInvalidUTF8Value(t *testing.T) {
+	svc, reg := newReferenceServiceFrom(t, `
+domain: d
+http_descriptors:
+  - actions: [{request_headers: {header_name: x-user, descriptor_key: user}}]
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`, Options{Reference: Reference{Stats: &ReferenceStats{}}})
+	resp, err := svc.CheckHTTP(context.Background(), "d", httpReq{headers: map[string]string{"x-user": "bob\xff"}, addr: "192.0.2.1"})
+	if err != nil || resp.Code != OK {
+		t.Fatalf("CheckHTTP(x-user: bob\\xff) = %v, %v; want OK", resp, err)
+	}
+	if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", "user_bob\uFFFD", ""); err != nil || c != 1 {
+		t.Errorf("total_hits{key1=user_bob\\uFFFD} = %v (%v), want 1", c, err)
+	}
+}
+
+// Counting a request into a request-valued series that exists allocates
+// nothing: no label is built as a string (rls's detailed_metric series, the
+// reference's stats of detailed_metric and of request overrides). The
+// reference's stats used to build the labels of every such request as
+// strings: 3 allocations more.
+func TestPerValueCountAllocatesNothing(t *testing.T) {
+	stats, _ := newReferenceServiceWith(t, Options{Reference: Reference{Stats: &ReferenceStats{}}})
+	plain, _ := newReferenceServiceWith(t, Options{})
+	over := desc("o", "v")
+	over.Override = &Override{RequestsPerUnit: 1000000, Unit: engine.Hour}
+	allocs := func(svc *Service, d Descriptor) float64 {
+		req := &Request{Domain: "d", Descriptors: []Descriptor{d}}
+		ask := func() {
+			if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ask() // makes the series and grows the scratch
+		return testing.AllocsPerRun(50, ask)
+	}
+	if n, base := allocs(plain, desc("path", "/api/a")), allocs(plain, desc("k", "x")); n > base {
+		t.Errorf("a request on a detailed_metric descriptor: %v allocations, on a plain one %v; want no more", n, base)
+	}
+	for _, d := range []Descriptor{desc("k", "x"), desc("path", "/api/a"), over} {
+		if n, base := allocs(stats, d), allocs(plain, d); n > base {
+			t.Errorf("a request on %v with the reference's stats: %v allocations, without %v; want no more", d.Entries, n, base)
+		}
+	}
+}
