@@ -468,7 +468,7 @@ descriptors:
 // nothing: no label is built as a string (rls's detailed_metric series, the
 // reference's stats of detailed_metric and of request overrides). The
 // reference's stats used to build the labels of every such request as
-// strings: 3 allocations more.
+// strings: an allocation more per request.
 func TestPerValueCountAllocatesNothing(t *testing.T) {
 	stats, _ := newReferenceServiceWith(t, Options{Reference: Reference{Stats: &ReferenceStats{}}})
 	plain, _ := newReferenceServiceWith(t, Options{})
