@@ -64,6 +64,14 @@ func (fx *fixture) expect(t *testing.T, step string, want ...string) {
 	}
 }
 
+// loadOne reloads fx's family with a config of one series, of labels, and
+// one group, of prefix "d", and returns them.
+func (fx *fixture) loadOne(labels ...string) (*Series, *Group) {
+	r := fx.f.Reload()
+	defer r.Commit()
+	return r.Series(labels...), r.Group("", "d")
+}
+
 func tail(values ...string) []byte {
 	var k []byte
 	for _, v := range values {
@@ -129,14 +137,11 @@ func TestReloadKeepsAndDeletes(t *testing.T) {
 // counter existed before the reload or not.
 func TestLateCountMakesNoDeletedSeries(t *testing.T) {
 	fx := newFixture(t, Options{Max: 2, Overflow: []string{Other}})
-	r := fx.f.Reload()
-	old := r.Series("d", "old")
-	g := r.Group("", "d")
-	r.Commit()
+	old, g := fx.loadOne("d", "old")
 	old.Counter(0).Inc()
 	g.Get(tail("v1")).Counter(0).Inc()
 
-	r = fx.f.Reload()
+	r := fx.f.Reload()
 	r.Series("d", "new")
 	r.Commit()
 	fx.expect(t, "after the reload")
@@ -231,10 +236,7 @@ func TestPermanent(t *testing.T) {
 // a panic as Prometheus refuses them.
 func TestInvalidUTF8Labels(t *testing.T) {
 	fx := newFixture(t, Options{Max: 5, Overflow: []string{Other}})
-	r := fx.f.Reload()
-	s := r.Series("d\xff", "a")
-	g := r.Group("", "d")
-	r.Commit()
+	s, g := fx.loadOne("d\xff", "a")
 	s.Counter(0).Inc()
 	g.Get(tail("v\xfe\xff")).Counter(0).Inc()
 	fx.expect(t, "invalid bytes", "hits_total{domain=d\uFFFD,limit=a,result=ok} 1", "hits_total{domain=d,limit=v\uFFFD,result=ok} 1")
@@ -280,10 +282,7 @@ func TestKeys(t *testing.T) {
 // overflow allocate nothing.
 func TestHotPathAllocatesNothing(t *testing.T) {
 	fx := newFixture(t, Options{Max: 1, Overflow: []string{Other}})
-	r := fx.f.Reload()
-	s := r.Series("d", "a")
-	g := r.Group("", "d")
-	r.Commit()
+	s, g := fx.loadOne("d", "a")
 	have, over := tail("v"), tail("w")
 	count := func() {
 		s.Counter(0).Inc()
