@@ -34,11 +34,10 @@ type ReferenceStats struct {
 // it first counts and deleted when a reload drops it (series.Family).
 // Safe for concurrent use.
 type refStats struct {
-	ratio                                float32                // NEAR_LIMIT_RATIO, a float32 in the reference
-	total, over, near, within, shadow    *prometheus.CounterVec // domain, key1, key2
-	overCached                           *prometheus.CounterVec // over_limit_with_local_cache
+	ratio                                float32 // NEAR_LIMIT_RATIO, a float32 in the reference
 	globalShadow, loadSuccess, loadError prometheus.Counter
-	// series are the per-limit vectors above, by the ref* constants.
+	// counters are ratelimit_service_rate_limit_*{domain,key1,key2}, by
+	// the ref* constants.
 	counters *series.Family
 }
 
@@ -99,23 +98,28 @@ func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *r
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help + " (envoyproxy/ratelimit's stat, by its stats key)."},
 			[]string{"domain", "key1", "key2"})
 	}
-	r.total = vec("total_hits", "Hits asked for")
-	r.over = vec("over_limit", "Hits over the limit")
-	r.near = vec("near_limit", "Hits above NEAR_LIMIT_RATIO of the limit and within it")
-	r.within = vec("within_limit", "Hits within the limit")
-	r.shadow = vec("shadow_mode", "Hits over a shadow_mode limit, let through")
-	// The reference's Prometheus mapping has no line for it: this is the
-	// name and labels its other stats get.
-	r.overCached = vec("over_limit_with_local_cache", "Hits over the limit answered from the denial cache (the reference's local cache), also in over_limit")
+	vecs := []*prometheus.CounterVec{ // by the ref* constants
+		refTotal:  vec("total_hits", "Hits asked for"),
+		refOver:   vec("over_limit", "Hits over the limit"),
+		refNear:   vec("near_limit", "Hits above NEAR_LIMIT_RATIO of the limit and within it"),
+		refWithin: vec("within_limit", "Hits within the limit"),
+		refShadow: vec("shadow_mode", "Hits over a shadow_mode limit, let through"),
+		// The reference's Prometheus mapping has no line for it: this is
+		// the name and labels its other stats get.
+		refOverCached: vec("over_limit_with_local_cache", "Hits over the limit answered from the denial cache (the reference's local cache), also in over_limit"),
+	}
 	r.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Answers turned from OVER_LIMIT to OK by SHADOW_MODE."})
 	r.loadSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Config loads that succeeded."})
 	r.loadError = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Config loads that failed (the previous config stays in use)."})
 	if reg != nil {
-		reg.MustRegister(r.total, r.over, r.near, r.within, r.shadow, r.overCached, r.globalShadow, r.loadSuccess, r.loadError)
+		for _, v := range vecs {
+			reg.MustRegister(v)
+		}
+		reg.MustRegister(r.globalShadow, r.loadSuccess, r.loadError)
 	}
 	r.counters = series.New(series.Options{
 		Labels:   []string{"domain", "key1", "key2"},
-		Counters: []*prometheus.CounterVec{r.total, r.over, r.near, r.within, r.shadow, r.overCached},
+		Counters: vecs,
 		Together: true,
 		Max:      maxValues,
 		// One _other series per domain: every stats key's group has the
