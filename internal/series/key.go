@@ -70,8 +70,8 @@ func decode(key string) ([]string, error) {
 	return labels, nil
 }
 
-// validLabels returns labels with every value made valid UTF-8 (invalid
-// bytes become U+FFFD), as Prometheus accepts no other label value; labels
+// validLabels returns labels with every value made valid UTF-8 (each run
+// of invalid bytes becomes U+FFFD), as Prometheus accepts no other label value; labels
 // itself when all are valid.
 func validLabels(labels []string) []string {
 	var out []string

@@ -47,9 +47,9 @@ type Options struct {
 // A series is one object per distinct label values: declared twice, or
 // reached through several groups, it is the same series, kept while any
 // of them is live. Label values that are not valid UTF-8 are made valid
-// (U+FFFD for each invalid byte), as Prometheus takes no other.
+// (each run of invalid bytes becomes U+FFFD), as Prometheus takes no other.
 //
-// Safe for concurrent use. Counting on a series whose counter exists, and
+// New makes a Family; the zero value is not usable. Safe for concurrent use. Counting on a series whose counter exists, and
 // finding a group's series that exists, take no lock and allocate
 // nothing; making one takes the family's lock.
 type Family struct {
@@ -102,7 +102,8 @@ func New(o Options) *Family {
 }
 
 // Series is the counters of one set of label values in a family, made on
-// first use. Safe for concurrent use.
+// first use. Reload.Series, Group.Get and Family.Permanent give them; the
+// zero value is not usable. Safe for concurrent use.
 type Series struct {
 	f        *Family
 	key      string
@@ -184,8 +185,9 @@ func (f *Family) Permanent(labels ...string) *Series {
 
 // Group is the series of one family whose label values are a prefix from
 // the config and a tail from a request: at most the family's Max distinct
-// tails, then the overflow series (the prefix and Options.Overflow). Safe
-// for concurrent use.
+// tails, then the overflow series (the prefix and Options.Overflow).
+// Reload.Group gives them; the zero value is not usable. Safe for
+// concurrent use.
 type Group struct {
 	f        *Family
 	prefix   string // the prefix's key
@@ -254,7 +256,7 @@ type Reload struct {
 }
 
 // Reload starts a reload. The caller must Commit it: other reloads wait
-// until then.
+// until then. A Reload is for one goroutine.
 func (f *Family) Reload() *Reload {
 	f.reloading.Lock()
 	return &Reload{f: f, series: make(map[string]*Series), groups: make(map[groupID]*Group)}
@@ -265,6 +267,7 @@ func (f *Family) Reload() *Reload {
 // counting. It panics when labels are not the family's number of values.
 func (r *Reload) Series(labels ...string) *Series {
 	f := r.f
+	r.checkOpen()
 	f.checkLabels(labels, "series")
 	labels = validLabels(append([]string(nil), labels...))
 	f.mu.Lock()
@@ -281,6 +284,7 @@ func (r *Reload) Series(labels ...string) *Series {
 // overflow are not the family's number of values.
 func (r *Reload) Group(id string, prefix ...string) *Group {
 	f := r.f
+	r.checkOpen()
 	if f.max <= 0 {
 		panic("series: Reload.Group on a family without groups (Options.Max)")
 	}
@@ -297,6 +301,14 @@ func (r *Reload) Group(id string, prefix ...string) *Group {
 	f.mu.Unlock()
 	r.groups[gid] = g
 	return g
+}
+
+// checkOpen panics when r was committed: what it would declare would be
+// deleted by the next reload, or kept by none.
+func (r *Reload) checkOpen() {
+	if r.done {
+		panic("series: a Reload declares after its Commit")
+	}
 }
 
 // Commit ends the reload: the series that it did not declare, and that no
