@@ -33,41 +33,47 @@ func EndLabel(key []byte, start int) []byte {
 	return binary.LittleEndian.AppendUint32(key, uint32(n))
 }
 
-// encode returns the key of labels.
-func encode(labels []string) string {
-	var n int
+// appendKey appends the key of labels to dst.
+func appendKey(dst []byte, labels []string) []byte {
 	for _, v := range labels {
-		n += len(v) + lenSize
+		dst = AppendLabel(dst, v)
 	}
-	key := make([]byte, 0, n)
-	for _, v := range labels {
-		key = AppendLabel(key, v)
-	}
-	return string(key)
+	return dst
 }
 
-// decode returns the label values of key (substrings of it), or an error
-// when key is not a key.
-func decode(key string) ([]string, error) {
-	var rev []string
-	for end := len(key); end > 0; {
+// decode returns the label values of key (substrings of it), in dst when
+// it has the room, or an error when key is not a key.
+func decode(dst []string, key string) ([]string, error) {
+	n := 0
+	for end := len(key); end > 0; n++ {
 		if end < lenSize {
 			return nil, fmt.Errorf("%d bytes left before a value's length", end)
 		}
-		b := key[end-lenSize : end]
-		n := int(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
-		end -= lenSize
-		if n > end {
-			return nil, fmt.Errorf("a value of %d bytes with %d bytes left", n, end)
+		size := lenBefore(key, end)
+		if end -= lenSize; size > end {
+			return nil, fmt.Errorf("a value of %d bytes with %d bytes left", size, end)
 		}
-		rev = append(rev, key[end-n:end])
-		end -= n
+		end -= size
 	}
-	labels := make([]string, len(rev))
-	for i, v := range rev {
-		labels[len(rev)-1-i] = v
+	labels := dst[:0]
+	if cap(labels) < n {
+		labels = make([]string, 0, n)
+	}
+	labels = labels[:n]
+	for end := len(key); end > 0; {
+		size := lenBefore(key, end)
+		end -= lenSize
+		n--
+		labels[n] = key[end-size : end]
+		end -= size
 	}
 	return labels, nil
+}
+
+// lenBefore returns the value length that ends key[:end].
+func lenBefore(key string, end int) int {
+	b := key[end-lenSize : end]
+	return int(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
 }
 
 // validLabels returns labels with every value made valid UTF-8 (each run

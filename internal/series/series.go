@@ -68,10 +68,18 @@ type Family struct {
 	reloading sync.Mutex
 	// mu orders the making of series against their deletion by a reload.
 	mu        sync.Mutex
-	series    map[string]*Series  // by key: live, declared or made since the last reload
-	groups    map[groupID]*Group  // live or declared since the last reload
-	permanent map[string]struct{} // keys of series no reload deletes
+	series    map[string]*Series   // by key: live, declared or made since the last reload
+	groups    map[groupID]*Group   // live or declared since the last reload
+	permanent map[*Series]struct{} // series no reload deletes
 }
+
+// maxCounters bounds Options.Counters, so that a series' counters need no
+// allocation of their own.
+const maxCounters = 8
+
+// stackLabels is how many label values are decoded without allocating, to
+// make or delete a series.
+const stackLabels = 8
 
 // groupID names a group across reloads: its prefix's key and its id.
 type groupID struct{ prefix, id string }
@@ -79,8 +87,8 @@ type groupID struct{ prefix, id string }
 // New returns a family of the counters of o. It panics when o is not
 // consistent (a programmer's error).
 func New(o Options) *Family {
-	if len(o.Counters) == 0 {
-		panic("series.New: no counters")
+	if len(o.Counters) == 0 || len(o.Counters) > maxCounters {
+		panic(fmt.Sprintf("series.New: %d counters, want 1 to %d", len(o.Counters), maxCounters))
 	}
 	if o.Max > 0 && (len(o.Overflow) == 0 || len(o.Overflow) > len(o.Labels)) {
 		panic(fmt.Sprintf("series.New: groups of %d series need overflow label values, 1 to %d of them, not %d", o.Max, len(o.Labels), len(o.Overflow)))
@@ -94,9 +102,9 @@ func New(o Options) *Family {
 		discarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "discarded", Help: "What counts on removed series."}),
 		series:    make(map[string]*Series),
 		groups:    make(map[groupID]*Group),
-		permanent: make(map[string]struct{}),
+		permanent: make(map[*Series]struct{}),
 	}
-	f.discardSeries = &Series{f: f, counters: make([]atomic.Pointer[prometheus.Counter], len(f.vecs))}
+	f.discardSeries = &Series{f: f}
 	f.discard(f.discardSeries)
 	return f
 }
@@ -106,9 +114,8 @@ func New(o Options) *Family {
 // zero value is not usable. Safe for concurrent use.
 type Series struct {
 	f        *Family
-	key      string
-	labels   []string
-	counters []atomic.Pointer[prometheus.Counter] // by Options.Counters index; nil until made
+	key      string                                          // its label values (decode)
+	counters [maxCounters]atomic.Pointer[prometheus.Counter] // by Options.Counters index; nil until made
 	// removed is set, with f.mu held, when a reload deletes the series;
 	// its counters are then the family's discarded counter, for good.
 	removed bool
@@ -132,41 +139,51 @@ func (s *Series) make(i int) prometheus.Counter {
 	if c := s.counters[i].Load(); c != nil {
 		return *c // made meanwhile, or removed
 	}
+	var buf [stackLabels]string
+	labels := s.labels(buf[:])
 	for j, vec := range f.vecs {
 		if j == i || (f.together && s.counters[j].Load() == nil) {
-			c := vec.WithLabelValues(s.labels...)
+			c := vec.WithLabelValues(labels...)
 			s.counters[j].Store(&c)
 		}
 	}
 	return *s.counters[i].Load()
 }
 
+// labels returns the label values of s, in dst when it has the room.
+func (s *Series) labels(dst []string) []string {
+	labels, err := decode(dst, s.key)
+	if err != nil {
+		panic(fmt.Sprintf("series: the key %q of a series: %v", s.key, err)) // keys are made by appendKey only
+	}
+	return labels
+}
+
 // discard makes s count nothing, for good. Requires f.mu held (or s not
 // shared yet).
 func (f *Family) discard(s *Series) {
 	s.removed = true
-	for i := range s.counters {
+	for i := range f.vecs {
 		s.counters[i].Store(&f.discarded)
 	}
 }
 
-// lookup returns the series of labels (valid UTF-8, of the family's
-// number), making the object (not its counters) when needed. Requires f.mu
-// held.
-func (f *Family) lookup(labels []string) *Series {
-	key := encode(labels)
-	if s := f.series[key]; s != nil {
+// lookup returns the series whose key is key (of valid UTF-8 label
+// values, of the family's number), making the object (not its counters)
+// when there is none. Requires f.mu held.
+func (f *Family) lookup(key []byte) *Series {
+	if s := f.series[string(key)]; s != nil {
 		return s
 	}
-	s := &Series{f: f, key: key, labels: labels, counters: make([]atomic.Pointer[prometheus.Counter], len(f.vecs))}
-	f.series[key] = s
+	s := &Series{f: f, key: string(key)}
+	f.series[s.key] = s
 	return s
 }
 
-// checkLabels panics unless labels has the family's number of values.
-func (f *Family) checkLabels(labels []string, what string) {
-	if len(labels) != len(f.labels) {
-		panic(fmt.Sprintf("series: %s %q: %d label values, want %d (%q)", what, labels, len(labels), len(f.labels), f.labels))
+// checkLabels panics unless n is the family's number of label values.
+func (f *Family) checkLabels(n int, what string) {
+	if n != len(f.labels) {
+		panic(fmt.Sprintf("series: %s of %d label values, want %d (%q)", what, n, len(f.labels), f.labels))
 	}
 }
 
@@ -174,12 +191,11 @@ func (f *Family) checkLabels(labels []string, what string) {
 // what counts requests that no config knows). Declaring the same labels in
 // a reload gives the same series.
 func (f *Family) Permanent(labels ...string) *Series {
-	f.checkLabels(labels, "permanent series")
-	labels = validLabels(append([]string(nil), labels...))
+	f.checkLabels(len(labels), "a permanent series")
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := f.lookup(labels)
-	f.permanent[s.key] = struct{}{}
+	s := f.lookup(appendKey(nil, validLabels(labels)))
+	f.permanent[s] = struct{}{}
 	return s
 }
 
@@ -234,12 +250,12 @@ func (g *Group) add(tail []byte) *Series {
 	case len(g.series) >= f.max:
 		return g.overflow
 	}
-	labels, err := decode(g.prefix + string(tail))
+	labels, err := decode(nil, g.prefix+string(tail))
 	if err != nil {
 		panic(fmt.Sprintf("series: Group.Get(%q): not a key: %v", tail, err))
 	}
-	f.checkLabels(labels, "group series")
-	s := f.lookup(validLabels(labels))
+	f.checkLabels(len(labels), "a group's series")
+	s := f.lookup(appendKey(nil, validLabels(labels)))
 	g.series[string(tail)] = s
 	return s
 }
@@ -250,8 +266,9 @@ func (g *Group) add(tail []byte) *Series {
 // configs.
 type Reload struct {
 	f      *Family
-	series map[string]*Series // declared, by key
-	groups map[groupID]*Group // declared
+	series map[*Series]struct{} // declared
+	groups map[groupID]*Group   // declared
+	key    []byte               // scratch space for a key
 	done   bool
 }
 
@@ -259,7 +276,10 @@ type Reload struct {
 // until then. A Reload is for one goroutine.
 func (f *Family) Reload() *Reload {
 	f.reloading.Lock()
-	return &Reload{f: f, series: make(map[string]*Series), groups: make(map[groupID]*Group)}
+	f.mu.Lock()
+	n, groups := len(f.series), len(f.groups)
+	f.mu.Unlock()
+	return &Reload{f: f, series: make(map[*Series]struct{}, n), groups: make(map[groupID]*Group, groups)}
 }
 
 // Series declares the series of labels and returns it: the one that the
@@ -268,12 +288,12 @@ func (f *Family) Reload() *Reload {
 func (r *Reload) Series(labels ...string) *Series {
 	f := r.f
 	r.checkOpen()
-	f.checkLabels(labels, "series")
-	labels = validLabels(append([]string(nil), labels...))
+	f.checkLabels(len(labels), "a series")
+	r.key = appendKey(r.key[:0], validLabels(labels))
 	f.mu.Lock()
-	s := f.lookup(labels)
+	s := f.lookup(r.key)
 	f.mu.Unlock()
-	r.series[s.key] = s
+	r.series[s] = struct{}{}
 	return s
 }
 
@@ -288,14 +308,14 @@ func (r *Reload) Group(id string, prefix ...string) *Group {
 	if f.max <= 0 {
 		panic("series: Reload.Group on a family without groups (Options.Max)")
 	}
-	prefix = validLabels(append([]string(nil), prefix...))
+	prefix = validLabels(prefix)
 	overflow := append(append([]string(nil), prefix...), f.overflow...)
-	f.checkLabels(overflow, "group prefix and overflow")
-	gid := groupID{encode(prefix), id}
+	f.checkLabels(len(overflow), "a group's prefix and overflow")
+	gid := groupID{string(appendKey(nil, prefix)), id}
 	f.mu.Lock()
 	g := f.groups[gid]
 	if g == nil {
-		g = &Group{f: f, prefix: gid.prefix, overflow: f.lookup(overflow), series: make(map[string]*Series)}
+		g = &Group{f: f, prefix: gid.prefix, overflow: f.lookup(appendKey(nil, overflow)), series: make(map[string]*Series)}
 		f.groups[gid] = g
 	}
 	f.mu.Unlock()
@@ -326,8 +346,8 @@ func (r *Reload) Commit() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	live := r.series
-	for key := range f.permanent {
-		live[key] = f.series[key]
+	for s := range f.permanent {
+		live[s] = struct{}{}
 	}
 	for gid, g := range f.groups {
 		g.mu.Lock()
@@ -335,20 +355,22 @@ func (r *Reload) Commit() {
 			g.removed, g.series = true, nil
 			delete(f.groups, gid)
 		} else {
-			live[g.overflow.key] = g.overflow
+			live[g.overflow] = struct{}{}
 			for _, s := range g.series {
-				live[s.key] = s
+				live[s] = struct{}{}
 			}
 		}
 		g.mu.Unlock()
 	}
+	var buf [stackLabels]string
 	for key, s := range f.series {
-		if live[key] != nil {
+		if _, ok := live[s]; ok {
 			continue
 		}
+		labels := s.labels(buf[:])
 		for i, vec := range f.vecs {
 			if c := s.counters[i].Load(); c != nil {
-				vec.DeleteLabelValues(s.labels...)
+				vec.DeleteLabelValues(labels...)
 			}
 		}
 		f.discard(s)

@@ -249,12 +249,12 @@ func TestKeys(t *testing.T) {
 		{"a\x00\x00\x00\x00", "b"}, {"a", "\x01\x00\x00\x00b"}, {"a\x01\x00\x00\x00"}, {strings.Repeat("x", 300)}}
 	seen := map[string][]string{}
 	for _, l := range lists {
-		key := encode(l)
+		key := string(appendKey(nil, l))
 		if other, ok := seen[key]; ok {
 			t.Errorf("%q and %q have one key %q", l, other, key)
 		}
 		seen[key] = l
-		got, err := decode(key)
+		got, err := decode(nil, key)
 		if err != nil || !slices.Equal(got, l) {
 			t.Errorf("decode(encode(%q)) = %q, %v", l, got, err)
 		}
@@ -272,7 +272,7 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"\x01", "ab\x05\x00\x00\x00"} {
-		if l, err := decode(bad); err == nil {
+		if l, err := decode(nil, bad); err == nil {
 			t.Errorf("decode(%q) = %q, want an error", bad, l)
 		}
 	}

@@ -175,20 +175,20 @@ func (lm *limitMetrics) count(r result, entries []config.Entry, buf []byte) []by
 // forConfig returns the metrics of cfg's limits (by Limit.Index) and of its
 // request overrides (by domain), and deletes the series of the limits that
 // the previous config had and cfg has not.
-func (m *metrics) forConfig(cfg *config.Config) (byLimit []*limitMetrics, override map[string]*limitMetrics) {
+func (m *metrics) forConfig(cfg *config.Config) (byLimit []limitMetrics, override map[string]*limitMetrics) {
 	limits, values := m.limitSeries.Reload(), m.valueSeries.Reload()
 	defer limits.Commit()
 	defer values.Commit()
-	byLimit = make([]*limitMetrics, len(cfg.Limits()))
+	byLimit = make([]limitMetrics, len(cfg.Limits()))
 	override = make(map[string]*limitMetrics, len(cfg.Domains()))
 	for _, d := range cfg.Domains() {
 		override[d.Name] = &limitMetrics{series: limits.Series(d.Name, "override")}
 		walk(d.Descriptors, func(l *config.Limit) {
-			lm := &limitMetrics{series: limits.Series(d.Name, l.Label)}
+			lm := &byLimit[l.Index]
+			lm.series = limits.Series(d.Name, l.Label)
 			if perValue(l.Descriptor) {
 				lm.values, lm.node = values.Group("", d.Name, l.Label), l.Descriptor
 			}
-			byLimit[l.Index] = lm
 		})
 	}
 	return byLimit, override

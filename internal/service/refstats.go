@@ -2,7 +2,6 @@ package service
 
 import (
 	"math"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -71,6 +70,16 @@ type refNode struct {
 type refLevel struct {
 	key, configured string
 	fromRequest     bool
+}
+
+// withValues reports whether a level of n takes the request's value.
+func (n *refNode) withValues() bool {
+	for _, lv := range n.levels {
+		if lv.fromRequest {
+			return true
+		}
+	}
+	return false
 }
 
 // refLevels returns node n's levels, from the top.
@@ -150,17 +159,22 @@ func (rc *refConfig) declare(r *series.Reload, domain string, nodes []*config.De
 	for _, n := range nodes {
 		if len(n.Limits) > 0 {
 			rn := &refNode{levels: refLevels(n)}
-			var id []byte // the configured key, which bounds the request-valued sets
-			configured := make([]string, len(rn.levels))
-			withValues := false
-			for i, lv := range rn.levels {
-				configured[i], withValues = lv.configured, withValues || lv.fromRequest
-				id = series.AppendLabel(id, lv.configured)
-			}
-			if withValues {
+			if rn.withValues() {
+				// The configured key bounds the request-valued sets.
+				var id []byte
+				for _, lv := range rn.levels {
+					id = series.AppendLabel(id, lv.configured)
+				}
 				rn.values = r.Group(string(id), domain)
 			} else {
-				rn.fixed = r.Series(domain, configured[0], strings.Join(configured[1:], "."))
+				key2 := make([]byte, 0, 64)
+				for i, lv := range rn.levels[1:] {
+					if i > 0 {
+						key2 = append(key2, '.')
+					}
+					key2 = append(key2, lv.configured...)
+				}
+				rn.fixed = r.Series(domain, rn.levels[0].configured, string(key2))
 			}
 			for _, l := range n.Limits {
 				rc.byLimit[l.Index] = rn

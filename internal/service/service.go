@@ -117,7 +117,7 @@ type Service struct {
 // loaded is a config with what the service derives from it once.
 type loaded struct {
 	cfg      *config.Config
-	counters []*limitMetrics          // by Limit.Index
+	counters []limitMetrics           // by Limit.Index
 	override map[string]*limitMetrics // by domain name
 	domains  map[string]domainSeries  // by domain name
 	ref      *refConfig               // nil unless Reference.Stats
@@ -523,7 +523,7 @@ func (s *Service) fillStatuses(cur *loaded, dom *config.Domain, req *Request, re
 		st := &resp.Statuses[sc.owner[i]]
 		c := cur.override[dom.Name]
 		if l.Index >= 0 && l.Index < len(cur.counters) {
-			c = cur.counters[l.Index]
+			c = &cur.counters[l.Index]
 		}
 		verdict := resultOver
 		switch {
