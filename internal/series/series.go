@@ -49,9 +49,10 @@ type Options struct {
 // of them is live. Label values that are not valid UTF-8 are made valid
 // (each run of invalid bytes becomes U+FFFD), as Prometheus takes no other.
 //
-// New makes a Family; the zero value is not usable. Safe for concurrent use. Counting on a series whose counter exists, and
-// finding a group's series that exists, take no lock and allocate
-// nothing; making one takes the family's lock.
+// New makes a Family; the zero value is not usable. Safe for concurrent
+// use. Counting on a series whose counter exists, and finding a group's
+// series that exists, take no lock and allocate nothing; making one takes
+// the family's lock.
 type Family struct {
 	labels   []string
 	vecs     []*prometheus.CounterVec
@@ -113,12 +114,12 @@ func New(o Options) *Family {
 // first use. Reload.Series, Group.Get and Family.Permanent give them; the
 // zero value is not usable. Safe for concurrent use.
 type Series struct {
-	f        *Family
-	key      string                                          // its label values (decode)
-	counters [maxCounters]atomic.Pointer[prometheus.Counter] // by Options.Counters index; nil until made
-	// removed is set, with f.mu held, when a reload deletes the series;
-	// its counters are then the family's discarded counter, for good.
-	removed bool
+	f   *Family
+	key string // its label values (decode)
+	// counters are by Options.Counters index, nil until made; when a
+	// reload deletes the series (with f.mu held), the family's discarded
+	// counter, for good.
+	counters [maxCounters]atomic.Pointer[prometheus.Counter]
 }
 
 // Counter returns the series' counter of vector i (an index of
@@ -162,7 +163,6 @@ func (s *Series) labels(dst []string) []string {
 // discard makes s count nothing, for good. Requires f.mu held (or s not
 // shared yet).
 func (f *Family) discard(s *Series) {
-	s.removed = true
 	for i := range f.vecs {
 		s.counters[i].Store(&f.discarded)
 	}
