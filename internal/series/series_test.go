@@ -351,3 +351,21 @@ func TestConcurrentLateCounts(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCount is one count on a made series, one on a group's series
+// and one on a full group's overflow: what a request costs once its
+// series exist.
+func BenchmarkCount(b *testing.B) {
+	hits := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hits_total", Help: "h"}, []string{"domain", "limit"})
+	f := New(Options{Labels: []string{"domain", "limit"}, Counters: []*prometheus.CounterVec{hits}, Max: 1, Overflow: []string{Other}})
+	r := f.Reload()
+	s, g := r.Series("d", "a"), r.Group("", "d")
+	r.Commit()
+	have, over := tail("v"), tail("w")
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Counter(0).Inc()
+		g.Get(have).Counter(0).Inc()
+		g.Get(over).Counter(0).Inc()
+	}
+}
