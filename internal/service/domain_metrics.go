@@ -1,12 +1,10 @@
 package service
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/series"
 )
 
 // UnknownDomainSeries is the domain label under which descriptors of
@@ -23,13 +21,15 @@ const UnknownDomainSeries = "_unknown"
 type domainMetrics struct {
 	unmatched  *prometheus.CounterVec // domain
 	impossible *prometheus.CounterVec // domain
-
-	// mu orders the making of series against their deletion by a reload
-	// (see metrics.mu).
-	mu      sync.Mutex
-	live    map[string]*domainSeries // the current config's, by domain
-	unknown *domainSeries            // UnknownDomainSeries, never deleted
+	perDomain  *series.Family         // unmatched, impossible (the *Counter constants)
+	unknown    domainSeries           // UnknownDomainSeries, never deleted
 }
+
+// The counters of domainMetrics.perDomain.
+const (
+	unmatchedCounter = iota
+	impossibleCounter
+)
 
 func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 	m := &domainMetrics{
@@ -41,9 +41,9 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 			Name: "rls_requests_impossible_total",
 			Help: "Requests denied that can never pass as they are: more hits than a limit's requests_per_unit (or a token bucket's burst), or a limit of 0; answered without Retry-After. By domain.",
 		}, []string{"domain"}),
-		live: make(map[string]*domainSeries),
 	}
-	m.unknown = &domainSeries{m: m, domain: UnknownDomainSeries}
+	m.perDomain = series.New(series.Options{Labels: []string{"domain"}, Counters: []*prometheus.CounterVec{m.unmatched, m.impossible}})
+	m.unknown = domainSeries{m.perDomain.Permanent(UnknownDomainSeries)}
 	if reg != nil {
 		reg.MustRegister(m.unmatched, m.impossible)
 	}
@@ -52,69 +52,23 @@ func newDomainMetrics(reg prometheus.Registerer) *domainMetrics {
 
 // domainSeries are the series of one domain, made on first use. Safe for
 // concurrent use.
-type domainSeries struct {
-	m          *domainMetrics
-	domain     string
-	unmatched  atomic.Pointer[prometheus.Counter]
-	impossible atomic.Pointer[prometheus.Counter]
-	removed    bool // requires m.mu: a reload dropped the domain
-}
+type domainSeries struct{ s *series.Series }
 
 // countUnmatched adds n descriptors that matched no limit.
-func (ds *domainSeries) countUnmatched(n int) {
-	c := ds.unmatched.Load()
-	if c == nil {
-		c = ds.make(&ds.unmatched, ds.m.unmatched)
-	}
-	(*c).Add(float64(n))
-}
+func (ds domainSeries) countUnmatched(n int) { ds.s.Counter(unmatchedCounter).Add(float64(n)) }
 
 // countImpossible counts a request that can never pass.
-func (ds *domainSeries) countImpossible() {
-	c := ds.impossible.Load()
-	if c == nil {
-		c = ds.make(&ds.impossible, ds.m.impossible)
-	}
-	(*c).Inc()
-}
-
-// make stores in p the domain's series of vec and returns it, unless p was
-// set meanwhile or the domain was removed (then it returns discard).
-func (ds *domainSeries) make(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec) *prometheus.Counter {
-	ds.m.mu.Lock()
-	defer ds.m.mu.Unlock()
-	if ds.removed {
-		return &discard
-	}
-	if c := p.Load(); c != nil {
-		return c
-	}
-	c := vec.WithLabelValues(ds.domain)
-	p.Store(&c)
-	return &c
-}
+func (ds domainSeries) countImpossible() { ds.s.Counter(impossibleCounter).Inc() }
 
 // forConfig returns the series of cfg's domains, keeping those of domains
 // that the previous config had too, and deletes the series of the domains
 // that cfg has not.
-func (m *domainMetrics) forConfig(cfg *config.Config) map[string]*domainSeries {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	live := make(map[string]*domainSeries, len(cfg.Domains()))
+func (m *domainMetrics) forConfig(cfg *config.Config) map[string]domainSeries {
+	r := m.perDomain.Reload()
+	defer r.Commit()
+	live := make(map[string]domainSeries, len(cfg.Domains()))
 	for _, d := range cfg.Domains() {
-		ds := m.live[d.Name]
-		if ds == nil {
-			ds = &domainSeries{m: m, domain: d.Name}
-		}
-		live[d.Name] = ds
+		live[d.Name] = domainSeries{r.Series(d.Name)}
 	}
-	for name, ds := range m.live {
-		if live[name] == nil {
-			ds.removed = true
-			m.unmatched.DeleteLabelValues(name)
-			m.impossible.DeleteLabelValues(name)
-		}
-	}
-	m.live = live
 	return live
 }

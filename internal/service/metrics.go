@@ -4,20 +4,19 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/series"
 )
 
 // metrics are the service's Prometheus metrics. Label values come from the
 // config (domain names, limit labels), and from request values only where
 // the config asks for them (detailed_metric, value_to_metric), bounded per
 // limit. A limit's series are made when it first decides, not when the
-// config loads, and deleted when a reload drops the limit.
+// config loads, and deleted when a reload drops the limit (series.Family).
 type metrics struct {
 	decisions      *prometheus.CounterVec // domain, limit, result
 	shadowDenials  *prometheus.CounterVec // domain, limit
@@ -36,14 +35,13 @@ type metrics struct {
 	requestsOver   prometheus.Counter
 	requestsError  prometheus.Counter
 
-	maxValues int // distinct descriptor series per limit, then OtherSeries
-
-	// mu orders the making of per-limit series against their deletion by a
-	// reload, so that a request still on the old config cannot make again a
-	// series that the reload deleted.
-	mu     sync.Mutex
-	live   []*limitMetrics            // the current config's
-	values map[seriesKey]*valueSeries // the current config's per-value series
+	// limitSeries are the per-limit series: decisions by result, then
+	// shadowDenials (shadowCounter), by domain and limit.
+	limitSeries *series.Family
+	// valueSeries are the per-value series: valueDecisions by result, by
+	// domain, limit and descriptor; a group per limit, of at most
+	// --metrics-max-values descriptors, then OtherSeries.
+	valueSeries *series.Family
 }
 
 // DefaultMaxValueSeries is the default of Options.MaxValueSeries.
@@ -51,15 +49,12 @@ const DefaultMaxValueSeries = 100
 
 // OtherSeries is the descriptor label of the series into which a limit's
 // values fold once it has MaxValueSeries of them.
-const OtherSeries = "_other"
+const OtherSeries = series.Other
 
+// newMetrics returns the service's metrics, registered in reg when it is
+// not nil; maxValues (more than 0) bounds each limit's per-value series.
 func newMetrics(reg prometheus.Registerer, maxValues int) *metrics {
-	if maxValues <= 0 {
-		maxValues = DefaultMaxValueSeries
-	}
 	m := &metrics{
-		maxValues: maxValues,
-		values:    make(map[seriesKey]*valueSeries),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rls_decisions_total",
 			Help: "Verdicts on limits, by domain, limit (its name, or descriptor path and window) and result (ok, over_limit, shadow_over_limit).",
@@ -115,6 +110,16 @@ func newMetrics(reg prometheus.Registerer, maxValues int) *metrics {
 	m.requestsOK = m.requests.WithLabelValues("OK")
 	m.requestsOver = m.requests.WithLabelValues("OVER_LIMIT")
 	m.requestsError = m.requests.WithLabelValues("error")
+	m.limitSeries = series.New(series.Options{
+		Labels:   []string{"domain", "limit"},
+		Counters: append(byResult(m.decisions), m.shadowDenials),
+	})
+	m.valueSeries = series.New(series.Options{
+		Labels:   []string{"domain", "limit", "descriptor"},
+		Counters: byResult(m.valueDecisions),
+		Max:      maxValues,
+		Overflow: []string{OtherSeries},
+	})
 	return m
 }
 
@@ -130,167 +135,62 @@ const (
 
 var resultLabel = [numResults]string{"ok", "over_limit", "shadow_over_limit"}
 
-// seriesKey names a limit's series: limits of one domain with the same
-// label share them.
-type seriesKey struct{ domain, label string }
+// shadowCounter is the index of rls_shadow_denials_total in
+// metrics.limitSeries, after the results'.
+const shadowCounter = int(numResults)
 
-// limitMetrics are the series of one limit of a loaded config, made on
-// first use. Safe for concurrent use.
+// byResult returns vec curried with each result label, by result.
+func byResult(vec *prometheus.CounterVec) []*prometheus.CounterVec {
+	vecs := make([]*prometheus.CounterVec, numResults)
+	for r, label := range resultLabel {
+		vecs[r] = vec.MustCurryWith(prometheus.Labels{"result": label})
+	}
+	return vecs
+}
+
+// limitMetrics are the series of one limit of a loaded config. Safe for
+// concurrent use.
 type limitMetrics struct {
-	m       *metrics
-	key     seriesKey
-	results [numResults]atomic.Pointer[prometheus.Counter]
-	shadow  atomic.Pointer[prometheus.Counter] // rls_shadow_denials_total
+	series *series.Series
 	// values are the per-value series when the limit's descriptor asks for
 	// them; node is then the limit's node.
-	values *valueSeries
+	values *series.Group
 	node   *config.Descriptor
-	// removed is set (requires m.mu) when a reload dropped key: the series
-	// are deleted and must not be made again.
-	removed bool
 }
 
 // count counts verdict r of the limit for a request descriptor with
 // entries; buf is scratch space for a descriptor label, returned grown.
 func (lm *limitMetrics) count(r result, entries []config.Entry, buf []byte) []byte {
-	c := lm.results[r].Load()
-	if c == nil {
-		c = lm.make(&lm.results[r], lm.m.decisions, lm.key.domain, lm.key.label, resultLabel[r])
-	}
-	(*c).Inc()
+	lm.series.Counter(int(r)).Inc()
 	if r == resultShadowOver {
-		c := lm.shadow.Load()
-		if c == nil {
-			c = lm.make(&lm.shadow, lm.m.shadowDenials, lm.key.domain, lm.key.label)
-		}
-		(*c).Inc()
+		lm.series.Counter(shadowCounter).Inc()
 	}
 	if lm.values != nil && len(entries) == lm.node.Depth+1 {
-		buf = appendValueLabel(buf[:0], lm.node, entries)
-		lm.values.counter(lm, buf, r).Inc()
+		buf = series.EndLabel(appendValueLabel(buf[:0], lm.node, entries), 0)
+		lm.values.Get(buf).Counter(int(r)).Inc()
 	}
 	return buf
-}
-
-// discard counts what a removed limit's late requests decide: nothing.
-var discard prometheus.Counter = prometheus.NewCounter(prometheus.CounterOpts{Name: "discarded"})
-
-// make stores in p the series of vec with labels, and returns it, unless p
-// was set meanwhile or the limit was removed (then it returns discard).
-func (lm *limitMetrics) make(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, labels ...string) *prometheus.Counter {
-	lm.m.mu.Lock()
-	defer lm.m.mu.Unlock()
-	if lm.removed {
-		return &discard
-	}
-	if c := p.Load(); c != nil {
-		return c
-	}
-	c := vec.WithLabelValues(labels...)
-	p.Store(&c)
-	return &c
-}
-
-// valueSeries are the per-value series of one limit key: at most max
-// distinct descriptor labels, then OtherSeries. Safe for concurrent use.
-type valueSeries struct {
-	mu     sync.RWMutex
-	series map[string]*[numResults]prometheus.Counter // by descriptor label
-}
-
-// counter returns the counter of result r for descriptor label d (or of
-// OtherSeries when the limit has its maximum of labels), making it when
-// needed.
-func (vs *valueSeries) counter(lm *limitMetrics, d []byte, r result) prometheus.Counter {
-	vs.mu.RLock()
-	cs := vs.series[string(d)]
-	var c prometheus.Counter
-	if cs != nil {
-		c = cs[r]
-	}
-	vs.mu.RUnlock()
-	if c != nil {
-		return c
-	}
-	lm.m.mu.Lock() // before vs.mu, as in the reload
-	defer lm.m.mu.Unlock()
-	if lm.removed {
-		return discard
-	}
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
-	label := string(d)
-	if vs.series[label] == nil && len(vs.series) >= lm.m.maxValues {
-		label = OtherSeries
-	}
-	cs = vs.series[label]
-	if cs == nil {
-		cs = new([numResults]prometheus.Counter)
-		vs.series[label] = cs
-	}
-	if cs[r] == nil {
-		cs[r] = lm.m.valueDecisions.WithLabelValues(lm.key.domain, lm.key.label, label, resultLabel[r])
-	}
-	return cs[r]
 }
 
 // forConfig returns the metrics of cfg's limits (by Limit.Index) and of its
 // request overrides (by domain), and deletes the series of the limits that
 // the previous config had and cfg has not.
-func (m *metrics) forConfig(cfg *config.Config) (byLimit []*limitMetrics, override map[string]*limitMetrics) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	byLimit = make([]*limitMetrics, len(cfg.Limits()))
+func (m *metrics) forConfig(cfg *config.Config) (byLimit []limitMetrics, override map[string]*limitMetrics) {
+	limits, values := m.limitSeries.Reload(), m.valueSeries.Reload()
+	defer limits.Commit()
+	defer values.Commit()
+	byLimit = make([]limitMetrics, len(cfg.Limits()))
 	override = make(map[string]*limitMetrics, len(cfg.Domains()))
-	live := make([]*limitMetrics, 0, len(byLimit)+len(cfg.Domains()))
-	keys := make(map[seriesKey]bool, len(byLimit)+len(cfg.Domains()))
-	values := make(map[seriesKey]*valueSeries)
 	for _, d := range cfg.Domains() {
-		lm := &limitMetrics{m: m, key: seriesKey{d.Name, "override"}}
-		override[d.Name] = lm
-		live, keys[lm.key] = append(live, lm), true
-	}
-	for _, d := range cfg.Domains() {
+		override[d.Name] = &limitMetrics{series: limits.Series(d.Name, "override")}
 		walk(d.Descriptors, func(l *config.Limit) {
-			lm := &limitMetrics{m: m, key: seriesKey{d.Name, l.Label}}
+			lm := &byLimit[l.Index]
+			lm.series = limits.Series(d.Name, l.Label)
 			if perValue(l.Descriptor) {
-				vs := values[lm.key]
-				if vs == nil {
-					if vs = m.values[lm.key]; vs == nil {
-						vs = &valueSeries{series: make(map[string]*[numResults]prometheus.Counter)}
-					}
-					values[lm.key] = vs
-				}
-				lm.values, lm.node = vs, l.Descriptor
+				lm.values, lm.node = values.Group("", d.Name, l.Label), l.Descriptor
 			}
-			byLimit[l.Index] = lm
-			live, keys[lm.key] = append(live, lm), true
 		})
 	}
-	for _, lm := range m.live {
-		if keys[lm.key] {
-			continue
-		}
-		lm.removed = true
-		for _, r := range resultLabel {
-			m.decisions.DeleteLabelValues(lm.key.domain, lm.key.label, r)
-		}
-		m.shadowDenials.DeleteLabelValues(lm.key.domain, lm.key.label)
-	}
-	for key, vs := range m.values {
-		if values[key] == vs {
-			continue
-		}
-		vs.mu.Lock()
-		for label := range vs.series {
-			for _, r := range resultLabel {
-				m.valueDecisions.DeleteLabelValues(key.domain, key.label, label, r)
-			}
-		}
-		clear(vs.series)
-		vs.mu.Unlock()
-	}
-	m.live, m.values = live, values
 	return byLimit, override
 }
 

@@ -252,3 +252,41 @@ func BenchmarkScrape(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSetConfig is a reload of a config of 20,000 limits, half of
+// them in the previous config (kept) and half not (deleted), on which
+// every limit had decided, with the reference's stats.
+func BenchmarkSetConfig(b *testing.B) {
+	configs := make([]*config.Config, 2)
+	reqs := make([][]*Request, 2)
+	for c := range configs {
+		var y strings.Builder
+		y.WriteString("domain: big\ndescriptors:\n")
+		for i := range 20_000 {
+			v := fmt.Sprint("kept", i)
+			if i%2 == 1 {
+				v = fmt.Sprint("config", c, "-", i)
+			}
+			fmt.Fprintf(&y, "  - key: k\n    value: %s\n    rate_limit: {unit: minute, requests_per_unit: 10}\n", v)
+			reqs[c] = append(reqs[c], &Request{Domain: "big", Descriptors: []Descriptor{desc("k", v)}})
+		}
+		cfg, err := config.Parse("big.yaml", []byte(y.String()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		configs[c] = cfg
+	}
+	ms := memstore.New(memstore.Options{})
+	b.Cleanup(func() { ms.Close() })
+	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry(), Reference: Reference{Stats: &ReferenceStats{}}})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := range b.N {
+		b.StopTimer()
+		for _, req := range reqs[(n+1)%2] {
+			svc.ShouldRateLimit(context.Background(), req)
+		}
+		b.StartTimer()
+		svc.SetConfig(configs[n%2])
+	}
+}

@@ -2,14 +2,12 @@ package service
 
 import (
 	"math"
-	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/series"
 )
 
 // ReferenceStats configures envoyproxy/ratelimit's per-limit stats, named
@@ -30,57 +28,39 @@ type ReferenceStats struct {
 // (the key, and the configured value or wildcard pattern, per level), and
 // from request values only where the reference puts them (detailed_metric,
 // value_to_metric, request overrides), at most maxValues label sets per
-// configured stats key, the rest counted under key1="_other". As
-// rls_decisions_total, a stats key's series are made when it first counts
-// and deleted when a reload drops it. Safe for concurrent use.
+// configured stats key, the rest counted under key1="_other" (one series
+// per domain). As rls_decisions_total, a stats key's series are made when
+// it first counts and deleted when a reload drops it (series.Family).
+// Safe for concurrent use.
 type refStats struct {
 	ratio                                float32 // NEAR_LIMIT_RATIO, a float32 in the reference
-	maxValues                            int
-	total, over, near, within, shadow    *prometheus.CounterVec // domain, key1, key2
-	overCached                           *prometheus.CounterVec // over_limit_with_local_cache
 	globalShadow, loadSuccess, loadError prometheus.Counter
-
-	// mu orders the making of series against their deletion by a reload
-	// (as metrics.mu).
-	mu     sync.Mutex
-	fixed  map[refKey]*refFixed  // the current config's stats keys without request values
-	values map[string]*refValues // the current config's stats keys with request values, by refValuesKey
+	// counters are ratelimit_service_rate_limit_*{domain,key1,key2}, by
+	// the ref* constants.
+	counters *series.Family
 }
 
-// refKey is the labels of one set of the reference's series.
-type refKey struct{ domain, key1, key2 string }
-
-// refSeries are the counters of one refKey.
-type refSeries struct{ total, over, near, within, shadow, overCached prometheus.Counter }
-
-// refFixed is a stats key whose labels come from the config alone.
-type refFixed struct {
-	key     refKey
-	series  atomic.Pointer[refSeries]
-	removed bool // guarded by refStats.mu: a reload dropped key
-}
-
-// refValues are the series of a stats key with request values: at most
-// maxValues label sets, then the domain's _other series.
-type refValues struct {
-	domain  string
-	mu      sync.RWMutex
-	series  map[string]*refSeries // by the request's label parts, joined by NUL
-	keys    []refKey              // of series, to delete them
-	removed bool                  // guarded by refStats.mu and mu
-}
+// The counters of refStats.counters.
+const (
+	refTotal = iota
+	refOver
+	refNear
+	refWithin
+	refShadow
+	refOverCached
+)
 
 // refConfig is what a loaded config's requests count into.
 type refConfig struct {
-	byLimit  []*refNode            // by Limit.Index
-	override map[string]*refValues // by domain
+	byLimit  []*refNode               // by Limit.Index
+	override map[string]*series.Group // by domain: request overrides
 }
 
 // refNode is the stats key of a configured node: fixed, or values (then
 // the node's levels say which hold request values).
 type refNode struct {
-	fixed  *refFixed
-	values *refValues
+	fixed  *series.Series
+	values *series.Group
 	levels []refLevel // the node's path, from the top
 }
 
@@ -90,6 +70,16 @@ type refNode struct {
 type refLevel struct {
 	key, configured string
 	fromRequest     bool
+}
+
+// withValues reports whether a level of n takes the request's value.
+func (n *refNode) withValues() bool {
+	for _, lv := range n.levels {
+		if lv.fromRequest {
+			return true
+		}
+	}
+	return false
 }
 
 // refLevels returns node n's levels, from the top.
@@ -105,11 +95,11 @@ func refLevels(n *config.Descriptor) []refLevel {
 	return levels
 }
 
+// newRefStats returns the reference's stats, registered in reg when it is
+// not nil; maxValues (more than 0) bounds the request-valued label sets of
+// one stats key.
 func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *refStats {
-	if maxValues <= 0 {
-		maxValues = DefaultMaxValueSeries
-	}
-	r := &refStats{ratio: float32(o.NearLimitRatio), maxValues: maxValues, fixed: make(map[refKey]*refFixed), values: make(map[string]*refValues)}
+	r := &refStats{ratio: float32(o.NearLimitRatio)}
 	if r.ratio <= 0 {
 		r.ratio = 0.8
 	}
@@ -117,117 +107,81 @@ func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *r
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help + " (envoyproxy/ratelimit's stat, by its stats key)."},
 			[]string{"domain", "key1", "key2"})
 	}
-	r.total = vec("total_hits", "Hits asked for")
-	r.over = vec("over_limit", "Hits over the limit")
-	r.near = vec("near_limit", "Hits above NEAR_LIMIT_RATIO of the limit and within it")
-	r.within = vec("within_limit", "Hits within the limit")
-	r.shadow = vec("shadow_mode", "Hits over a shadow_mode limit, let through")
-	// The reference's Prometheus mapping has no line for it: this is the
-	// name and labels its other stats get.
-	r.overCached = vec("over_limit_with_local_cache", "Hits over the limit answered from the denial cache (the reference's local cache), also in over_limit")
+	vecs := []*prometheus.CounterVec{ // by the ref* constants
+		refTotal:  vec("total_hits", "Hits asked for"),
+		refOver:   vec("over_limit", "Hits over the limit"),
+		refNear:   vec("near_limit", "Hits above NEAR_LIMIT_RATIO of the limit and within it"),
+		refWithin: vec("within_limit", "Hits within the limit"),
+		refShadow: vec("shadow_mode", "Hits over a shadow_mode limit, let through"),
+		// The reference's Prometheus mapping has no line for it: this is
+		// the name and labels its other stats get.
+		refOverCached: vec("over_limit_with_local_cache", "Hits over the limit answered from the denial cache (the reference's local cache), also in over_limit"),
+	}
 	r.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Answers turned from OVER_LIMIT to OK by SHADOW_MODE."})
 	r.loadSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Config loads that succeeded."})
 	r.loadError = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Config loads that failed (the previous config stays in use)."})
 	if reg != nil {
-		reg.MustRegister(r.total, r.over, r.near, r.within, r.shadow, r.overCached, r.globalShadow, r.loadSuccess, r.loadError)
+		for _, v := range vecs {
+			reg.MustRegister(v)
+		}
+		reg.MustRegister(r.globalShadow, r.loadSuccess, r.loadError)
 	}
+	r.counters = series.New(series.Options{
+		Labels:   []string{"domain", "key1", "key2"},
+		Counters: vecs,
+		Together: true,
+		Max:      maxValues,
+		// One _other series per domain: every stats key's group has the
+		// prefix {domain}.
+		Overflow: []string{series.Other, ""},
+	})
 	return r
-}
-
-// vecs are the counter vectors of a refSeries, in its field order.
-func (rs *refStats) vecs() [6]*prometheus.CounterVec {
-	return [6]*prometheus.CounterVec{rs.total, rs.over, rs.near, rs.within, rs.shadow, rs.overCached}
-}
-
-// makeSeries returns the counters of k.
-func (rs *refStats) makeSeries(k refKey) *refSeries {
-	c := func(v *prometheus.CounterVec) prometheus.Counter { return v.WithLabelValues(k.domain, k.key1, k.key2) }
-	return &refSeries{total: c(rs.total), over: c(rs.over), near: c(rs.near), within: c(rs.within), shadow: c(rs.shadow), overCached: c(rs.overCached)}
-}
-
-func (rs *refStats) deleteSeries(k refKey) {
-	for _, v := range rs.vecs() {
-		v.DeleteLabelValues(k.domain, k.key1, k.key2)
-	}
 }
 
 // forConfig returns the stats keys of cfg's limits and overrides, keeping
 // the series of the keys that the previous config had too, and deletes the
-// series of the keys that cfg has not.
+// series of the keys that cfg has not. A domain's _other series is shared
+// by its stats keys with values: it goes with the domain.
 func (rs *refStats) forConfig(cfg *config.Config) *refConfig {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rc := &refConfig{byLimit: make([]*refNode, len(cfg.Limits())), override: make(map[string]*refValues, len(cfg.Domains()))}
-	fixed := make(map[refKey]*refFixed)
-	values := make(map[string]*refValues)
-	valuesOf := func(key, domain string) *refValues {
-		v := values[key]
-		if v == nil {
-			if v = rs.values[key]; v == nil {
-				v = &refValues{domain: domain, series: make(map[string]*refSeries)}
-			}
-			values[key] = v
-		}
-		return v
-	}
+	r := rs.counters.Reload()
+	defer r.Commit()
+	rc := &refConfig{byLimit: make([]*refNode, len(cfg.Limits())), override: make(map[string]*series.Group, len(cfg.Domains()))}
 	for _, d := range cfg.Domains() {
-		rc.override[d.Name] = valuesOf(d.Name, d.Name)
-		nodes := make(map[*config.Descriptor]*refNode)
-		walk(d.Descriptors, func(l *config.Limit) {
-			n := nodes[l.Descriptor]
-			if n == nil {
-				n = &refNode{levels: refLevels(l.Descriptor)}
-				configured := make([]string, len(n.levels))
-				withValues := false
-				for i, lv := range n.levels {
-					configured[i], withValues = lv.configured, withValues || lv.fromRequest
-				}
-				if withValues {
-					// The configured key bounds the request-valued sets.
-					n.values = valuesOf(d.Name+"\x00"+strings.Join(configured, "\x00"), d.Name)
-				} else {
-					k := refKey{d.Name, configured[0], strings.Join(configured[1:], ".")}
-					if n.fixed = fixed[k]; n.fixed == nil {
-						if n.fixed = rs.fixed[k]; n.fixed == nil {
-							n.fixed = &refFixed{key: k}
-						}
-						fixed[k] = n.fixed
-					}
-				}
-				nodes[l.Descriptor] = n
-			}
-			rc.byLimit[l.Index] = n
-		})
+		rc.override[d.Name] = r.Group("", d.Name)
+		rc.declare(r, d.Name, d.Descriptors)
 	}
-	for k, f := range rs.fixed {
-		if fixed[k] == nil {
-			f.removed = true
-			rs.deleteSeries(k)
-		}
-	}
-	for key, v := range rs.values {
-		if values[key] == v {
-			continue
-		}
-		v.mu.Lock()
-		v.removed = true
-		for _, k := range v.keys {
-			if k.key1 != OtherSeries {
-				rs.deleteSeries(k)
-			}
-		}
-		v.series, v.keys = nil, nil
-		v.mu.Unlock()
-	}
-	// A domain's _other series is shared by its stats keys with values: it
-	// goes with the domain.
-	for _, v := range rs.values {
-		if cfg.Domain(v.domain) == nil {
-			rs.deleteSeries(refKey{v.domain, OtherSeries, ""})
-		}
-	}
-	rs.fixed, rs.values = fixed, values
 	return rc
+}
+
+// declare sets the stats keys of the limits of nodes and their subtrees,
+// in domain.
+func (rc *refConfig) declare(r *series.Reload, domain string, nodes []*config.Descriptor) {
+	for _, n := range nodes {
+		if len(n.Limits) > 0 {
+			rn := &refNode{levels: refLevels(n)}
+			if rn.withValues() {
+				// The configured key bounds the request-valued sets.
+				var id []byte
+				for _, lv := range rn.levels {
+					id = series.AppendLabel(id, lv.configured)
+				}
+				rn.values = r.Group(string(id), domain)
+			} else {
+				key2 := make([]byte, 0, 64)
+				for i, lv := range rn.levels[1:] {
+					if i > 0 {
+						key2 = append(key2, '.')
+					}
+					key2 = append(key2, lv.configured...)
+				}
+				rn.fixed = r.Series(domain, rn.levels[0].configured, string(key2))
+			}
+			for _, l := range n.Limits {
+				rc.byLimit[l.Index] = rn
+			}
+		}
+		rc.declare(r, domain, n.Children)
+	}
 }
 
 // record counts the verdict r on item it of a request descriptor with
@@ -239,21 +193,24 @@ func (rs *refStats) forConfig(cfg *config.Config) *refConfig {
 // remained just before that charge: Remaining is read after it). Of a
 // request that names one counter twice, the store reports the state after
 // both items: the split of each is then approximate.
-func (rs *refStats) record(rc *refConfig, domain string, entries []config.Entry, l *config.Limit, it *engine.Item, r *engine.Result) {
+func (rs *refStats) record(rc *refConfig, domain string, entries []config.Entry, l *config.Limit, it *engine.Item, r *engine.Result, buf []byte) []byte {
 	if it.Refund {
-		return
+		return buf
 	}
-	series := rs.series(rc, domain, entries, l)
+	s, buf := rc.series(domain, entries, l, buf)
+	if s == nil {
+		return buf
+	}
 	lim := uint64(l.Rule.Limit)
 	hits := it.Hits
 	if r.Cached {
 		// Denied from the denial cache, as the reference's local cache
 		// denies: over the limit, whatever the counter (shadow items are
 		// never cached).
-		series.total.Add(float64(hits))
-		series.over.Add(float64(hits))
-		series.overCached.Add(float64(hits))
-		return
+		s.Counter(refTotal).Add(float64(hits))
+		s.Counter(refOver).Add(float64(hits))
+		s.Counter(refOverCached).Add(float64(hits))
+		return buf
 	}
 	var before, after uint64
 	switch {
@@ -268,25 +225,26 @@ func (rs *refStats) record(rc *refConfig, domain string, entries []config.Entry,
 		after = before + hits
 	}
 	near := rs.nearThreshold(lim)
-	series.total.Add(float64(hits))
+	s.Counter(refTotal).Add(float64(hits))
 	if after > lim {
 		overHits := hits
 		if before < lim {
 			overHits = after - lim
 			if d := lim - max(near, before); d > 0 {
-				series.near.Add(float64(d))
+				s.Counter(refNear).Add(float64(d))
 			}
 		}
-		series.over.Add(float64(overHits))
+		s.Counter(refOver).Add(float64(overHits))
 		if it.Shadow {
-			series.shadow.Add(float64(overHits))
+			s.Counter(refShadow).Add(float64(overHits))
 		}
-		return
+		return buf
 	}
-	series.within.Add(float64(hits))
+	s.Counter(refWithin).Add(float64(hits))
 	if after > near {
-		series.near.Add(float64(after - max(near, before)))
+		s.Counter(refNear).Add(float64(after - max(near, before)))
 	}
+	return buf
 }
 
 // nearThreshold is the count above which hits are near the limit lim: the
@@ -296,84 +254,61 @@ func (rs *refStats) nearThreshold(lim uint64) uint64 {
 	return uint64(math.Floor(float64(float32(lim) * rs.ratio)))
 }
 
-// discardSeries count what a dropped stats key's late requests decide:
-// nothing.
-var discardSeries = &refSeries{total: discard, over: discard, near: discard, within: discard, shadow: discard, overCached: discard}
-
-// series returns the counters that item it of a request descriptor with
-// entries counts into.
-func (rs *refStats) series(rc *refConfig, domain string, entries []config.Entry, l *config.Limit) *refSeries {
+// series returns the series that a request descriptor with entries counts
+// into for limit l, in domain (nil when there is none), and buf, scratch
+// space for its labels, grown.
+func (rc *refConfig) series(domain string, entries []config.Entry, l *config.Limit, buf []byte) (*series.Series, []byte) {
 	if l.Index < 0 || l.Index >= len(rc.byLimit) {
 		// A request override: the request's key and values.
-		parts := make([]string, len(entries))
-		for i, e := range entries {
-			parts[i] = e.Key
-			if e.Value != "" {
-				parts[i] += "_" + e.Value
-			}
+		g := rc.override[domain]
+		if g == nil {
+			return nil, buf
 		}
-		return rs.valueSeries(rc.override[domain], parts)
+		buf = appendRefLabels(buf[:0], nil, entries)
+		return g.Get(buf), buf
 	}
 	n := rc.byLimit[l.Index]
 	if n.fixed != nil {
-		if s := n.fixed.series.Load(); s != nil {
-			return s
-		}
-		rs.mu.Lock()
-		defer rs.mu.Unlock()
-		if n.fixed.removed {
-			return discardSeries
-		}
-		if s := n.fixed.series.Load(); s != nil {
-			return s
-		}
-		s := rs.makeSeries(n.fixed.key)
-		n.fixed.series.Store(s)
-		return s
+		return n.fixed, buf
 	}
-	parts := make([]string, len(entries))
-	for i, e := range entries {
-		if lv := n.levels[i]; lv.fromRequest {
-			parts[i] = lv.key + "_" + e.Value
-		} else {
-			parts[i] = lv.configured
-		}
-	}
-	return rs.valueSeries(n.values, parts)
+	buf = appendRefLabels(buf[:0], n.levels, entries)
+	return n.values.Get(buf), buf
 }
 
-// valueSeries returns the series of label parts in v (v's domain's _other
-// series once v has maxValues), making them when needed.
-func (rs *refStats) valueSeries(v *refValues, parts []string) *refSeries {
-	if v == nil {
-		return discardSeries
-	}
-	id := strings.Join(parts, "\x00")
-	v.mu.RLock()
-	s := v.series[id]
-	v.mu.RUnlock()
-	if s != nil {
-		return s
-	}
-	rs.mu.Lock() // before v.mu, as in the reload
-	defer rs.mu.Unlock()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.removed {
-		return discardSeries
-	}
-	if s := v.series[id]; s != nil {
-		return s
-	}
-	k := refKey{v.domain, parts[0], strings.Join(parts[1:], ".")}
-	if len(v.series) >= rs.maxValues {
-		id, k = "", refKey{v.domain, OtherSeries, ""}
-		if s := v.series[id]; s != nil {
-			return s
+// appendRefLabels appends to dst the labels key1 and key2 (series.EndLabel)
+// of a request descriptor with entries, on a node of levels: per level,
+// the request's key and "_" and value where the level takes the request's
+// value, else its configured part; with levels nil (a request override),
+// the request's key, and "_" and value when there is one, at every level.
+// key1 is the first level's part, key2 the others' joined by '.'.
+func appendRefLabels(dst []byte, levels []refLevel, entries []config.Entry) []byte {
+	start := len(dst)
+	for i, e := range entries {
+		switch {
+		case i == 1:
+			dst = series.EndLabel(dst, start)
+			start = len(dst)
+		case i > 1:
+			dst = append(dst, '.')
+		}
+		switch {
+		case levels == nil:
+			dst = append(dst, e.Key...)
+			if e.Value != "" {
+				dst = append(dst, '_')
+				dst = append(dst, e.Value...)
+			}
+		case levels[i].fromRequest:
+			dst = append(dst, levels[i].key...)
+			dst = append(dst, '_')
+			dst = append(dst, e.Value...)
+		default:
+			dst = append(dst, levels[i].configured...)
 		}
 	}
-	s = rs.makeSeries(k)
-	v.series[id] = s
-	v.keys = append(v.keys, k)
-	return s
+	if len(entries) < 2 {
+		dst = series.EndLabel(dst, start) // key1
+		start = len(dst)
+	}
+	return series.EndLabel(dst, start) // key2
 }

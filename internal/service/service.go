@@ -117,15 +117,19 @@ type Service struct {
 // loaded is a config with what the service derives from it once.
 type loaded struct {
 	cfg      *config.Config
-	counters []*limitMetrics          // by Limit.Index
+	counters []limitMetrics           // by Limit.Index
 	override map[string]*limitMetrics // by domain name
-	domains  map[string]*domainSeries // by domain name
+	domains  map[string]domainSeries  // by domain name
 	ref      *refConfig               // nil unless Reference.Stats
 }
 
 // New returns a service with no config: requests are answered as for
 // unknown domains until SetConfig or Reload succeeds.
 func New(opts Options) *Service {
+	maxValues := opts.MaxValueSeries
+	if maxValues <= 0 {
+		maxValues = DefaultMaxValueSeries
+	}
 	s := &Service{
 		store:        opts.Store,
 		storeDoesIO:  opts.StoreDoesIO,
@@ -136,7 +140,7 @@ func New(opts Options) *Service {
 		log:          opts.Logger,
 		errLog:       rate.Sometimes{Interval: 10 * time.Second},
 		neverLog:     rate.Sometimes{Interval: 10 * time.Second},
-		m:            newMetrics(opts.Registry, opts.MaxValueSeries),
+		m:            newMetrics(opts.Registry, maxValues),
 		dm:           newDomainMetrics(opts.Registry),
 	}
 	if s.log == nil {
@@ -147,7 +151,7 @@ func New(opts Options) *Service {
 	}
 	s.ref = opts.Reference
 	if opts.Reference.Stats != nil {
-		s.refStats = newRefStats(opts.Reference.Stats, opts.Registry, opts.MaxValueSeries)
+		s.refStats = newRefStats(opts.Reference.Stats, opts.Registry, maxValues)
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s
@@ -229,7 +233,7 @@ type scratch struct {
 	spans   [][2]int        // each limited descriptor's identity in key
 	nodes   []*config.Descriptor
 	built   [][]config.Entry
-	label   []byte // a descriptor label of per-value metrics
+	label   []byte // the labels of a per-value series
 }
 
 // ShouldRateLimit decides req. It returns an *InvalidError for a malformed
@@ -519,7 +523,7 @@ func (s *Service) fillStatuses(cur *loaded, dom *config.Domain, req *Request, re
 		st := &resp.Statuses[sc.owner[i]]
 		c := cur.override[dom.Name]
 		if l.Index >= 0 && l.Index < len(cur.counters) {
-			c = cur.counters[l.Index]
+			c = &cur.counters[l.Index]
 		}
 		verdict := resultOver
 		switch {
@@ -530,7 +534,7 @@ func (s *Service) fillStatuses(cur *loaded, dom *config.Domain, req *Request, re
 		}
 		sc.label = c.count(verdict, req.Descriptors[sc.owner[i]].Entries, sc.label)
 		if s.refStats != nil {
-			s.refStats.record(cur.ref, dom.Name, req.Descriptors[sc.owner[i]].Entries, l, it, r)
+			sc.label = s.refStats.record(cur.ref, dom.Name, req.Descriptors[sc.owner[i]].Entries, l, it, r, sc.label)
 		}
 		if withLimits {
 			st.Policies = append(st.Policies, s.policy(l, r.Reset, &now))
