@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlsproject/rls/bench/internal/procs"
+	"github.com/rlsproject/rls/internal/proctest"
 )
 
 func main() {
@@ -52,7 +52,7 @@ func run(d time.Duration, workers int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := procs.BuildRLS(dir)
+	bin, err := proctest.RLS()
 	if err != nil {
 		return err
 	}
@@ -60,16 +60,17 @@ func run(d time.Duration, workers int) error {
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		return err
 	}
-	grpcAddr, httpAddr := procs.FreeAddr(), procs.FreeAddr()
-	rls, err := procs.Start("rls", bin, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+	addrs, err := proctest.FreeAddrs(2)
+	if err != nil {
+		return err
+	}
+	grpcAddr, httpAddr := addrs[0], addrs[1]
+	rls, err := proctest.LaunchRLS(proctest.Options{}, bin, httpAddr, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--memory-limit", "16MiB", "--log-level", "warn", "--watch=false")
 	if err != nil {
 		return err
 	}
 	defer rls.Stop()
-	if err := procs.WaitHTTP("http://" + httpAddr + "/readyz"); err != nil {
-		return err
-	}
 	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -101,6 +102,7 @@ func run(d time.Duration, workers int) error {
 		counters, counterBytes float64
 	}
 	var samples []sample
+	var scrapeErr error
 	start := time.Now()
 	tick := time.NewTicker(d / 12)
 	defer tick.Stop()
@@ -108,7 +110,12 @@ func run(d time.Duration, workers int) error {
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
-			m := procs.Scrape("http://" + httpAddr + "/metrics")
+			m, err := proctest.Samples("http://" + httpAddr + "/metrics")
+			if err != nil {
+				scrapeErr = fmt.Errorf("reading rls's metrics: %w", err)
+				cancel() // the workers stop; wg.Wait below
+				continue
+			}
 			s := sample{time.Since(start), m["go_goroutines"], m["go_memstats_heap_inuse_bytes"], m["process_resident_memory_bytes"], m["rls_memstore_counters"], m["rls_memstore_bytes"]}
 			samples = append(samples, s)
 			fmt.Printf("%6s  %8d requests  goroutines %4.0f  heap %6.1f MiB  rss %6.1f MiB  counters %8.0f (%5.1f MiB counted)\n",
@@ -116,6 +123,9 @@ func run(d time.Duration, workers int) error {
 		}
 	}
 	wg.Wait()
+	if scrapeErr != nil {
+		return scrapeErr
+	}
 	if len(samples) < 6 {
 		return fmt.Errorf("only %d samples", len(samples))
 	}

@@ -51,6 +51,19 @@ func FreeAddr() (string, error) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
 }
 
+// FreeAddrs is n FreeAddrs, for a program that serves on several.
+func FreeAddrs(n int) ([]string, error) {
+	out := make([]string, n)
+	for i := range out {
+		a, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
 // Port is FreePort for a test, which fails when there is none.
 func Port(tb testing.TB) int {
 	tb.Helper()

@@ -84,6 +84,25 @@ func StartRLS(tb testing.TB, httpAddr string, args ...string) *Proc {
 	return p
 }
 
+// LaunchRLS runs bin (RLS(), or another build to compare with) with args,
+// among them --http-addr httpAddr, and waits until http://httpAddr/readyz
+// answers 200; on failure it stops rls and says why, with its output. The
+// caller stops it on every other path. It is StartRLS for a benchmark.
+func LaunchRLS(o Options, bin, httpAddr string, args ...string) (*Proc, error) {
+	if o.Name == "" {
+		o.Name = "rls"
+	}
+	p, err := Launch(o, append([]string{bin}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.WaitFor(HTTPOK("http://" + httpAddr + "/readyz")); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("%s %s: %w\n%s", o.Name, strings.Join(args, " "), err, p.Output())
+	}
+	return p, nil
+}
+
 func buildRLS() (string, error) {
 	bin, _, err := findOrBuild()
 	return bin, err
