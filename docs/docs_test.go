@@ -31,7 +31,10 @@ func testMain(m *testing.M) int {
 	}
 	repoRoot = filepath.Dir(wd)
 	// The blocks call ./bin/rls and `make run`, as a reader does: build it
-	// the way the README says.
+	// the way the README says (not proctest.RLS: `make run` rebuilds
+	// bin/rls anyway, and make's build is what is documented). proctest
+	// compiles with make build's flags, so after the other packages' build
+	// of the same sources this only links.
 	build := exec.Command("make", "--no-print-directory", "build")
 	build.Dir = repoRoot
 	if out, err := build.CombinedOutput(); err != nil {
