@@ -23,7 +23,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -63,30 +62,18 @@ func run() error {
 	grpcFlood := flag.Bool("grpc-flood", false, "flood over gRPC instead: RateLimitRequests of empty descriptors, 1 MB (InvalidArgument)")
 	flag.Parse()
 
-	dir, err := os.MkdirTemp("", "jsonflood")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	if *rlsBin == "" {
+		var err error
 		if *rlsBin, err = proctest.RLS(); err != nil {
 			return err
 		}
 	}
-	cfg := filepath.Join(dir, "limits.yaml")
-	if err := os.WriteFile(cfg, []byte(limitsYAML), 0o644); err != nil {
-		return err
-	}
-	addrs, err := proctest.FreeAddrs(2)
-	if err != nil {
-		return err
-	}
-	grpcAddr, httpAddr := addrs[0], addrs[1]
-	p, err := proctest.LaunchRLS(proctest.Options{}, *rlsBin, httpAddr, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--log-level", "warn", "--watch=false")
+	p, err := proctest.Serve(proctest.Options{}, *rlsBin, limitsYAML, "--log-level", "warn", "--watch=false")
 	if err != nil {
 		return err
 	}
 	defer p.Stop()
+	grpcAddr, httpAddr := p.GRPCAddr, p.HTTPAddr
 
 	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -106,26 +106,21 @@ func run() error {
 			return err
 		}
 	}
-	cfgPath := filepath.Join(dir, "bench.yaml")
-	if err := os.WriteFile(cfgPath, []byte(benchConfig), 0o644); err != nil {
-		return err
-	}
-
-	var running []*proctest.Proc
+	var running []interface{ Stop() error }
 	defer func() {
-		for _, p := range running {
-			p.Stop()
+		// Last started, first stopped: rls before the Redis it uses.
+		for i := len(running) - 1; i >= 0; i-- {
+			running[i].Stop()
 		}
 	}()
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	addrs, err := proctest.FreeAddrs(5)
+	ceilingAddr, err := proctest.FreeAddr()
 	if err != nil {
 		return err
 	}
-	ceilingAddr := addrs[0]
 	p, err := proctest.Launch(proctest.Options{Name: "ceiling"}, self, "-serve-ceiling", ceilingAddr)
 	if err != nil {
 		return err
@@ -136,13 +131,12 @@ func run() error {
 	}
 	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr, serverPid: p.Pid()}}
 
-	memGRPC, memHTTP := addrs[1], addrs[2]
-	p, err = proctest.LaunchRLS(proctest.Options{Name: "rls-memory"}, c.rlsBin, memHTTP, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
+	mem, err := proctest.Serve(proctest.Options{Name: "rls-memory"}, c.rlsBin, benchConfig, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
 	if err != nil {
 		return err
 	}
-	running = append(running, p)
-	targets = append(targets, &target{name: "rls, memory store", addr: memGRPC, http: memHTTP, serverPid: p.Pid()})
+	running = append(running, mem)
+	targets = append(targets, &target{name: "rls, memory store", addr: mem.GRPCAddr, http: mem.HTTPAddr, serverPid: mem.Pid()})
 
 	if c.redis {
 		port, err := proctest.FreePort()
@@ -155,14 +149,13 @@ func run() error {
 		}
 		running = append(running, redis)
 		redisAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		redisGRPC, redisHTTP := addrs[3], addrs[4]
-		p, err = proctest.LaunchRLS(proctest.Options{Name: "rls-redis"}, c.rlsBin, redisHTTP, "serve", "--config", cfgPath, "--grpc-addr", redisGRPC, "--http-addr", redisHTTP,
+		red, err := proctest.Serve(proctest.Options{Name: "rls-redis"}, c.rlsBin, benchConfig,
 			"--store", "redis", "--redis-url", "redis://"+redisAddr+"/0", "--log-level", "warn", "--watch=false", "--store-timeout", "100ms")
 		if err != nil {
 			return err
 		}
-		running = append(running, p)
-		targets = append(targets, &target{name: "rls, Redis store", addr: redisGRPC, http: redisHTTP, redis: redisAddr, serverPid: p.Pid(), redisPid: redis.Pid()})
+		running = append(running, red)
+		targets = append(targets, &target{name: "rls, Redis store", addr: red.GRPCAddr, http: red.HTTPAddr, redis: redisAddr, serverPid: red.Pid(), redisPid: redis.Pid()})
 	}
 	for _, t := range targets {
 		if err := t.dial(c.conns); err != nil {

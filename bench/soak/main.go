@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,30 +46,16 @@ descriptors:
 `
 
 func run(d time.Duration, workers int) error {
-	dir, err := os.MkdirTemp("", "rls-soak-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	bin, err := proctest.RLS()
 	if err != nil {
 		return err
 	}
-	cfg := filepath.Join(dir, "soak.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
-		return err
-	}
-	addrs, err := proctest.FreeAddrs(2)
-	if err != nil {
-		return err
-	}
-	grpcAddr, httpAddr := addrs[0], addrs[1]
-	rls, err := proctest.LaunchRLS(proctest.Options{}, bin, httpAddr, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--memory-limit", "16MiB", "--log-level", "warn", "--watch=false")
+	rls, err := proctest.Serve(proctest.Options{}, bin, config, "--memory-limit", "16MiB", "--log-level", "warn", "--watch=false")
 	if err != nil {
 		return err
 	}
 	defer rls.Stop()
+	grpcAddr, httpAddr := rls.GRPCAddr, rls.HTTPAddr
 	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err

@@ -84,23 +84,54 @@ func StartRLS(tb testing.TB, httpAddr string, args ...string) *Proc {
 	return p
 }
 
-// LaunchRLS runs bin (RLS(), or another build to compare with) with args,
-// among them --http-addr httpAddr, and waits until http://httpAddr/readyz
-// answers 200; on failure it stops rls and says why, with its output. The
-// caller stops it on every other path. It is StartRLS for a benchmark.
-func LaunchRLS(o Options, bin, httpAddr string, args ...string) (*Proc, error) {
+// Served is rls serving for a benchmark: its process, and the loopback
+// addresses it serves gRPC and HTTP on.
+type Served struct {
+	*Proc
+	GRPCAddr, HTTPAddr string
+	dir                string // holds the config file
+}
+
+// Serve runs `bin serve` (bin: RLS(), or another build to compare with)
+// with the config yaml, on two free loopback addresses, with args after
+// its own flags, and waits until /readyz answers 200; on failure it stops
+// rls and says why, with its output. The caller calls Stop on every other
+// path. It is StartRLS for a benchmark, whose rls writes to stderr.
+func Serve(o Options, bin, yaml string, args ...string) (*Served, error) {
 	if o.Name == "" {
 		o.Name = "rls"
 	}
-	p, err := Launch(o, append([]string{bin}, args...)...)
+	addrs, err := FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.WaitFor(HTTPOK("http://" + httpAddr + "/readyz")); err != nil {
-		p.Stop()
-		return nil, fmt.Errorf("%s %s: %w\n%s", o.Name, strings.Join(args, " "), err, p.Output())
+	dir, err := os.MkdirTemp("", "rls-serve-")
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	s := &Served{GRPCAddr: addrs[0], HTTPAddr: addrs[1], dir: dir}
+	cfg := filepath.Join(dir, "limits.yaml")
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	args = append([]string{bin, "serve", "--config", cfg, "--grpc-addr", s.GRPCAddr, "--http-addr", s.HTTPAddr}, args...)
+	if s.Proc, err = Launch(o, args...); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := s.WaitFor(HTTPOK("http://" + s.HTTPAddr + "/readyz")); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(args, " "), err, s.Output())
+	}
+	return s, nil
+}
+
+// Stop stops rls (Proc.Stop) and removes its config.
+func (s *Served) Stop() error {
+	err := s.Proc.Stop()
+	os.RemoveAll(s.dir)
+	return err
 }
 
 func buildRLS() (string, error) {
