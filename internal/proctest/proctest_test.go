@@ -281,10 +281,10 @@ func writeModule(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
-		"go.mod":                 "module " + Module + "\n\ngo 1.22\n",
+		"go.mod":                 "module " + module + "\n\ngo 1.22\n",
 		"go.sum":                 "",
 		"README.md":              "the docs\n",
-		"cmd/rls/main.go":        "package main\n\nimport (\n\t_ \"embed\"\n\n\t\"" + Module + "/internal/lib\"\n)\n\n//go:embed script.lua\nvar script string\n\nfunc main() { println(script, lib.X) }\n",
+		"cmd/rls/main.go":        "package main\n\nimport (\n\t_ \"embed\"\n\n\t\"" + module + "/internal/lib\"\n)\n\n//go:embed script.lua\nvar script string\n\nfunc main() { println(script, lib.X) }\n",
 		"cmd/rls/script.lua":     "return 1\n",
 		"cmd/rls/main_test.go":   "package main\n",
 		"internal/lib/lib.go":    "package lib\n\nconst X = 1\n",
