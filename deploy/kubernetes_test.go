@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rlsproject/rls/internal/proctest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -315,7 +316,7 @@ func checkRLS(t *testing.T, o objects, wantReplicas int32) (*corev1.Container, m
 func runContainer(t *testing.T, c *corev1.Container, files map[string]string, redisAddr string) {
 	t.Helper()
 	dir := writeConfigMap(t, files)
-	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+	httpAddr, grpcAddr := proctest.Addr(t), proctest.Addr(t)
 	args := slices.Clone(c.Args)
 	for i, a := range args {
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
@@ -333,7 +334,7 @@ func runContainer(t *testing.T, c *corev1.Container, files map[string]string, re
 			args[i] = "--redis-url=redis://" + redisAddr + "/0"
 		}
 	}
-	p := startRLS(t, httpAddr, args...)
+	p := proctest.StartRLS(t, httpAddr, args...)
 	for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 		code, body, err := get("http://" + httpAddr + pr.HTTPGet.Path)
 		if err != nil || code != http.StatusOK {
@@ -352,8 +353,8 @@ func runContainer(t *testing.T, c *corev1.Container, files map[string]string, re
 	if !strings.Contains(metrics, "\n"+wantMetric+" ") {
 		t.Errorf("/metrics has no %s: the args did not choose the store expected", wantMetric)
 	}
-	if err := p.stop(); err != nil {
-		t.Errorf("rls after SIGTERM: %v, want exit status 0\n%s", err, p.output())
+	if err := p.Stop(); err != nil {
+		t.Errorf("rls: %v\n%s", err, p.Output())
 	}
 }
 
@@ -383,7 +384,7 @@ func writeConfigMap(t *testing.T, files map[string]string) string {
 func validate(t *testing.T, files map[string]string) {
 	t.Helper()
 	dir := writeConfigMap(t, files)
-	out, err := exec.Command(rlsBin, "validate", dir).CombinedOutput()
+	out, err := exec.Command(proctest.RLSBinary(t), "validate", dir).CombinedOutput()
 	if err != nil {
 		t.Errorf("rls validate (the ConfigMap's files): %v\n%s", err, out)
 	}
@@ -441,27 +442,20 @@ func TestKubernetesRedis(t *testing.T) {
 	}
 	// Redis's own flags, run by the redis-server here: --save "" and the rest.
 	checkRedisArgs(t, rc.Args)
-	runContainer(t, c, files, startRedis(t))
+	redisAddr, _ := proctest.StartRedis(t)
+	runContainer(t, c, files, redisAddr)
 }
 
 // checkRedisArgs runs redis-server with the manifest's arguments (and a
 // free port) and asks CONFIG GET for each, so that a typo fails.
 func checkRedisArgs(t *testing.T, args []string) {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server not found: install it (apt-get install -y redis-server); make test does this")
-	}
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		t.Fatal("redis-cli not found: install redis-tools")
 	}
-	addr := freeAddr(t)
+	addr, _ := proctest.StartRedis(t, args...)
 	_, portStr, _ := net.SplitHostPort(addr)
-	p := startProc(t, "redis-args", append([]string{bin, "--port", portStr, "--bind", "127.0.0.1", "--dir", t.TempDir()}, args...)...)
-	if err := p.waitFor(func() bool { return redisPing(addr) == nil }); err != nil {
-		t.Fatalf("redis-server %s: %v\n%s", strings.Join(args, " "), err, p.output())
-	}
 	for i := 0; i+1 < len(args); i += 2 {
 		name := strings.TrimPrefix(args[i], "--")
 		out, err := exec.Command(cli, "-p", portStr, "config", "get", name).Output()

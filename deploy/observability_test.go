@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/rlsproject/rls/internal/proctest"
 )
 
 const (
@@ -109,7 +110,7 @@ func rlsSeries(t *testing.T) exported {
 		return scrapeOnce.e
 	}
 	e := exported{}
-	redisAddr := startRedis(t)
+	redisAddr, _ := proctest.StartRedis(t)
 	// Redis has a second to decide each request, not the default 10 ms: the
 	// request over a shadow-mode limit below must be decided (a 503 from a
 	// missed store timeout fails the test), and on a busy machine a sound
@@ -127,9 +128,9 @@ func rlsSeries(t *testing.T) exported {
 		if err := os.WriteFile(filepath.Join(dir, "shadow.yaml"), []byte(shadowConfig), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		httpAddr := freeAddr(t)
-		args := append([]string{"serve", "--config=" + dir, "--http-addr=" + httpAddr, "--grpc-addr=" + freeAddr(t), "--watch=false"}, store...)
-		p := startRLS(t, httpAddr, args...)
+		httpAddr := proctest.Addr(t)
+		args := append([]string{"serve", "--config=" + dir, "--http-addr=" + httpAddr, "--grpc-addr=" + proctest.Addr(t), "--watch=false"}, store...)
+		p := proctest.StartRLS(t, httpAddr, args...)
 		base := "http://" + httpAddr
 		body := `{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"203.0.113.9"}]},{"entries":[{"key":"tenant","value":"t1"}]}]}`
 		// Until three denials (a denial, then the cached ones). The limits
@@ -155,11 +156,11 @@ func rlsSeries(t *testing.T) exported {
 		if err := os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("domain: [\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := p.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		var text string
-		err = p.waitFor(func() bool {
+		err = p.WaitFor(func() bool {
 			_, text, err = get(base + "/metrics")
 			return err == nil && strings.Contains(text, "\nrls_config_last_reload_successful 0\n")
 		})
@@ -167,8 +168,8 @@ func rlsSeries(t *testing.T) exported {
 			t.Fatalf("%v: no failed reload in /metrics after SIGHUP with a bad file: %v\n%s", store, err, text)
 		}
 		parseMetrics(t, strings.NewReader(text), e)
-		if err := p.stop(); err != nil {
-			t.Errorf("rls %v after SIGTERM: %v", store, err)
+		if err := p.Stop(); err != nil {
+			t.Errorf("rls %v: %v", store, err)
 		}
 	}
 	scrapeOnce.done, scrapeOnce.e = true, e

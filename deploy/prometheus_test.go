@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlsproject/rls/internal/proctest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -183,7 +184,7 @@ func rulesWithShortFor(t *testing.T, d string, alerts ...string) []byte {
 // files beside it in a temporary directory, its TSDB there too, listening on
 // a free loopback port, and waits until /-/ready answers 200. It returns the
 // base URL.
-func startPrometheus(t *testing.T, bin, config string, files map[string][]byte) (string, *proc) {
+func startPrometheus(t *testing.T, bin, config string, files map[string][]byte) (string, *proctest.Proc) {
 	t.Helper()
 	dir := t.TempDir()
 	for name, b := range files {
@@ -195,26 +196,16 @@ func startPrometheus(t *testing.T, bin, config string, files map[string][]byte) 
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for attempt := 1; ; attempt++ {
-		addr := freeAddr(t)
-		p := startProc(t, "prometheus", bin,
-			"--config.file="+cfg,
-			"--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data%d", attempt)),
-			"--web.listen-address="+addr,
-		)
-		base := "http://" + addr
-		err := p.waitFor(func() bool {
-			code, _, err := get(base + "/-/ready")
-			return err == nil && code == http.StatusOK
-		})
-		if err == nil {
-			return base, p
+	attempt := 0
+	p, addr := proctest.StartListening(t, proctest.Options{Name: "prometheus"}, func(addr string) []string {
+		attempt++
+		return []string{bin,
+			"--config.file=" + cfg,
+			"--storage.tsdb.path=" + filepath.Join(dir, fmt.Sprintf("data%d", attempt)),
+			"--web.listen-address=" + addr,
 		}
-		if attempt < 3 && strings.Contains(p.output(), "address already in use") {
-			continue
-		}
-		t.Fatalf("prometheus: %v\n%s", err, p.output())
-	}
+	}, func(addr string) func() bool { return proctest.HTTPOK("http://" + addr + "/-/ready") })
+	return "http://" + addr, p
 }
 
 // promAPI GETs path from Prometheus's HTTP API and decodes its data into v.
@@ -344,7 +335,7 @@ func scraped(base string, targets ...string) bool {
 func TestPrometheusFiresAlerts(t *testing.T) {
 	bin := findPrometheus(t)
 	names := alertNames(t)
-	redisAddr, redis := startRedisProc(t)
+	redisAddr, redis := proctest.StartRedis(t)
 
 	limits, err := os.ReadFile("../config/limits.yaml")
 	if err != nil {
@@ -354,12 +345,12 @@ func TestPrometheusFiresAlerts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(memDir, "limits.yaml"), limits, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	memAddr := freeAddr(t)
-	mem := startRLS(t, memAddr, "serve", "--config="+memDir, "--http-addr="+memAddr, "--grpc-addr="+freeAddr(t), "--watch=false", "--store=memory")
+	memAddr := proctest.Addr(t)
+	mem := proctest.StartRLS(t, memAddr, "serve", "--config="+memDir, "--http-addr="+memAddr, "--grpc-addr="+proctest.Addr(t), "--watch=false", "--store=memory")
 	// A second for a store call: a slow round trip on a busy machine must
 	// not be a store error before the test stops Redis.
-	redAddr := freeAddr(t)
-	startRLS(t, redAddr, "serve", "--config=../config/limits.yaml", "--http-addr="+redAddr, "--grpc-addr="+freeAddr(t),
+	redAddr := proctest.Addr(t)
+	proctest.StartRLS(t, redAddr, "serve", "--config=../config/limits.yaml", "--http-addr="+redAddr, "--grpc-addr="+proctest.Addr(t),
 		"--store=redis", "--redis-url=redis://"+redisAddr+"/0", "--store-timeout=1s")
 
 	rules := rulesWithShortFor(t, shortFor, "RLSConfigReloadFailed", "RLSStoreErrors")
@@ -394,7 +385,7 @@ scrape_configs:
 	}
 	// Until the rules have been evaluated on rates of requests.
 	var since time.Time
-	err = prom.waitWithin(alertWait, func() bool {
+	err = prom.WaitWithin(alertWait, func() bool {
 		traffic(http.StatusOK, http.StatusOK)
 		if since.IsZero() && scraped(base, memAddr, redAddr) {
 			since = time.Now()
@@ -402,7 +393,7 @@ scrape_configs:
 		return !since.IsZero() && evaluatedSince(t, base, names, since)
 	})
 	if err != nil {
-		t.Fatalf("Prometheus did not scrape both rls and evaluate every rule: %v\n%s", err, prom.output())
+		t.Fatalf("Prometheus did not scrape both rls and evaluate every rule: %v\n%s", err, prom.Output())
 	}
 	alerts, err := promAlerts(base)
 	if err != nil {
@@ -419,10 +410,10 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(memDir, "bad.yaml"), []byte("domain: [\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := mem.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	if err := redis.stop(); err != nil {
+	if err := redis.Stop(); err != nil {
 		t.Fatalf("stopping redis-server: %v", err)
 	}
 
@@ -430,7 +421,7 @@ scrape_configs:
 		"RLSConfigReloadFailed": memAddr,
 		"RLSStoreErrors":        redAddr,
 	}
-	err = prom.waitWithin(alertWait, func() bool {
+	err = prom.WaitWithin(alertWait, func() bool {
 		// The memory store's rls serves its old limits; the other one
 		// meets the store error (503 under --on-store-error=error).
 		traffic(http.StatusOK, http.StatusServiceUnavailable)
@@ -446,7 +437,7 @@ scrape_configs:
 		return firing == len(want)
 	})
 	if err != nil {
-		t.Fatalf("alerts %v, want %v firing: %v\n%s", alerts, want, err, prom.output())
+		t.Fatalf("alerts %v, want %v firing: %v\n%s", alerts, want, err, prom.Output())
 	}
 	var firing []string
 	for _, a := range alerts {

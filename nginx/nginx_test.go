@@ -1,5 +1,6 @@
 // Package nginx_test proves nginx/nginx.conf: it runs that file with the
-// real nginx binary in front of a freshly built rls and a Go backend, all on
+// real nginx binary in front of rls (built from the sources as they are, once
+// for every package of the run: proctest.RLS) and a Go backend, all on
 // 127.0.0.1, and checks what clients get. The file is used as shipped except
 // for the rows of confEdits (addresses, and the commented lines that a test
 // enables); every row must match exactly once, so the test breaks when the
@@ -10,11 +11,9 @@
 package nginx_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,34 +26,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/proctest"
 )
-
-// rlsBin is the rls binary built by TestMain.
-var rlsBin string
-
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "rls-nginx-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building rls: %v (go test puts its own go on PATH)\n", err)
-		return 1
-	}
-	rlsBin = filepath.Join(dir, "rls")
-	build := exec.Command(goCmd, "build", "-o", rlsBin, "github.com/rlsproject/rls/cmd/rls")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/rls: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
-}
 
 // The files a stack runs.
 const (
@@ -81,14 +54,11 @@ const (
 	wantJSONError = "rate_limited" // "error" in @ratelimited's body
 )
 
-// waitLimit bounds every wait for a process to start or stop.
-const waitLimit = 10 * time.Second
-
 // stack is one nginx in front of one rls and one backend.
 type stack struct {
 	rls     *rlsProc
 	backend *backend
-	nginx   *proc
+	nginx   *proctest.Proc
 	base    string // http://127.0.0.1:port of nginx
 	client  *http.Client
 }
@@ -103,7 +73,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	t.Helper()
 	nginxBin := findNginx(t)
 	s := &stack{backend: startBackend(t)}
-	s.rls = startRLS(t, o.limits, "127.0.0.1:0", o.rlsFlags...)
+	s.rls = startRLS(t, o.limits, "", o.rlsFlags...)
 	s.nginx, s.base = startNginx(t, nginxBin, s.rls.addr, s.backend.addr(), o.failOpen)
 	tr := &http.Transport{}
 	s.client = &http.Client{Transport: tr, Timeout: 5 * time.Second}
@@ -450,7 +420,7 @@ func TestShippedLimits(t *testing.T) {
 // request is limited and answered by the stand-in, which names it. One
 // request, so the per-second window cannot roll over mid-test.
 func TestStandInBackend(t *testing.T) {
-	rls := startRLS(t, shippedLimits, "127.0.0.1:0")
+	rls := startRLS(t, shippedLimits, "")
 	_, base := startNginx(t, findNginx(t), rls.addr, "", false)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -492,15 +462,19 @@ func TestRLSDown(t *testing.T) {
 
 			// Stuck: rls accepts connections (the kernel does) but never
 			// answers; proxy_read_timeout turns that into a failure.
-			s.rls.signal(t, syscall.SIGSTOP)
+			if err := s.rls.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
 			start := time.Now()
 			s.run(t, []step{{request: request{xff: clientA, comment: "rls stuck"}, wantStatus: tc.wantDown, wantBackend: tc.wantBackend}})
 			t.Logf("answer while rls was stuck took %v", time.Since(start).Round(time.Millisecond))
-			s.rls.signal(t, syscall.SIGCONT)
+			if err := s.rls.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
 
 			// Stopped: SIGTERM drains and exits 0; connections are refused.
-			if err := s.rls.stop(syscall.SIGTERM); err != nil {
-				t.Errorf("rls after SIGTERM: %v, want exit status 0", err)
+			if err := s.rls.Stop(); err != nil {
+				t.Errorf("rls: %v", err)
 			}
 			down := s.run(t, []step{
 				{request: request{xff: clientA, comment: "rls stopped"}, wantStatus: tc.wantDown, wantBackend: tc.wantBackend},
@@ -573,10 +547,10 @@ func render(src []byte, edits []edit) ([]byte, error) {
 }
 
 // startNginx runs the edited nginx.conf in the foreground with its own
-// prefix directory. The ports are picked free just before, so a lost race
-// (another process took one) is retried with new ports. backendAddr ""
-// sends the requests to the file's own stand-in backend.
-func startNginx(t *testing.T, bin, rlsAddr, backendAddr string, failOpen bool) (*proc, string) {
+// prefix directory, on free ports (tried again with others when one was
+// taken meanwhile). backendAddr "" sends the requests to the file's own
+// stand-in backend. The test's end stops it with SIGQUIT (graceful).
+func startNginx(t *testing.T, bin, rlsAddr, backendAddr string, failOpen bool) (*proctest.Proc, string) {
 	t.Helper()
 	src, err := os.ReadFile(exampleConf)
 	if err != nil {
@@ -593,8 +567,9 @@ func startNginx(t *testing.T, bin, rlsAddr, backendAddr string, failOpen bool) (
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "nginx.conf")
-	for attempt := 1; ; attempt++ {
-		listen, standIn := freeAddr(t), freeAddr(t)
+	o := proctest.Options{Name: "nginx", StopSignal: syscall.SIGQUIT, ExtraLogs: []string{filepath.Join(dir, "access.log")}}
+	p, listen := proctest.StartListening(t, o, func(listen string) []string {
+		standIn := proctest.Addr(t)
 		upstream := backendAddr
 		if upstream == "" {
 			upstream = standIn
@@ -606,237 +581,34 @@ func startNginx(t *testing.T, bin, rlsAddr, backendAddr string, failOpen bool) (
 		if err := os.WriteFile(conf, out, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p := startProc(t, "nginx", filepath.Join(dir, fmt.Sprintf("nginx-%d.log", attempt)), syscall.SIGQUIT, bin,
-			"-p", dir+"/", "-c", conf, "-e", "stderr",
-			"-g", "daemon off; master_process on; pid "+filepath.Join(dir, "nginx.pid")+"; error_log stderr notice;")
-		p.extraLogs = filepath.Join(dir, "access.log")
-		err = waitFor(p, func() bool {
-			c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond)
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		})
-		if err == nil {
-			return p, "http://" + listen
-		}
-		if attempt < 3 && strings.Contains(p.output(), "Address already in use") {
-			continue
-		}
-		t.Fatalf("nginx did not start: %v\n%s", err, p.output())
-	}
+		return []string{bin, "-p", dir + "/", "-c", conf, "-e", "stderr",
+			"-g", "daemon off; master_process on; pid " + filepath.Join(dir, "nginx.pid") + "; error_log stderr notice;"}
+	}, proctest.Listening)
+	return p, "http://" + listen
 }
 
 // rlsProc is a running `rls serve`.
 type rlsProc struct {
-	*proc
+	*proctest.Proc
 	addr string // its HTTP address
 }
 
-// startRLS runs rls serve on addr (127.0.0.1:0 for a free port) and waits
-// until /readyz answers 200.
+// startRLS runs rls serve with the limits on addr ("": a free port, tried
+// again with another when it was taken meanwhile) and waits until /readyz
+// answers 200. The test's end stops it and wants exit status 0.
 func startRLS(t *testing.T, limits, addr string, flags ...string) *rlsProc {
 	t.Helper()
-	dir := t.TempDir()
-	args := append([]string{rlsBin, "serve",
-		"--config", limits, "--grpc-addr", "127.0.0.1:0", "--http-addr", addr,
-		"--log-format", "json", "--shutdown-timeout", "5s"}, flags...)
-	p := startProc(t, "rls", filepath.Join(dir, "rls.log"), syscall.SIGTERM, args...)
-	r := &rlsProc{proc: p}
-	err := waitFor(p, func() bool {
-		if r.addr == "" {
-			r.addr = servingAddr(p.output())
-			if r.addr == "" {
-				return false
-			}
-		}
-		resp, err := http.Get("http://" + r.addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	if err != nil {
-		t.Fatalf("rls did not become ready: %v\n%s", err, p.output())
+	args := func(addr string) []string {
+		return append([]string{"serve", "--config", limits, "--grpc-addr", "127.0.0.1:0", "--http-addr", addr, "--shutdown-timeout", "5s"}, flags...)
 	}
-	return r
-}
-
-// servingAddr finds the HTTP address in rls's "serving" log line.
-func servingAddr(logs string) string {
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	for sc.Scan() {
-		var line struct {
-			Msg  string `json:"msg"`
-			HTTP string `json:"http"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-			return line.HTTP
-		}
+	if addr != "" {
+		return &rlsProc{proctest.StartRLS(t, addr, args(addr)...), addr}
 	}
-	return ""
-}
-
-// proc is a process a test started: in its own process group, its output
-// in a file, stopped by t.Cleanup. Safe for concurrent use.
-type proc struct {
-	name      string
-	cmd       *exec.Cmd
-	logPath   string
-	extraLogs string // another file shown on failure (nginx's access log)
-	stopSig   syscall.Signal
-	done      chan struct{} // closed when the process has exited
-	waitErr   error         // set before done is closed
-	stopOnce  sync.Once
-	stopErr   error
-}
-
-func startProc(t *testing.T, name, logPath string, stopSig syscall.Signal, argv ...string) *proc {
-	t.Helper()
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, stopSig: stopSig, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		// A process that already exited was stopped by the test, or failed
-		// to start and was reported then; only a failed stop is news here.
-		running := !p.exited()
-		if err := p.stop(p.stopSig); err != nil && running && !t.Failed() {
-			t.Errorf("%s: stopping with %v: %v, want exit status 0\n%s", name, p.stopSig, err, p.output())
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.output())
-		}
-	})
-	return p
-}
-
-// stop sends sig (after SIGCONT, in case a test froze the process) and
-// waits for the exit; past waitLimit it kills the whole process group. It
-// then kills any member of the group left behind (nginx workers whose
-// master died). It returns the exit error; later calls return the first
-// result.
-func (p *proc) stop(sig syscall.Signal) error {
-	p.stopOnce.Do(func() {
-		pgid := p.cmd.Process.Pid
-		select {
-		case <-p.done:
-		default:
-			syscall.Kill(pgid, syscall.SIGCONT)
-			p.cmd.Process.Signal(sig)
-			select {
-			case <-p.done:
-			case <-time.After(waitLimit):
-				syscall.Kill(-pgid, syscall.SIGKILL)
-				<-p.done
-				p.stopErr = fmt.Errorf("did not exit within %v of %v; killed", waitLimit, sig)
-			}
-		}
-		if syscall.Kill(-pgid, 0) == nil {
-			syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-		if p.stopErr == nil {
-			p.stopErr = p.waitErr
-		}
-	})
-	return p.stopErr
-}
-
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("%s: %v: %v", p.name, sig, err)
-	}
-	if sig == syscall.SIGSTOP {
-		// kill(2) returns before every thread has stopped; on a busy machine
-		// a thread on another CPU could still answer a request.
-		p.waitStopped(t)
-	}
-}
-
-// waitStopped waits until every thread of the process is stopped (state T).
-func (p *proc) waitStopped(t *testing.T) {
-	t.Helper()
-	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		tasks, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatalf("%s: %v", p.name, err)
-		}
-		running := 0
-		for _, task := range tasks {
-			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
-			if err != nil {
-				continue // the thread exited
-			}
-			st := string(b)
-			if i := strings.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] != 'T' && st[i+2] != 't' {
-				running++
-			}
-		}
-		if running == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("%s: threads still running 5s after SIGSTOP", p.name)
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) output() string {
-	b, _ := os.ReadFile(p.logPath)
-	s := string(b)
-	if p.extraLogs != "" {
-		if b, err := os.ReadFile(p.extraLogs); err == nil {
-			s += "--- " + filepath.Base(p.extraLogs) + "\n" + string(b)
-		}
-	}
-	return s
-}
-
-// waitFor polls ready until it holds, the process exits, or waitLimit.
-func waitFor(p *proc, ready func() bool) error {
-	deadline := time.Now().Add(waitLimit)
-	for {
-		if ready() {
-			return nil
-		}
-		if p.exited() {
-			return fmt.Errorf("%s exited: %v", p.name, p.waitErr)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v", p.name, waitLimit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return servetest.Addr(t)
+	bin := proctest.RLSBinary(t)
+	p, addr := proctest.StartListening(t, proctest.Options{Name: "rls"},
+		func(addr string) []string { return append([]string{bin}, args(addr)...) },
+		func(addr string) func() bool { return proctest.HTTPOK("http://" + addr + "/readyz") })
+	return &rlsProc{p, addr}
 }
 
 // hit is one request the backend received.

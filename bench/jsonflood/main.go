@@ -23,7 +23,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -37,7 +36,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
-	"github.com/rlsproject/rls/bench/internal/procs"
+	"github.com/rlsproject/rls/internal/proctest"
 )
 
 func main() {
@@ -54,7 +53,7 @@ descriptors:
 `
 
 func run() error {
-	rlsBin := flag.String("rls", "", "rls binary (default: go build ./cmd/rls)")
+	rlsBin := flag.String("rls", "", "rls binary (default: a build of ./cmd/rls, shared with the tests)")
 	senders := flag.Int("senders", 8, "flood senders, each one request at a time on its own connection")
 	descs := flag.Int("descriptors", 349509, "empty descriptors ({}) in each flood body (349,509: 1 MB)")
 	duration := flag.Duration("duration", 5*time.Second, "length of each phase")
@@ -63,29 +62,18 @@ func run() error {
 	grpcFlood := flag.Bool("grpc-flood", false, "flood over gRPC instead: RateLimitRequests of empty descriptors, 1 MB (InvalidArgument)")
 	flag.Parse()
 
-	dir, err := os.MkdirTemp("", "jsonflood")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	if *rlsBin == "" {
-		if *rlsBin, err = procs.BuildRLS(dir); err != nil {
+		var err error
+		if *rlsBin, err = proctest.RLS(); err != nil {
 			return err
 		}
 	}
-	cfg := filepath.Join(dir, "limits.yaml")
-	if err := os.WriteFile(cfg, []byte(limitsYAML), 0o644); err != nil {
-		return err
-	}
-	grpcAddr, httpAddr := procs.FreeAddr(), procs.FreeAddr()
-	p, err := procs.Start("rls", *rlsBin, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--log-level", "warn", "--watch=false")
+	p, err := proctest.Serve(proctest.Options{}, *rlsBin, limitsYAML, "--log-level", "warn", "--watch=false")
 	if err != nil {
 		return err
 	}
 	defer p.Stop()
-	if err := procs.WaitHTTP("http://" + httpAddr + "/readyz"); err != nil {
-		return err
-	}
+	grpcAddr, httpAddr := p.GRPCAddr, p.HTTPAddr
 
 	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -122,9 +110,9 @@ func run() error {
 		}()
 	}
 	time.Sleep(500 * time.Millisecond) // the flood under way
-	cpu0, n0 := procs.CPUTime(p.Pid()), f.done.Load()
+	cpu0, n0 := proctest.CPUTime(p.Pid()), f.done.Load()
 	during := grpcLatencies(client, *duration)
-	cpu1, n1 := procs.CPUTime(p.Pid()), f.done.Load()
+	cpu1, n1 := proctest.CPUTime(p.Pid()), f.done.Load()
 	stop()
 	wg.Wait()
 	fmt.Printf("gRPC beside flood: %s\n", during)

@@ -39,8 +39,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rlsproject/rls/bench/internal/procs"
 	"github.com/rlsproject/rls/internal/grpcserver"
+	"github.com/rlsproject/rls/internal/proctest"
 )
 
 func main() {
@@ -73,7 +73,7 @@ func run() error {
 	flag.IntVar(&c.conns, "conns", 4, "gRPC connections the workers share")
 	flag.IntVar(&c.keys, "keys", 10000, "distinct client addresses the requests cycle through")
 	flag.BoolVar(&c.redis, "redis", true, "also measure rls on Redis (needs redis-server in PATH)")
-	flag.StringVar(&c.rlsBin, "rls", "", "rls binary (default: go build ./cmd/rls)")
+	flag.StringVar(&c.rlsBin, "rls", "", "rls binary (default: a build of ./cmd/rls, shared with the tests)")
 	flag.StringVar(&c.serveOnly, "serve-ceiling", "", "internal: serve the bare gRPC ceiling on this address")
 	flag.StringVar(&c.out, "out", "", "also write the result table (markdown) to this file")
 	flag.StringVar(&c.memoryLimit, "memory-limit", "1GiB", "rls --memory-limit for the memory store")
@@ -102,65 +102,62 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	if c.rlsBin == "" {
-		if c.rlsBin, err = procs.BuildRLS(dir); err != nil {
+		if c.rlsBin, err = proctest.RLS(); err != nil {
 			return err
 		}
 	}
-	cfgPath := filepath.Join(dir, "bench.yaml")
-	if err := os.WriteFile(cfgPath, []byte(benchConfig), 0o644); err != nil {
-		return err
-	}
-
-	var running []*procs.Proc
+	var running []interface{ Stop() error }
 	defer func() {
-		for _, p := range running {
-			p.Stop()
+		// Last started, first stopped: rls before the Redis it uses.
+		for i := len(running) - 1; i >= 0; i-- {
+			running[i].Stop()
 		}
 	}()
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	ceilingAddr := procs.FreeAddr()
-	p, err := procs.Start("ceiling", self, "-serve-ceiling", ceilingAddr)
+	ceilingAddr, err := proctest.FreeAddr()
+	if err != nil {
+		return err
+	}
+	p, err := proctest.Launch(proctest.Options{Name: "ceiling"}, self, "-serve-ceiling", ceilingAddr)
 	if err != nil {
 		return err
 	}
 	running = append(running, p)
+	if err := p.WaitFor(proctest.Listening(ceilingAddr)); err != nil {
+		return err
+	}
 	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr, serverPid: p.Pid()}}
 
-	memGRPC, memHTTP := procs.FreeAddr(), procs.FreeAddr()
-	p, err = procs.Start("rls-memory", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", memGRPC, "--http-addr", memHTTP, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
+	mem, err := proctest.Serve(proctest.Options{Name: "rls-memory"}, c.rlsBin, benchConfig, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
 	if err != nil {
 		return err
 	}
-	running = append(running, p)
-	targets = append(targets, &target{name: "rls, memory store", addr: memGRPC, http: memHTTP, serverPid: p.Pid()})
+	running = append(running, mem)
+	targets = append(targets, &target{name: "rls, memory store", addr: mem.GRPCAddr, http: mem.HTTPAddr, serverPid: mem.Pid()})
 
 	if c.redis {
-		redisAddr := procs.FreeAddr()
-		_, port, _ := net.SplitHostPort(redisAddr)
-		redis, err := procs.Start("redis", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		port, err := proctest.FreePort()
 		if err != nil {
-			return fmt.Errorf("redis-server: %w (install it, or pass -redis=false)", err)
-		}
-		running = append(running, redis)
-		if err := procs.WaitTCP(redisAddr); err != nil {
 			return err
 		}
-		redisGRPC, redisHTTP := procs.FreeAddr(), procs.FreeAddr()
-		p, err = procs.Start("rls-redis", c.rlsBin, "serve", "--config", cfgPath, "--grpc-addr", redisGRPC, "--http-addr", redisHTTP,
+		redis, err := proctest.LaunchRedis(proctest.Options{Name: "redis"}, port, dir)
+		if err != nil {
+			return fmt.Errorf("%w (or pass -redis=false)", err)
+		}
+		running = append(running, redis)
+		redisAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		red, err := proctest.Serve(proctest.Options{Name: "rls-redis"}, c.rlsBin, benchConfig,
 			"--store", "redis", "--redis-url", "redis://"+redisAddr+"/0", "--log-level", "warn", "--watch=false", "--store-timeout", "100ms")
 		if err != nil {
 			return err
 		}
-		running = append(running, p)
-		targets = append(targets, &target{name: "rls, Redis store", addr: redisGRPC, http: redisHTTP, redis: redisAddr, serverPid: p.Pid(), redisPid: redis.Pid()})
+		running = append(running, red)
+		targets = append(targets, &target{name: "rls, Redis store", addr: red.GRPCAddr, http: red.HTTPAddr, redis: redisAddr, serverPid: red.Pid(), redisPid: redis.Pid()})
 	}
 	for _, t := range targets {
-		if err := procs.WaitTCP(t.addr); err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
-		}
 		if err := t.dial(c.conns); err != nil {
 			return err
 		}
@@ -196,17 +193,17 @@ func run() error {
 					name := filepath.Join(c.profileDir, fmt.Sprintf("%s-%s.pprof", shapeSlug(sh.name), shapeSlug(t.name)))
 					go func() { profiled <- t.cpuProfile(name, c.duration-c.duration/4) }()
 				}
-				g0, s0, r0 := procs.CPUTime(os.Getpid()), procs.CPUTime(t.serverPid), procs.CPUTime(t.redisPid)
+				g0, s0, r0 := proctest.CPUTime(os.Getpid()), proctest.CPUTime(t.serverPid), proctest.CPUTime(t.redisPid)
 				res := closedLoop(t, sh.reqs, c.workers, c.duration)
 				if profiled != nil {
 					if err := <-profiled; err != nil {
 						return err
 					}
 				}
-				t.cpu.generator += procs.CPUTime(os.Getpid()) - g0
-				t.cpu.server += procs.CPUTime(t.serverPid) - s0
+				t.cpu.generator += proctest.CPUTime(os.Getpid()) - g0
+				t.cpu.server += proctest.CPUTime(t.serverPid) - s0
 				if t.redisPid != 0 {
-					t.cpu.redis += procs.CPUTime(t.redisPid) - r0
+					t.cpu.redis += proctest.CPUTime(t.redisPid) - r0
 				}
 				t.cpu.requests += res.requestsAnswered
 				results[i] = append(results[i], res)
@@ -558,7 +555,7 @@ func (t *target) redisCounters() redisCounters {
 		return redisCounters{}
 	}
 	var c redisCounters
-	m := procs.Scrape("http://" + t.http + "/metrics")
+	m, _ := proctest.Samples("http://" + t.http + "/metrics") // none: the table shows 0
 	c.decisions = m["rls_redis_decisions_total"]
 	c.roundTrips = m["rls_redis_round_trips_total"]
 	c.scripts = m["rls_redis_scripts_total"]

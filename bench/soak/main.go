@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rlsproject/rls/bench/internal/procs"
+	"github.com/rlsproject/rls/internal/proctest"
 )
 
 func main() {
@@ -47,29 +46,16 @@ descriptors:
 `
 
 func run(d time.Duration, workers int) error {
-	dir, err := os.MkdirTemp("", "rls-soak-")
+	bin, err := proctest.RLS()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := procs.BuildRLS(dir)
-	if err != nil {
-		return err
-	}
-	cfg := filepath.Join(dir, "soak.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
-		return err
-	}
-	grpcAddr, httpAddr := procs.FreeAddr(), procs.FreeAddr()
-	rls, err := procs.Start("rls", bin, "serve", "--config", cfg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--memory-limit", "16MiB", "--log-level", "warn", "--watch=false")
+	rls, err := proctest.Serve(proctest.Options{}, bin, config, "--memory-limit", "16MiB", "--log-level", "warn", "--watch=false")
 	if err != nil {
 		return err
 	}
 	defer rls.Stop()
-	if err := procs.WaitHTTP("http://" + httpAddr + "/readyz"); err != nil {
-		return err
-	}
+	grpcAddr, httpAddr := rls.GRPCAddr, rls.HTTPAddr
 	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -101,6 +87,7 @@ func run(d time.Duration, workers int) error {
 		counters, counterBytes float64
 	}
 	var samples []sample
+	var scrapeErr error
 	start := time.Now()
 	tick := time.NewTicker(d / 12)
 	defer tick.Stop()
@@ -108,7 +95,12 @@ func run(d time.Duration, workers int) error {
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
-			m := procs.Scrape("http://" + httpAddr + "/metrics")
+			m, err := proctest.Samples("http://" + httpAddr + "/metrics")
+			if err != nil {
+				scrapeErr = fmt.Errorf("reading rls's metrics: %w", err)
+				cancel() // the workers stop; wg.Wait below
+				continue
+			}
 			s := sample{time.Since(start), m["go_goroutines"], m["go_memstats_heap_inuse_bytes"], m["process_resident_memory_bytes"], m["rls_memstore_counters"], m["rls_memstore_bytes"]}
 			samples = append(samples, s)
 			fmt.Printf("%6s  %8d requests  goroutines %4.0f  heap %6.1f MiB  rss %6.1f MiB  counters %8.0f (%5.1f MiB counted)\n",
@@ -116,6 +108,9 @@ func run(d time.Duration, workers int) error {
 		}
 	}
 	wg.Wait()
+	if scrapeErr != nil {
+		return scrapeErr
+	}
 	if len(samples) < 6 {
 		return fmt.Errorf("only %d samples", len(samples))
 	}

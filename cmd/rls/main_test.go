@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/proctest"
 	"github.com/rlsproject/rls/internal/servetest"
 )
 
@@ -44,14 +45,7 @@ func testHooks() hooks { return hooks{now: storetest.NewClock(storetest.T0).Now}
 func startServer(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
 	s := launch(t, env, args...)
-	s.waitUntil(t, "rls answers /healthz", func() bool {
-		resp, err := http.Get("http://" + s.httpAddr + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	s.waitUntil(t, "rls answers /healthz", proctest.HTTPOK("http://"+s.httpAddr+"/healthz"))
 	return s
 }
 

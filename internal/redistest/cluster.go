@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/proctest"
 )
 
 // Cluster is a Redis Cluster of redis-server processes on 127.0.0.1.
@@ -54,13 +54,12 @@ func startCluster(tb testing.TB, masters, replicas int, proxied bool) *Cluster {
 	c := &Cluster{tb: tb}
 	n := masters * (1 + replicas)
 	for range n {
-		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb}
+		s := &Server{dir: tb.TempDir(), port: proctest.Port(tb), tb: tb}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-		s.args = []string{
-			"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir,
+		s.args = proctest.RedisArgs(s.port, s.dir,
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
 			"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0",
-		}
+		)
 		if proxied {
 			proxy := StartFaultProxy(tb, s.addr)
 			c.Proxies = append(c.Proxies, proxy)

@@ -25,11 +25,11 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 
-	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/proctest"
 	"github.com/rlsproject/rls/internal/testpki"
 )
 
-const install = "install it: apt-get install -y redis-server (Debian/Ubuntu), brew install redis (macOS); `make test` does it when run as root"
+const install = proctest.RedisInstall
 
 // Server is one Redis server. Its methods may be called from the test's
 // goroutine only.
@@ -38,7 +38,7 @@ type Server struct {
 	dir  string
 	port int
 	args []string
-	cmd  *exec.Cmd // nil in a container
+	proc *proctest.Proc // nil in a container
 	ctr  testcontainers.Container
 	// password and tls are how this server is reached (StartWith).
 	password string
@@ -89,9 +89,9 @@ func StartWith(tb testing.TB, c Config) *Server {
 	if err != nil {
 		tb.Fatalf("redistest: no Docker engine and no redis-server in PATH; %s", install)
 	}
-	s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.Password, tls: c.TLS}
+	s := &Server{dir: tb.TempDir(), port: proctest.Port(tb), tb: tb, password: c.Password, tls: c.TLS}
 	s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-	s.args = []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}
+	s.args = proctest.RedisArgs(s.port, s.dir)
 	if c.Password != "" {
 		s.args = append(s.args, "--requirepass", c.Password)
 	}
@@ -100,8 +100,7 @@ func StartWith(tb testing.TB, c Config) *Server {
 		if c.ClientCerts {
 			authClients = "yes"
 		}
-		s.args[1] = "0"
-		s.args = append(s.args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", c.TLS.Cert, "--tls-key-file", c.TLS.Key,
+		s.args = append(s.args, "--port", "0", "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", c.TLS.Cert, "--tls-key-file", c.TLS.Key,
 			"--tls-ca-cert-file", c.TLS.CA, "--tls-auth-clients", authClients)
 	}
 	s.start(bin)
@@ -132,49 +131,39 @@ func dockerAnswers() bool {
 	return err == nil && strings.Contains(line, " 200 ")
 }
 
+// start runs redis-server with s.args and waits until it answers PING.
 func (s *Server) start(bin string) {
 	s.tb.Helper()
-	cmd := exec.Command(bin, s.args...)
-	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := os.Create(filepath.Join(s.dir, "redis.log"))
+	p, err := proctest.Launch(proctest.Options{Name: "redis-server " + s.addr, Log: filepath.Join(s.dir, "redis.log"), Dir: s.dir, StopSignal: syscall.SIGKILL},
+		append([]string{bin}, s.args...)...)
 	if err != nil {
-		s.tb.Fatal(err)
+		s.tb.Fatalf("redistest: %v", err)
 	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		s.tb.Fatalf("redistest: starting redis-server: %v", err)
-	}
-	out.Close()
-	s.cmd = cmd
-	go cmd.Wait()
-	if err := s.waitPing(10 * time.Second); err != nil {
-		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-		s.kill(syscall.SIGKILL)
-		s.tb.Fatalf("redistest: redis-server on %s: %v\n%s", s.addr, err, log)
+	s.proc = p
+	var last error
+	err = p.WaitFor(func() bool {
+		last = s.ping()
+		return last == nil
+	})
+	if err != nil {
+		p.Stop()
+		s.tb.Fatalf("redistest: redis-server on %s: %v (PING: %v)\n%s", s.addr, err, last, p.Output())
 	}
 }
 
-// waitPing waits until the server answers PING, within d.
-func (s *Server) waitPing(d time.Duration) error {
-	deadline := time.Now().Add(d)
-	var last error
-	for time.Now().Before(deadline) {
-		var out string
-		if s.tls != nil || s.password != "" {
-			out, last = s.secureCommand("PING")
-		} else {
-			out, last = Command(s.addr, "PING")
-		}
-		if last == nil && out != "PONG" {
-			last = fmt.Errorf("PING answered %q", out)
-		}
-		if last == nil {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+// ping sends PING, with the server's password and TLS.
+func (s *Server) ping() error {
+	var out string
+	var err error
+	if s.tls != nil || s.password != "" {
+		out, err = s.secureCommand("PING")
+	} else {
+		out, err = Command(s.addr, "PING")
 	}
-	return fmt.Errorf("no PONG within %s: %v", d, last)
+	if err == nil && out != "PONG" {
+		err = fmt.Errorf("PING answered %q", out)
+	}
+	return err
 }
 
 // secureCommand sends AUTH (when there is a password) and then cmd, over
@@ -287,20 +276,15 @@ func ioReadFull(r *bufio.Reader, buf []byte) (int, error) {
 	return n, nil
 }
 
-func (s *Server) kill(sig syscall.Signal) {
-	if s.cmd != nil && s.cmd.Process != nil {
-		syscall.Kill(-s.cmd.Process.Pid, sig)
-	}
-}
-
 func (s *Server) binaryOnly(what string) {
 	s.tb.Helper()
-	if s.cmd == nil {
+	if s.proc == nil {
 		s.tb.Fatalf("redistest: %s needs a redis-server process (not a container)", what)
 	}
 }
 
-// Stop kills the server and waits until its port is closed. Idempotent.
+// Stop kills the server (its whole process group, a paused one too) and
+// waits until its port is closed. Idempotent.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -308,8 +292,9 @@ func (s *Server) Stop() {
 		testcontainers.TerminateContainer(s.ctr)
 		return
 	}
-	s.kill(syscall.SIGCONT) // a paused server cannot die of SIGKILL late
-	s.kill(syscall.SIGKILL)
+	s.proc.Stop()
+	// A child that redis-server forked (a snapshot for a replica) holds
+	// the listening socket until the kill reaches it too.
 	waitClosed(s.addr)
 }
 
@@ -332,36 +317,21 @@ func (s *Server) Restart() {
 // calls hang, as with an overloaded or partitioned Redis. It returns once
 // every thread of the process has stopped (kill(2) returns before that).
 func (s *Server) Pause() {
+	s.tb.Helper()
 	s.binaryOnly("Pause")
-	s.kill(syscall.SIGSTOP)
-	dir := fmt.Sprintf("/proc/%d/task", s.cmd.Process.Pid)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		tasks, err := os.ReadDir(dir)
-		if err != nil {
-			return // not Linux, or gone
-		}
-		running := 0
-		for _, task := range tasks {
-			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
-			if err != nil {
-				continue
-			}
-			st := string(b)
-			if i := strings.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] != 'T' && st[i+2] != 't' {
-				running++
-			}
-		}
-		if running == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
+	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
+		s.tb.Fatalf("redistest: %v", err)
 	}
-	s.tb.Fatalf("redistest: redis-server still running 5s after SIGSTOP")
 }
 
 // Resume continues a paused server.
-func (s *Server) Resume() { s.binaryOnly("Resume"); s.kill(syscall.SIGCONT) }
+func (s *Server) Resume() {
+	s.tb.Helper()
+	s.binaryOnly("Resume")
+	if err := s.proc.Signal(syscall.SIGCONT); err != nil {
+		s.tb.Fatalf("redistest: %v", err)
+	}
+}
 
 func waitClosed(addr string) {
 	deadline := time.Now().Add(5 * time.Second)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/proctest"
 	"github.com/rlsproject/rls/internal/testpki"
 )
 
@@ -80,12 +80,11 @@ func StartSentinel(tb testing.TB, c SentinelConfig) *Sentinel {
 	}
 	st := &Sentinel{Name: "rlsmaster", cfg: c, tb: tb}
 	for i := range 1 + c.Replicas {
-		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.Password, tls: c.TLS}
+		s := &Server{dir: tb.TempDir(), port: proctest.Port(tb), tb: tb, password: c.Password, tls: c.TLS}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-		s.args = []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}
+		s.args = proctest.RedisArgs(s.port, s.dir)
 		if c.TLS != nil {
-			s.args[1] = "0"
-			s.args = append(s.args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", c.TLS.Cert, "--tls-key-file", c.TLS.Key,
+			s.args = append(s.args, "--port", "0", "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", c.TLS.Cert, "--tls-key-file", c.TLS.Key,
 				"--tls-ca-cert-file", c.TLS.CA, "--tls-auth-clients", "no", "--tls-replication", "yes")
 		}
 		if c.Password != "" {
@@ -113,7 +112,7 @@ func StartSentinel(tb testing.TB, c SentinelConfig) *Sentinel {
 		monitored = st.Proxies[0].Port()
 	}
 	for range c.Sentinels {
-		s := &Server{dir: tb.TempDir(), port: servetest.FreePort(tb), tb: tb, password: c.SentinelPassword, tls: c.TLS}
+		s := &Server{dir: tb.TempDir(), port: proctest.Port(tb), tb: tb, password: c.SentinelPassword, tls: c.TLS}
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 		conf := []string{
 			"port " + strconv.Itoa(s.port),

@@ -1,17 +1,16 @@
 // Package servetest starts what the tests of the transports and of cmd/rls
-// need, in one place: free loopback addresses, a service with a config on a
-// memory store at a fixed instant, a gRPC server on loopback with a client
-// connection, and a bounded wait for an event in another goroutine or
-// process. Everything it starts is stopped when the test ends. It is for
-// tests only and knows no protocol beyond starting a gRPC server; SyncBuffer takes a
-// log written by another goroutine.
+// need in process: a service with a config on a memory store at a fixed
+// instant, a gRPC server on loopback with a client connection, free
+// loopback addresses (proctest's), and a bounded wait for an event in
+// another goroutine or process. Everything it starts is stopped when the
+// test ends. It is for tests only and knows no protocol beyond starting a
+// gRPC server; SyncBuffer takes a log written by another goroutine. Child
+// processes are proctest's.
 package servetest
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"net"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,43 +21,24 @@ import (
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/proctest"
 	"github.com/rlsproject/rls/internal/service"
 )
 
 // Addr returns a loopback address ("127.0.0.1:port") whose port was free a
-// moment ago, for a server that must be given its address up front.
+// moment ago, for a server that must be given its address up front (drawn
+// as proctest.Addr draws it: below the kernel's ephemeral range).
 func Addr(t testing.TB) string {
 	t.Helper()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+	return proctest.Addr(t)
 }
 
-// Ports that FreePort hands out are drawn from below the kernel's ephemeral
-// range (ip_local_port_range: 32768 and up by default), where the kernel
-// puts neither the local port of a connection nor a listener on port 0. A
-// port drawn with port 0 was free a moment ago but could be the kernel's
-// next pick for any process, and tests running beside this one made that
-// happen (rls failing with "address already in use"). Here only another
-// test drawing the same port at the same moment can take it. A Redis
-// Cluster node's bus port (port + 10000) stays below the range too.
-const (
-	firstPort = 10000
-	endPorts  = 22768
-)
-
 // FreePort returns a loopback TCP port that was free a moment ago, for a
-// server (another process, often) that must be given its port up front.
+// server (another process, often) that must be given its port up front
+// (proctest.Port).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		p := firstPort + rand.IntN(endPorts-firstPort)
-		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
-			l.Close()
-			return p
-		}
-	}
-	l := Listen(t) // the range is crowded: the kernel's pick
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return proctest.Port(t)
 }
 
 // Listen returns a listener on a free loopback port, closed when the test

@@ -1,0 +1,486 @@
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// module is the import path of rls's module.
+const module = "github.com/rlsproject/rls"
+
+// own turns paths relative to the module into import paths.
+func own(paths ...string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = module + "/" + p
+	}
+	return out
+}
+
+// rule is one row of the table: packages of the module, and what they must
+// not import. A pattern is an import path, or one ending in "/..." for that
+// path and every path below it. Only the packages' own code counts, not
+// their tests.
+type rule struct {
+	what string   // the packages in DESIGN §7's words, for messages
+	pkgs []string // the module's packages the row is about
+	// notImport must not be imported directly (a package may still reach
+	// it through another layer: transports reach the engine through the
+	// service).
+	notImport []string
+	// notDepend must not be among the packages' dependencies at all,
+	// however far (go list -deps).
+	notDepend []string
+	// except are left out of notImport and notDepend (the engine's own
+	// sub-packages).
+	except []string
+	// stdOnly: the standard library only.
+	stdOnly bool
+	// general: a rule over a whole tree; it places no package (every
+	// package must be named by a row that is not general).
+	general bool
+}
+
+// rules is the layering. A new package gets a row, or joins one: the test
+// fails for a package that no row names.
+func rules() []rule {
+	var (
+		yaml       = []string{"gopkg.in/yaml.v3", "go.yaml.in/...", "sigs.k8s.io/yaml/..."}
+		grpc       = []string{"google.golang.org/grpc/..."}
+		redis      = []string{"github.com/redis/..."}
+		envoy      = []string{"github.com/envoyproxy/..."}
+		engine     = own("internal/engine")
+		config     = own("internal/config")
+		service    = own("internal/service")
+		stores     = own("internal/memstore", "internal/redisstore")
+		transports = own("internal/envoyrls", "internal/authz", "internal/httpapi")
+		// The package of the envoyproxy/ratelimit mode (issue 22): nothing
+		// in the core may import it, from the day it exists.
+		compat      = own("internal/compat/...")
+		testSupport = own("internal/servetest", "internal/redistest", "internal/proctest", "internal/testpki",
+			"internal/engine/storetest", "internal/xdsconfig/xdstest", "internal/layering")
+	)
+	return []rule{
+		{
+			what:      "the engine (compiled rules, algorithms, the Store interface)",
+			pkgs:      own("internal/engine/..."),
+			notDepend: slices.Concat(own("..."), yaml, envoy, grpc, redis, []string{"net/http"}),
+			except:    own("internal/engine/..."), // its own sub-packages (storetest imports engine)
+		},
+		{
+			what:      "the config model (and its YAML reader, match index, http_descriptors)",
+			pkgs:      slices.Concat(config, own("internal/strictyaml", "internal/match", "internal/httpdesc")),
+			notDepend: slices.Concat(stores, service, transports, compat),
+		},
+		{
+			what:      "the metric series type (the service and the compatibility package use it)",
+			pkgs:      own("internal/series"),
+			notDepend: own("..."),
+			except:    own("internal/series"),
+		},
+		{
+			what:      "a store",
+			pkgs:      stores,
+			notDepend: slices.Concat(transports, service, config, compat),
+		},
+		{
+			what:      "the service",
+			pkgs:      service,
+			notDepend: slices.Concat(redis, grpc, stores, transports, compat),
+			// The Prometheus client brings net/http: the rule is about the
+			// service's own code.
+			notImport: []string{"net/http"},
+		},
+		{
+			what:      "a transport (protocol adapter)",
+			pkgs:      transports,
+			notImport: engine,
+			notDepend: stores,
+		},
+		{
+			what: "the compatibility package (envoyproxy/ratelimit's environment, stats, answers, config sources)",
+			pkgs: compat,
+		},
+		{
+			what: "a helper of the program (client address, config watching, gRPC settings, TLS files, xDS source, rls test)",
+			pkgs: own("internal/clientip", "internal/configwatch", "internal/grpcserver", "internal/tlsfiles",
+				"internal/xdsconfig", "internal/ruletest"),
+		},
+		{
+			what:      "the program",
+			pkgs:      own("cmd/rls"),
+			notDepend: slices.Concat(testSupport, []string{"testing"}),
+		},
+		{
+			what: "test support",
+			pkgs: testSupport,
+		},
+		{
+			what:    "the process harness of tests and benchmarks (deploy/, a module of its own, imports it)",
+			pkgs:    own("internal/proctest"),
+			stdOnly: true,
+		},
+		{
+			what:      "an internal package",
+			pkgs:      own("internal/..."),
+			notDepend: own("cmd/..."),
+			general:   true,
+		},
+		{
+			what: "tests, examples and tools outside the program",
+			pkgs: own("bench/...", "docs", "e2e", "envoy", "nginx", "scripts/..."),
+		},
+	}
+}
+
+// exception is a known break of a rule, with its reason; the test fails
+// when it no longer happens, so that it is removed with the cause.
+type exception struct{ from, to, why string }
+
+func exceptions() []exception {
+	return []exception{
+		{module + "/internal/envoyrls", module + "/internal/engine",
+			"engine.Unit: service.Request's override names the engine's unit, and RateLimitResponse's units map to it; it goes when the service or the config offers the units"},
+	}
+}
+
+// pkg is a package of the import graph.
+type pkg struct {
+	ImportPath string
+	Standard   bool
+	Imports    []string
+	Module     *struct{ Main bool }
+	Error      *struct{ Err string }
+}
+
+// graph is the import graph of the module's packages and their
+// dependencies, without tests.
+type graph map[string]*pkg
+
+// load lists the module's packages with every dependency.
+func load(t *testing.T) graph {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-deps", "-json=ImportPath,Standard,Imports,Module,Error", module+"/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	g := graph{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("reading go list: %v", err)
+		}
+		if p.Error != nil {
+			t.Fatalf("go list: %s: %s", p.ImportPath, p.Error.Err)
+		}
+		g[p.ImportPath] = &p
+	}
+	return g
+}
+
+// rel is a path as the table writes it: relative to the module for its
+// packages.
+func rel(path string) string {
+	if path == module {
+		return "."
+	}
+	return strings.TrimPrefix(path, module+"/")
+}
+
+// matches reports whether import path path matches pattern.
+func matches(pattern, path string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return path == base || strings.HasPrefix(path, base+"/")
+	}
+	return path == pattern
+}
+
+func matchesAny(patterns []string, path string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool { return matches(p, path) })
+}
+
+// pathTo finds the shortest import chain from the package from to a
+// package that forbidden accepts, written as the table writes paths.
+func (g graph) pathTo(from string, forbidden func(string) bool) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		p := g[cur]
+		if p == nil {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if _, seen := prev[imp]; seen {
+				continue
+			}
+			prev[imp] = cur
+			if forbidden(imp) {
+				var path []string
+				for at := imp; at != ""; at = prev[at] {
+					path = append(path, rel(at))
+				}
+				slices.Reverse(path)
+				return path
+			}
+			queue = append(queue, imp)
+		}
+	}
+	return nil
+}
+
+// deps lists every package that from depends on, however far.
+func (g graph) deps(from string) []string {
+	seen := map[string]bool{from: true}
+	queue := []string{from}
+	var out []string
+	for len(queue) > 0 {
+		p := g[queue[0]]
+		queue = queue[1:]
+		if p == nil {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !seen[imp] {
+				seen[imp] = true
+				out = append(out, imp)
+				queue = append(queue, imp)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// check returns every break of the rules in g, and every exception that
+// no longer happens.
+func check(g graph, rs []rule, exs []exception) []string {
+	var problems []string
+	var own []string
+	for path, p := range g {
+		if p.Module != nil && p.Module.Main {
+			own = append(own, path)
+		}
+	}
+	slices.Sort(own)
+	used := make([]bool, len(exs))
+	excepted := func(from, to string) bool {
+		for i, e := range exs {
+			if matches(e.from, from) && matches(e.to, to) {
+				used[i] = true
+				return true
+			}
+		}
+		return false
+	}
+	for _, path := range own {
+		placed := false
+		for _, r := range rs {
+			if !matchesAny(r.pkgs, path) {
+				continue
+			}
+			placed = placed || !r.general
+			for _, imp := range g[path].Imports {
+				if matchesAny(r.notImport, imp) && !matchesAny(r.except, imp) && !excepted(path, imp) {
+					problems = append(problems, fmt.Sprintf("%s imports %s; %s must not import it (DESIGN §7, layering_test.go)", rel(path), rel(imp), r.what))
+				}
+			}
+			// One line for each forbidden package that the rule's
+			// patterns catch nearest, with how many more that pattern
+			// catches.
+			for _, pattern := range r.notDepend {
+				bad := func(dep string) bool {
+					return matches(pattern, dep) && !matchesAny(r.except, dep) && !excepted(path, dep)
+				}
+				var caught []string
+				for _, dep := range g.deps(path) {
+					if bad(dep) {
+						caught = append(caught, dep)
+					}
+				}
+				if len(caught) == 0 {
+					continue
+				}
+				chain := g.pathTo(path, bad)
+				more := ""
+				if len(caught) > 1 {
+					more = fmt.Sprintf(" (and %d more packages of %s)", len(caught)-1, rel(pattern))
+				}
+				problems = append(problems, fmt.Sprintf("%s depends on %s%s; %s must not (DESIGN §7, layering_test.go): %s",
+					rel(path), chain[len(chain)-1], more, r.what, strings.Join(chain, " → ")))
+			}
+			if r.stdOnly {
+				for _, dep := range g.deps(path) {
+					// "C" is cgo's, which net uses where cgo is on.
+					if d := g[dep]; dep != "C" && (d == nil || !d.Standard) {
+						chain := g.pathTo(path, func(p string) bool { return p == dep })
+						problems = append(problems, fmt.Sprintf("%s depends on %s; %s imports the standard library only: %s",
+							rel(path), rel(dep), r.what, strings.Join(chain, " → ")))
+						break
+					}
+				}
+			}
+		}
+		if !placed {
+			problems = append(problems, fmt.Sprintf("%s is in no row of the layering table: add it to its layer's row in internal/layering/layering_test.go (DESIGN §7)", rel(path)))
+		}
+	}
+	for i, e := range exs {
+		if !used[i] {
+			problems = append(problems, fmt.Sprintf("exception %s → %s no longer happens: remove it from internal/layering/layering_test.go", rel(e.from), rel(e.to)))
+		}
+	}
+	return problems
+}
+
+// TestLayering checks the module's import graph against the table.
+func TestLayering(t *testing.T) {
+	for _, p := range check(load(t), rules(), exceptions()) {
+		t.Error(p)
+	}
+}
+
+// TestCheckCatches runs the checker on made-up graphs: each break of a
+// rule is reported with the package, what it must not reach, and the chain
+// of imports that reaches it; a package no row names, a stale exception,
+// and what the rules allow pass or fail as they should.
+func TestCheckCatches(t *testing.T) {
+	m := func(p string) string { return module + "/" + p }
+	// imports builds a graph from "a b c" lines: a imports b and c. Paths
+	// with a dot are another module's, "std:" marks the standard library,
+	// others are the module's.
+	imports := func(lines ...string) graph {
+		g := map[string]*pkg{}
+		name := func(s string) string {
+			switch {
+			case strings.HasPrefix(s, "std:"):
+				return strings.TrimPrefix(s, "std:")
+			case strings.Contains(s, "."):
+				return s
+			}
+			return m(s)
+		}
+		add := func(s string) *pkg {
+			n := name(s)
+			if g[n] == nil {
+				p := &pkg{ImportPath: n, Standard: strings.HasPrefix(s, "std:")}
+				if !p.Standard && !strings.Contains(s, ".") {
+					p.Module = &struct{ Main bool }{true}
+				}
+				g[n] = p
+			}
+			return g[n]
+		}
+		for _, l := range lines {
+			f := strings.Fields(l)
+			p := add(f[0])
+			for _, imp := range f[1:] {
+				add(imp)
+				p.Imports = append(p.Imports, name(imp))
+			}
+		}
+		return g
+	}
+	envoyrlsException := exceptions()
+	for _, tc := range []struct {
+		name  string
+		g     graph
+		exs   []exception
+		wants []string // substrings of the problems, one problem each; none: no problem
+	}{
+		{"clean", imports(
+			"internal/engine std:fmt",
+			"internal/engine/storetest internal/engine std:testing",
+			"internal/config internal/engine gopkg.in/yaml.v3",
+			"internal/service internal/config internal/engine github.com/prometheus/client_golang/prometheus",
+			"github.com/prometheus/client_golang/prometheus std:net/http",
+			"internal/envoyrls internal/service internal/engine google.golang.org/grpc",
+			"internal/memstore internal/engine",
+			"cmd/rls internal/envoyrls internal/memstore",
+		), envoyrlsException, nil},
+		{"engine reaches YAML through the config", imports(
+			"internal/engine internal/config",
+			"internal/config gopkg.in/yaml.v3",
+		), nil, []string{
+			"internal/engine depends on internal/config; the engine (compiled rules, algorithms, the Store interface) must not (DESIGN §7, layering_test.go): internal/engine → internal/config",
+			"internal/engine depends on gopkg.in/yaml.v3; the engine (compiled rules, algorithms, the Store interface) must not (DESIGN §7, layering_test.go): internal/engine → internal/config → gopkg.in/yaml.v3",
+		}},
+		{"engine reaches gRPC through another module", imports(
+			"internal/engine example.com/x",
+			"example.com/x google.golang.org/grpc google.golang.org/grpc/codes",
+		), nil, []string{
+			"internal/engine depends on google.golang.org/grpc (and 1 more packages of google.golang.org/grpc/...); the engine (compiled rules, algorithms, the Store interface) must not (DESIGN §7, layering_test.go): internal/engine → example.com/x → google.golang.org/grpc",
+		}},
+		{"service imports net/http itself", imports(
+			"internal/service std:net/http",
+		), nil, []string{"internal/service imports net/http; the service must not import it"}},
+		{"service imports the compatibility package", imports(
+			"internal/service internal/compat",
+			"internal/compat",
+		), nil, []string{"internal/service depends on internal/compat; the service must not"}},
+		{"a transport imports the engine", imports(
+			"internal/authz internal/engine",
+			"internal/engine",
+		), nil, []string{"internal/authz imports internal/engine; a transport (protocol adapter) must not import it"}},
+		{"an exception covers its own pair only", imports(
+			"internal/envoyrls internal/engine",
+			"internal/httpapi internal/engine",
+			"internal/engine",
+		), envoyrlsException, []string{"internal/httpapi imports internal/engine"}},
+		{"a store reaches the service", imports(
+			"internal/redisstore internal/tlsfiles",
+			"internal/tlsfiles internal/service",
+			"internal/service",
+			"internal/clientip",
+		), nil, []string{"internal/redisstore depends on internal/service; a store must not (DESIGN §7, layering_test.go): internal/redisstore → internal/tlsfiles → internal/service"}},
+		{"internal imports cmd", imports(
+			"internal/grpcserver cmd/rls",
+			"cmd/rls",
+		), nil, []string{"internal/grpcserver depends on cmd/rls; an internal package must not"}},
+		{"the program reaches test support", imports(
+			"cmd/rls internal/service",
+			"internal/service internal/servetest",
+			"internal/servetest std:testing",
+		), nil, []string{
+			"cmd/rls depends on internal/servetest; the program must not (DESIGN §7, layering_test.go): cmd/rls → internal/service → internal/servetest",
+			"cmd/rls depends on testing; the program must not",
+		}},
+		{"the harness imports beyond the standard library", imports(
+			"internal/proctest std:os internal/testpki",
+			"internal/testpki",
+		), nil, []string{"internal/proctest depends on internal/testpki; the process harness of tests and benchmarks (deploy/, a module of its own, imports it) imports the standard library only: internal/proctest → internal/testpki"}},
+		{"a package no row names", imports(
+			"internal/yamlx gopkg.in/yaml.v3",
+		), nil, []string{"internal/yamlx is in no row of the layering table"}},
+		{"a stale exception", imports(
+			"internal/envoyrls internal/service",
+			"internal/service",
+		), envoyrlsException, []string{"exception internal/envoyrls → internal/engine no longer happens"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := check(tc.g, rules(), tc.exs)
+			if len(got) != len(tc.wants) {
+				t.Errorf("%d problems, want %d:\n%s", len(got), len(tc.wants), strings.Join(got, "\n"))
+			}
+			for _, w := range tc.wants {
+				if !slices.ContainsFunc(got, func(p string) bool { return strings.Contains(p, w) }) {
+					t.Errorf("no problem says %q; got:\n%s", w, strings.Join(got, "\n"))
+				}
+			}
+		})
+	}
+}
