@@ -19,6 +19,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rlsproject/rls/internal/compat"
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/service"
@@ -42,6 +45,30 @@ func compatArgs(argv0 string, args []string) []string {
 		return args
 	}
 	return append([]string{"serve", "--compat", compatEnvoyRatelimit}, args...)
+}
+
+// referenceOptions are the behaviours of envoyproxy/ratelimit asked for
+// (its environment in compatibility mode; --reference-stats in rls's own):
+// its stats, its answer rules and QUOTA_MODE.
+type referenceOptions struct {
+	stats          bool
+	nearLimitRatio float64 // 0: the reference's default
+	answers        compat.Answers
+	quotaAll       bool
+}
+
+// plug adds what r asks for to opts, registering the stats in reg.
+func (r referenceOptions) plug(opts *service.Options, reg prometheus.Registerer) {
+	answers := r.answers
+	if r.stats {
+		st := compat.NewStats(reg, r.nearLimitRatio, opts.MaxValueSeries)
+		opts.Observers = append(opts.Observers, st)
+		answers.Stats = st
+	}
+	if answers.Shadow || answers.DynamicMetadata || answers.LimitHeaders != nil {
+		opts.AnswerRules = append(opts.AnswerRules, &answers)
+	}
+	opts.QuotaAll = r.quotaAll
 }
 
 // compatOptions are the settings of envoyproxy/ratelimit's environment
@@ -225,7 +252,7 @@ func compatFromEnv(env []string) (*options, error) {
 			return nil, err
 		}
 	}
-	o.configLimits.Parse = config.ReferenceOptions(e.boolean("MERGE_DOMAIN_CONFIG", false))
+	o.configLimits.Parse = compat.ParseOptions(e.boolean("MERGE_DOMAIN_CONFIG", false))
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -465,12 +492,12 @@ func compatLimiter(e *compatEnv, o *options) {
 		o.denyCache = false
 	}
 	r := &o.reference
-	r.GlobalShadow = e.boolean("SHADOW_MODE", false)
-	r.GlobalQuota = e.boolean("QUOTA_MODE", false)
-	r.DynamicMetadata = e.boolean("RESPONSE_DYNAMIC_METADATA", false)
+	r.answers.Shadow = e.boolean("SHADOW_MODE", false)
+	r.quotaAll = e.boolean("QUOTA_MODE", false)
+	r.answers.DynamicMetadata = e.boolean("RESPONSE_DYNAMIC_METADATA", false)
 	if e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
-		d := service.DefaultLimitHeaderNames
-		r.LimitHeaders = &service.LimitHeaderNames{
+		d := compat.DefaultLimitHeaderNames
+		r.answers.LimitHeaders = &compat.LimitHeaderNames{
 			Limit:     e.str("LIMIT_LIMIT_HEADER", d.Limit),
 			Remaining: e.str("LIMIT_REMAINING_HEADER", d.Remaining),
 			Reset:     e.str("LIMIT_RESET_HEADER", d.Reset),
@@ -480,7 +507,7 @@ func compatLimiter(e *compatEnv, o *options) {
 	if ratio <= 0 || ratio > 1 {
 		e.fail("NEAR_LIMIT_RATIO", strconv.FormatFloat(ratio, 'f', -1, 64), "not above 0 and at most 1")
 	}
-	r.Stats = &service.ReferenceStats{NearLimitRatio: ratio}
+	r.stats, r.nearLimitRatio = true, ratio
 	o.responseHeaders = service.HeadersOff
 }
 

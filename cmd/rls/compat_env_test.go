@@ -67,12 +67,12 @@ func TestCompatFromEnvMapping(t *testing.T) {
 		{"pool", o.redisPoolSize, 7},
 		{"deny cache", o.denyCache, true},
 		{"denied hits count", o.countDeniedHits, false},
-		{"remaining header", o.reference.LimitHeaders.Remaining, "X-Left"},
-		{"limit header", o.reference.LimitHeaders.Limit, "RateLimit-Limit"},
-		{"global shadow", o.reference.GlobalShadow, true},
-		{"global quota", o.reference.GlobalQuota, true},
-		{"dynamic metadata", o.reference.DynamicMetadata, true},
-		{"near-limit ratio", o.reference.Stats.NearLimitRatio, 0.5},
+		{"remaining header", o.reference.answers.LimitHeaders.Remaining, "X-Left"},
+		{"limit header", o.reference.answers.LimitHeaders.Limit, "RateLimit-Limit"},
+		{"global shadow", o.reference.answers.Shadow, true},
+		{"global quota", o.reference.quotaAll, true},
+		{"dynamic metadata", o.reference.answers.DynamicMetadata, true},
+		{"near-limit ratio", o.reference.nearLimitRatio, 0.5},
 		{"log level", o.logLevel, slog.LevelDebug},
 		{"log format", o.logFormat, "json"},
 		{"config path", o.config, filepath.Join("/srv", "rl", "config")},
@@ -157,7 +157,7 @@ func TestCompatFileConfigAndClientCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"merge_domain_key1.yaml", "merge_domain_key2.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "internal", "config", "testdata", "envoy-ratelimit", "merge", f))
+		b, err := os.ReadFile(filepath.Join("..", "..", "internal", "compat", "testdata", "envoy-ratelimit", "merge", f))
 		if err != nil {
 			t.Fatal(err)
 		}

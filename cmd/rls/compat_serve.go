@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rlsproject/rls/internal/compat"
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/httpapi"
@@ -165,7 +166,7 @@ type xdsTarget struct{ d *daemon }
 
 func (t xdsTarget) Load(version string, configs []*rlsconfv3.RateLimitConfig) error {
 	return t.d.svc.Reload(func() (*config.Config, error) {
-		cfg, err := config.FromXDS(t.d.o.configLimits.Parse, configs)
+		cfg, err := compat.FromXDS(t.d.o.configLimits.Parse, configs)
 		if err != nil {
 			return nil, fmt.Errorf("xDS version %s: %w", version, err)
 		}

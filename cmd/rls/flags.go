@@ -56,11 +56,11 @@ type options struct {
 	grpcLimits      grpcserver.Limits
 
 	// Compatibility with envoyproxy/ratelimit (compat.go).
-	compatMode      string            // --compat: "" or envoy-ratelimit
-	compat          *compatOptions    // the reference's settings; nil in rls's own mode
-	countDeniedHits bool              // --count-denied-hits
-	reference       service.Reference // the reference's behaviours asked for
-	referenceStats  bool              // --reference-stats
+	compatMode      string           // --compat: "" or envoy-ratelimit
+	compat          *compatOptions   // the reference's settings; nil in rls's own mode
+	countDeniedHits bool             // --count-denied-hits
+	reference       referenceOptions // the reference's behaviours asked for
+	referenceStats  bool             // --reference-stats
 
 	// Redis Sentinel (--redis-sentinel), TLS without the host name check,
 	// and the Redis of per-second windows (--redis-per-second-*; nil: none).
@@ -235,7 +235,7 @@ func parseServeFlags(args, env []string, stdout io.Writer) (*options, error) {
 		return nil, usageError{fmt.Errorf("--compat: %q is not %s", f.o.compatMode, compatEnvoyRatelimit)}
 	}
 	if f.o.referenceStats {
-		f.o.reference.Stats = &service.ReferenceStats{}
+		f.o.reference.stats = true
 	}
 	bad := func(name string, e error) error {
 		if fromEnv[name] {

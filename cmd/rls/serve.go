@@ -157,7 +157,7 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 	}
 	d.closeStore = closeStore
 	undo = append(undo, closeStore)
-	d.svc = service.New(service.Options{
+	sopts := service.Options{
 		Store:           store,
 		StoreDoesIO:     o.store == "redis",
 		OnStoreError:    o.onStoreError,
@@ -166,8 +166,9 @@ func start(ctx context.Context, o *options, log *slog.Logger, h hooks) (d *daemo
 		MaxValueSeries:  o.maxValueSeries,
 		Logger:          log,
 		CountDeniedHits: o.countDeniedHits,
-		Reference:       o.reference,
-	})
+	}
+	o.reference.plug(&sopts, reg)
+	d.svc = service.New(sopts)
 	if cfg != nil {
 		d.svc.Reload(func() (*config.Config, error) { return cfg, nil })
 	}

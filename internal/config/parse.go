@@ -28,6 +28,23 @@ func Parse(filename string, data []byte) (*Config, error) {
 	return build([]source{{name: filename, data: data}}, ParseOptions{})
 }
 
+// File is one config file's name (used in errors and in Domain.File) and
+// contents, for ParseFiles.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// ParseFiles parses and validates files together, as LoadWith does the
+// files it reads, with opts: one Config, every problem in one ErrorList.
+func ParseFiles(opts ParseOptions, files ...File) (*Config, error) {
+	srcs := make([]source, len(files))
+	for i, f := range files {
+		srcs[i] = source{name: f.Name, data: f.Data}
+	}
+	return build(srcs, opts)
+}
+
 // parseFile parses the documents of one file into domains, with every
 // problem found and the warnings of keys tolerated by opts. Domains are
 // returned even when they have problems, so that duplicates across files

@@ -236,7 +236,7 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 	sc := new(scratch)
 	replaced, _ := sc.resolve(dom, req)
 	resp := newResponse(len(req.Descriptors))
-	sc.buildItems(req, resp, replaced, s.countDenied, s.ref.GlobalQuota)
+	sc.buildItems(req, resp, replaced, s.countDenied, s.quotaAll)
 	results := make([]engine.Result, len(sc.items))
 	if len(sc.items) > 0 {
 		admitted, err := s.store.Peek(ctx, sc.items, results)

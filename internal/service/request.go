@@ -238,8 +238,8 @@ type Response struct {
 	// Headers are the rate-limit headers for the client's response, per the
 	// service's header mode (always both drafts for CheckHTTP).
 	Headers []Header
-	// Metadata is the answer's dynamic metadata (Reference.DynamicMetadata):
-	// JSON-compatible values; nil when there is none.
+	// Metadata is the answer's dynamic metadata, which answer rules may
+	// set (hooks.go): JSON-compatible values; nil when there is none.
 	Metadata map[string]any
 
 	statusBuf [4]Status // Statuses of small requests, in the same allocation

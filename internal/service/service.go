@@ -69,9 +69,8 @@ type Options struct {
 	StoreDoesIO  bool
 	OnStoreError StoreErrorPolicy
 	// CountDeniedHits makes every limit count a request's hits whether or
-	// not it is admitted, as envoyproxy/ratelimit does (its compatibility
-	// mode, unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); otherwise only
-	// limits with count_denied_hits do.
+	// not it is admitted (--count-denied-hits), as envoyproxy/ratelimit
+	// does; otherwise only limits with count_denied_hits do.
 	CountDeniedHits bool
 	// Headers selects the rate-limit headers put in RateLimitService
 	// responses.
@@ -90,8 +89,14 @@ type Options struct {
 	MaxValueSeries int
 	Logger         *slog.Logger
 
-	// Reference turns on behaviours of envoyproxy/ratelimit (compat.go).
-	Reference Reference
+	// QuotaAll treats every descriptor as a quota_mode one: a request is
+	// denied only when all its descriptors are over.
+	QuotaAll bool
+	// Observers are told of every config and decision (hooks.go).
+	Observers []Observer
+	// AnswerRules are the last steps on every decided answer, in order
+	// (hooks.go).
+	AnswerRules []AnswerRule
 }
 
 // Service answers rate-limit requests against the current config and a
@@ -110,8 +115,9 @@ type Service struct {
 	dm           *domainMetrics
 	current      atomic.Pointer[loaded]
 	scratch      sync.Pool // *scratch
-	ref          Reference
-	refStats     *refStats // nil unless Reference.Stats
+	quotaAll     bool
+	observers    []Observer
+	rules        []AnswerRule
 }
 
 // loaded is a config with what the service derives from it once.
@@ -120,7 +126,7 @@ type loaded struct {
 	counters []limitMetrics           // by Limit.Index
 	override map[string]*limitMetrics // by domain name
 	domains  map[string]domainSeries  // by domain name
-	ref      *refConfig               // nil unless Reference.Stats
+	observed []any                    // by observer: what ForConfig returned
 }
 
 // New returns a service with no config: requests are answered as for
@@ -149,10 +155,7 @@ func New(opts Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.ref = opts.Reference
-	if opts.Reference.Stats != nil {
-		s.refStats = newRefStats(opts.Reference.Stats, opts.Registry, maxValues)
-	}
+	s.quotaAll, s.observers, s.rules = opts.QuotaAll, opts.Observers, opts.AnswerRules
 	s.scratch.New = func() any { return new(scratch) }
 	return s
 }
@@ -163,8 +166,8 @@ func (s *Service) SetConfig(cfg *config.Config) {
 	l := &loaded{cfg: cfg}
 	l.counters, l.override = s.m.forConfig(cfg)
 	l.domains = s.dm.forConfig(cfg)
-	if s.refStats != nil {
-		l.ref = s.refStats.forConfig(cfg)
+	for _, o := range s.observers {
+		l.observed = append(l.observed, o.ForConfig(cfg))
 	}
 	s.current.Store(l)
 	s.m.domains.Set(float64(len(cfg.Domains())))
@@ -180,8 +183,8 @@ func (s *Service) Reload(load func() (*config.Config, error)) error {
 		s.m.reloadOK.Set(0)
 		s.m.reloads.WithLabelValues("failure").Inc()
 		s.log.Error("config not loaded; the previous config stays in use", "error", err)
-		if s.refStats != nil {
-			s.refStats.loadError.Inc()
+		for _, o := range s.observers {
+			o.Reloaded(err)
 		}
 		return err
 	}
@@ -189,8 +192,8 @@ func (s *Service) Reload(load func() (*config.Config, error)) error {
 	s.m.reloadOK.Set(1)
 	s.m.reloadTime.SetToCurrentTime()
 	s.m.reloads.WithLabelValues("success").Inc()
-	if s.refStats != nil {
-		s.refStats.loadSuccess.Inc()
+	for _, o := range s.observers {
+		o.Reloaded(nil)
 	}
 	s.log.Info("config loaded", "domains", len(cfg.Domains()), "limits", len(cfg.Limits()), "files", len(cfg.Files()))
 	return nil
@@ -278,7 +281,7 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	if unmatched > 0 {
 		cur.domains[dom.Name].countUnmatched(unmatched)
 	}
-	sc.buildItems(req, resp, replaced, s.countDenied, s.ref.GlobalQuota)
+	sc.buildItems(req, resp, replaced, s.countDenied, s.quotaAll)
 	items := sc.items
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
@@ -305,6 +308,12 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 	if !admitted {
 		if resp.Never = never(items, results); resp.Never {
 			s.impossible(cur, dom, sc, results)
+		}
+	}
+	if len(s.observers) > 0 {
+		d := Decision{Request: req, Items: items, Limits: sc.limits, Owners: sc.owner, Results: results, Admitted: admitted}
+		for i, o := range s.observers {
+			o.Decided(cur.observed[i], &d)
 		}
 	}
 	s.finishAnswer(sc.nodes, resp, headers)
@@ -533,9 +542,6 @@ func (s *Service) fillStatuses(cur *loaded, dom *config.Domain, req *Request, re
 			verdict = resultShadowOver
 		}
 		sc.label = c.count(verdict, req.Descriptors[sc.owner[i]].Entries, sc.label)
-		if s.refStats != nil {
-			sc.label = s.refStats.record(cur.ref, dom.Name, req.Descriptors[sc.owner[i]].Entries, l, it, r, sc.label)
-		}
 		if withLimits {
 			st.Policies = append(st.Policies, s.policy(l, r.Reset, &now))
 		}
@@ -599,4 +605,16 @@ func (k bindKey) over(b bindKey) bool {
 		return k.remaining < b.remaining
 	}
 	return k.window > b.window
+}
+
+// finishAnswer completes resp, a decided answer for a request whose
+// descriptors matched nodes: the headers of mode, then the answer rules.
+func (s *Service) finishAnswer(nodes []*config.Descriptor, resp *Response, mode HeaderMode) {
+	resp.Headers = appendHeaders(nil, mode, resp)
+	if len(s.rules) > 0 {
+		a := Answer{Response: resp, Nodes: nodes}
+		for _, r := range s.rules {
+			r.Finish(&a)
+		}
+	}
 }

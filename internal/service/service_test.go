@@ -499,14 +499,7 @@ func TestCheckHTTP(t *testing.T) {
 	}
 }
 
-func BenchmarkShouldRateLimit(b *testing.B) { benchmarkShouldRateLimit(b, Reference{}) }
-
-// With envoyproxy/ratelimit's per-limit stats, as compat mode counts them.
-func BenchmarkShouldRateLimitReferenceStats(b *testing.B) {
-	benchmarkShouldRateLimit(b, Reference{Stats: &ReferenceStats{}})
-}
-
-func benchmarkShouldRateLimit(b *testing.B, ref Reference) {
+func BenchmarkShouldRateLimit(b *testing.B) {
 	cfg, err := config.Parse("test.yaml", []byte(`
 domain: api
 descriptors:
@@ -521,7 +514,7 @@ descriptors:
 	}
 	ms := memstore.New(memstore.Options{})
 	defer ms.Close()
-	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry(), Reference: ref})
+	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry()})
 	svc.SetConfig(cfg)
 	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1")}}
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/rlsproject/rls/internal/compat"
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/testpki"
 	"github.com/rlsproject/rls/internal/tlsfiles"
@@ -24,7 +25,7 @@ import (
 // milliseconds.
 const waitLimit = 20 * time.Second
 
-// target loads configs as rls does (config.FromXDS) and keeps the
+// target loads configs as rls does (compat.FromXDS) and keeps the
 // current one, as the service would.
 type target struct {
 	mu      sync.Mutex
@@ -40,7 +41,7 @@ func (t *target) Load(version string, configs []*rlsconfv3.RateLimitConfig) erro
 		t.loads = map[string]int{}
 	}
 	t.loads[version]++
-	cfg, err := config.FromXDS(config.ParseOptions{}, configs)
+	cfg, err := compat.FromXDS(config.ParseOptions{}, configs)
 	if err != nil {
 		return err
 	}

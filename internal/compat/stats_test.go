@@ -1,20 +1,22 @@
-package service
+package compat
 
 import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/httpdesc"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/service"
 )
 
 const referenceConfig = `
@@ -39,41 +41,58 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
-func newReferenceService(t *testing.T, ref Reference) (*Service, *prometheus.Registry) {
+// ref says what of the reference a test service has: its stats (with the
+// near-limit ratio; stats are on unless noStats) and its answer rules.
+type ref struct {
+	noStats bool
+	ratio   float64
+	answers Answers
+}
+
+// plug adds what r asks for to opts, registering the stats in reg with
+// maxValues; it returns the stats (nil when off).
+func (r ref) plug(opts *service.Options, reg *prometheus.Registry, maxValues int) *Stats {
+	var st *Stats
+	if !r.noStats {
+		st = NewStats(reg, r.ratio, maxValues)
+		opts.Observers = append(opts.Observers, st)
+	}
+	a := r.answers
+	a.Stats = st
+	opts.AnswerRules = append(opts.AnswerRules, &a)
+	return st
+}
+
+func newReferenceService(t *testing.T, r ref) (*service.Service, *prometheus.Registry) {
 	t.Helper()
-	return newReferenceServiceWith(t, Options{Reference: ref})
+	return newReferenceServiceWith(t, service.Options{}, r)
 }
 
 // newReferenceServiceWith is newReferenceService with more options; the
 // store, registry and MaxValueSeries (2) are its own.
-func newReferenceServiceWith(t *testing.T, opts Options) (*Service, *prometheus.Registry) {
+func newReferenceServiceWith(t *testing.T, opts service.Options, r ref) (*service.Service, *prometheus.Registry) {
 	t.Helper()
-	cfg, err := config.Parse("ref.yaml", []byte(referenceConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := storetest.NewClock(storetest.T0)
-	ms := memstore.New(memstore.Options{Now: clock.Now})
-	t.Cleanup(func() { ms.Close() })
-	reg := prometheus.NewRegistry()
-	opts.Store, opts.Registry, opts.MaxValueSeries = ms, reg, 2
-	svc := New(opts)
-	if err := svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
-		t.Fatal(err)
-	}
-	return svc, reg
+	return newReferenceServiceFrom(t, referenceConfig, opts, r, 2)
 }
 
-func ask(t *testing.T, svc *Service, hits uint32, ds ...Descriptor) *Response {
+func ask(t *testing.T, svc *service.Service, hits uint32, ds ...service.Descriptor) *service.Response {
 	t.Helper()
-	resp, err := svc.ShouldRateLimit(context.Background(), &Request{Domain: "d", Descriptors: ds, HitsAddend: hits})
+	resp, err := svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "d", Descriptors: ds, HitsAddend: hits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp
 }
 
-func headerText(h []Header) string {
+func desc(kv ...string) service.Descriptor {
+	var d service.Descriptor
+	for i := 0; i < len(kv); i += 2 {
+		d.Entries = append(d.Entries, config.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func headerText(h []service.Header) string {
 	var b []string
 	for _, x := range h {
 		b = append(b, x.Key+": "+x.Value)
@@ -84,11 +103,11 @@ func headerText(h []Header) string {
 // The reference's per-limit stats split a request's hits as it does: from
 // 7 to 12 on a limit of 10 (near limit above 8) counts 2 over and 2 near.
 func TestReferenceStats(t *testing.T) {
-	svc, reg := newReferenceService(t, Reference{Stats: &ReferenceStats{}})
+	svc, reg := newReferenceService(t, ref{})
 	steps := []struct {
 		hits uint32
-		want Code
-	}{{7, OK}, {5, OverLimit}}
+		want service.Code
+	}{{7, service.OK}, {5, service.OverLimit}}
 	for i, s := range steps {
 		if got := ask(t, svc, s.hits, desc("k", "x")).Code; got != s.want {
 			t.Fatalf("step %d: ShouldRateLimit(k=x, hits=%d) = %v, want %v", i, s.hits, got, s.want)
@@ -110,7 +129,7 @@ func TestReferenceStats(t *testing.T) {
 	for _, v := range []string{"/api/a", "/api/b", "/api/c"} {
 		ask(t, svc, 1, desc("path", v))
 	}
-	for _, tc := range []struct{ key1 string }{{"path_/api/a"}, {"path_/api/b"}, {OtherSeries}} {
+	for _, tc := range []struct{ key1 string }{{"path_/api/a"}, {"path_/api/b"}, {service.OtherSeries}} {
 		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", tc.key1, ""); err != nil || c != 1 {
 			t.Errorf("total_hits{key1=%q} = %v (%v), want 1", tc.key1, c, err)
 		}
@@ -120,7 +139,7 @@ func TestReferenceStats(t *testing.T) {
 	if c, err := refCounter(reg, "ratelimit_service_rate_limit_shadow_mode", "d", "parent_p", "child"); err != nil || c != 2 {
 		t.Errorf("shadow_mode{key1=parent_p,key2=child} = %v (%v), want 2", c, err)
 	}
-	if c := testutil.ToFloat64(svc.refStats.loadSuccess); c != 1 {
+	if c := plainCounter(t, reg, "ratelimit_service_config_load_success"); c != 1 {
 		t.Errorf("ratelimit_service_config_load_success = %v, want 1", c)
 	}
 }
@@ -147,36 +166,36 @@ func refCounter(reg *prometheus.Registry, name, domain, key1, key2 string) (floa
 	return 0, nil
 }
 
-// SHADOW_MODE turns a denial into OK and keeps the statuses; QUOTA_MODE
+// SHADOW_MODE turns a denial into service.OK and keeps the statuses; QUOTA_MODE
 // denies only when every descriptor is over; the limit headers come from
 // the least remaining, or the last denying status; metadata of the
 // descriptors that passed is merged, first value winning.
 func TestReferenceAnswers(t *testing.T) {
-	svc, _ := newReferenceService(t, Reference{GlobalShadow: true, LimitHeaders: &DefaultLimitHeaderNames, DynamicMetadata: true, Stats: &ReferenceStats{}})
+	svc, reg := newReferenceService(t, ref{answers: Answers{Shadow: true, LimitHeaders: &DefaultLimitHeaderNames, DynamicMetadata: true}})
 	r1 := ask(t, svc, 1, desc("k", "x"), desc("svc", "b"))
-	if r1.Code != OK || headerText(r1.Headers) != "RateLimit-Limit: 1, RateLimit-Remaining: 0, RateLimit-Reset: 60" {
+	if r1.Code != service.OK || headerText(r1.Headers) != "RateLimit-Limit: 1, RateLimit-Remaining: 0, RateLimit-Reset: 60" {
 		t.Errorf("first request: %v, headers %q", r1.Code, headerText(r1.Headers))
 	}
 	if r1.Metadata["route"] != "a" || r1.Metadata["shared"] != "first" || r1.Metadata["extra"] != float64(1) {
 		t.Errorf("first request's metadata = %v, want route a, shared first, extra 1", r1.Metadata)
 	}
 	r2 := ask(t, svc, 1, desc("k", "x"), desc("svc", "b"))
-	if r2.Code != OK || r2.Statuses[1].Code != OverLimit {
-		t.Errorf("second request under SHADOW_MODE: overall %v, svc=b %v; want OK and OVER_LIMIT", r2.Code, r2.Statuses[1].Code)
+	if r2.Code != service.OK || r2.Statuses[1].Code != service.OverLimit {
+		t.Errorf("second request under SHADOW_MODE: overall %v, svc=b %v; want service.OK and OVER_LIMIT", r2.Code, r2.Statuses[1].Code)
 	}
 	if r2.Metadata["route"] != "a" || r2.Metadata["extra"] != nil {
 		t.Errorf("second request's metadata = %v, want only k's (svc=b is over)", r2.Metadata)
 	}
-	if c := testutil.ToFloat64(svc.refStats.globalShadow); c != 1 {
+	if c := plainCounter(t, reg, "ratelimit_service_global_shadow_mode"); c != 1 {
 		t.Errorf("ratelimit_service_global_shadow_mode = %v, want 1", c)
 	}
 
-	q, _ := newReferenceService(t, Reference{GlobalQuota: true})
+	q, _ := newReferenceServiceWith(t, service.Options{QuotaAll: true}, ref{noStats: true})
 	ask(t, q, 1, desc("svc", "b"))
-	if got := ask(t, q, 1, desc("svc", "b"), desc("k", "x")).Code; got != OK {
-		t.Errorf("QUOTA_MODE, one of two descriptors over: %v, want OK", got)
+	if got := ask(t, q, 1, desc("svc", "b"), desc("k", "x")).Code; got != service.OK {
+		t.Errorf("QUOTA_MODE, one of two descriptors over: %v, want service.OK", got)
 	}
-	if got := ask(t, q, 1, desc("svc", "b")).Code; got != OverLimit {
+	if got := ask(t, q, 1, desc("svc", "b")).Code; got != service.OverLimit {
 		t.Errorf("QUOTA_MODE, the only descriptor over: %v, want OVER_LIMIT", got)
 	}
 }
@@ -184,7 +203,7 @@ func TestReferenceAnswers(t *testing.T) {
 // A reload deletes the reference's series of the stats keys it drops, its
 // value sets' included, and keeps those of the keys it keeps.
 func TestReferenceStatsReload(t *testing.T) {
-	svc, reg := newReferenceService(t, Reference{Stats: &ReferenceStats{}})
+	svc, reg := newReferenceService(t, ref{})
 	ask(t, svc, 1, desc("k", "x"))
 	ask(t, svc, 1, desc("svc", "b"))
 	for _, v := range []string{"/api/a", "/api/b", "/api/c"} {
@@ -201,7 +220,7 @@ func TestReferenceStatsReload(t *testing.T) {
 	for _, tc := range []struct {
 		key1 string
 		want float64 // 0: no series
-	}{{"k", 2}, {"svc_b", 0}, {"path_/api/a", 0}, {OtherSeries, 1}} {
+	}{{"k", 2}, {"svc_b", 0}, {"path_/api/a", 0}, {service.OtherSeries, 1}} {
 		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", tc.key1, ""); err != nil || c != tc.want {
 			t.Errorf("after the reload: total_hits{key1=%q} = %v (%v), want %v", tc.key1, c, err, tc.want)
 		}
@@ -214,25 +233,42 @@ func TestReferenceStatsReload(t *testing.T) {
 	if err := svc.Reload(func() (*config.Config, error) { return other, nil }); err != nil {
 		t.Fatal(err)
 	}
-	for _, key1 := range []string{"k", OtherSeries} {
+	for _, key1 := range []string{"k", service.OtherSeries} {
 		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", key1, ""); err != nil || c != 0 {
 			t.Errorf("domain d dropped: total_hits{domain=d,key1=%q} = %v (%v), want no series", key1, c, err)
 		}
 	}
 }
 
-// SHADOW_MODE turns an answer OK before its headers are written: an OK
+// SHADOW_MODE turns an answer service.OK before its headers are written: an service.OK
 // answer carries no Retry-After (ext_authz would add it to the client's
 // successful response, and /auth would send it with a 200), and keeps the
 // limit headers.
 func TestGlobalShadowNoRetryAfter(t *testing.T) {
-	svc, _ := newReferenceServiceWith(t, Options{Reference: Reference{GlobalShadow: true}, Headers: HeadersBoth})
+	svc, _ := newReferenceServiceWith(t, service.Options{Headers: service.HeadersBoth}, ref{noStats: true, answers: Answers{Shadow: true}})
 	ask(t, svc, 1, desc("svc", "b"))
 	r := ask(t, svc, 1, desc("svc", "b")) // over its limit of 1 per minute
 	text := headerText(r.Headers)
-	if r.Code != OK || strings.Contains(text, "Retry-After") || !strings.Contains(text, "RateLimit: ") {
-		t.Errorf("over the limit under SHADOW_MODE: %v with headers %q; want OK, the limit headers, no Retry-After", r.Code, text)
+	if r.Code != service.OK || strings.Contains(text, "Retry-After") || !strings.Contains(text, "RateLimit: ") {
+		t.Errorf("over the limit under SHADOW_MODE: %v with headers %q; want service.OK, the limit headers, no Retry-After", r.Code, text)
 	}
+}
+
+// plainCounter returns the value of the counter called name (without
+// labels) in reg.
+func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
 
 // refCounters returns the counters of reg by name and key1 ("name/key1").
@@ -255,8 +291,9 @@ func refCounters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// newReferenceServiceFrom is newReferenceServiceWith for the config text.
-func newReferenceServiceFrom(t *testing.T, limitsYAML string, opts Options) (*Service, *prometheus.Registry) {
+// newReferenceServiceFrom is newReferenceServiceWith for the config text,
+// with maxValues (0: the default) request-valued series per stats key.
+func newReferenceServiceFrom(t *testing.T, limitsYAML string, opts service.Options, r ref, maxValues int) (*service.Service, *prometheus.Registry) {
 	t.Helper()
 	cfg, err := config.Parse("ref.yaml", []byte(limitsYAML))
 	if err != nil {
@@ -266,8 +303,9 @@ func newReferenceServiceFrom(t *testing.T, limitsYAML string, opts Options) (*Se
 	ms := memstore.New(memstore.Options{Now: clock.Now})
 	t.Cleanup(func() { ms.Close() })
 	reg := prometheus.NewRegistry()
-	opts.Store, opts.Registry = ms, reg
-	svc := New(opts)
+	opts.Store, opts.Registry, opts.MaxValueSeries = ms, reg, maxValues
+	r.plug(&opts, reg, maxValues)
+	svc := service.New(opts)
 	if err := svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -308,9 +346,9 @@ func (m *refModelStats) count(limit uint64, ratio float32, before, hits uint64, 
 // (near above 8) is 2 over and 2 near. rls read a denied item's remaining
 // after its charge, so all 4 went to over and none to near.
 func TestReferenceStatsSplitCountedDenial(t *testing.T) {
-	svc, reg := newReferenceServiceWith(t, Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{}}})
+	svc, reg := newReferenceServiceWith(t, service.Options{CountDeniedHits: true}, ref{})
 	ask(t, svc, 8, desc("k", "x"))
-	if got := ask(t, svc, 4, desc("k", "x")).Code; got != OverLimit {
+	if got := ask(t, svc, 4, desc("k", "x")).Code; got != service.OverLimit {
 		t.Fatalf("ShouldRateLimit(k=x, hits=4) after 8 of 10 = %v, want OVER_LIMIT", got)
 	}
 	for _, tc := range []struct {
@@ -330,7 +368,7 @@ func TestReferenceStatsSplitCountedDenial(t *testing.T) {
 // arithmetic gives 62.99… and 62, so that a 63rd hit counted as near.
 func TestReferenceStatsNearThresholdFloat32(t *testing.T) {
 	svc, reg := newReferenceServiceFrom(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 90}\n",
-		Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{NearLimitRatio: 0.7}}})
+		service.Options{CountDeniedHits: true}, ref{ratio: 0.7}, 0)
 	ask(t, svc, 62, desc("k", "x"))
 	ask(t, svc, 1, desc("k", "x"))
 	if c, err := refCounter(reg, "ratelimit_service_rate_limit_near_limit", "d", "k", ""); err != nil || c != 0 {
@@ -362,7 +400,7 @@ descriptors:
 	seed := storetest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))
 	ratio := []float32{0.5, 0.7, 0.8, 0.95}[rng.IntN(4)]
-	svc, reg := newReferenceServiceFrom(t, limitsYAML, Options{CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{NearLimitRatio: float64(ratio)}}})
+	svc, reg := newReferenceServiceFrom(t, limitsYAML, service.Options{CountDeniedHits: true}, ref{ratio: float64(ratio)}, 0)
 	keys := []struct {
 		key    string
 		limit  uint64
@@ -373,7 +411,7 @@ descriptors:
 	for step := range 300 {
 		// Distinct keys: of a request that names one counter twice, rls
 		// knows only the state after both (see refStats.record).
-		var ds []Descriptor
+		var ds []service.Descriptor
 		which := rng.Perm(len(keys))[:1+rng.IntN(len(keys))]
 		for _, k := range which {
 			ds = append(ds, desc(keys[k].key, "x"))
@@ -427,9 +465,11 @@ func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	svc := New(Options{Store: cachedDenials{}, Registry: reg, CountDeniedHits: true, Reference: Reference{Stats: &ReferenceStats{}}})
+	opts := service.Options{Store: cachedDenials{}, Registry: reg, CountDeniedHits: true}
+	ref{}.plug(&opts, reg, 0)
+	svc := service.New(opts)
 	svc.SetConfig(cfg)
-	if got := ask(t, svc, 3, desc("k", "x")).Code; got != OverLimit {
+	if got := ask(t, svc, 3, desc("k", "x")).Code; got != service.OverLimit {
 		t.Fatalf("ShouldRateLimit(k=x, hits=3) from the denial cache = %v, want OVER_LIMIT", got)
 	}
 	got := refCounters(t, reg)
@@ -454,10 +494,10 @@ descriptors:
   - key: user
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 10}
-`, Options{Reference: Reference{Stats: &ReferenceStats{}}})
-	resp, err := svc.CheckHTTP(context.Background(), "d", httpReq{headers: map[string]string{"x-user": "bob\xff"}, addr: "192.0.2.1"})
-	if err != nil || resp.Code != OK {
-		t.Fatalf("CheckHTTP(x-user: bob\\xff) = %v, %v; want OK", resp, err)
+`, service.Options{}, ref{}, 0)
+	resp, err := svc.CheckHTTP(context.Background(), "d", &httpdesc.StaticRequest{Headers: map[string]string{"x-user": "bob\xff"}, Client: netip.MustParseAddr("192.0.2.1")})
+	if err != nil || resp.Code != service.OK {
+		t.Fatalf("CheckHTTP(x-user: bob\\xff) = %v, %v; want service.OK", resp, err)
 	}
 	if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", "user_bob\uFFFD", ""); err != nil || c != 1 {
 		t.Errorf("total_hits{key1=user_bob\\uFFFD} = %v (%v), want 1", c, err)
@@ -465,29 +505,60 @@ descriptors:
 }
 
 // Counting into a request-valued series that exists allocates nothing: no
-// label is built as a string (rls's detailed_metric series, the
-// reference's stats of detailed_metric and of request overrides). The
-// reference's stats used to build the labels of such a request as strings:
-// an allocation more per request (3 against 2 for a ShouldRateLimit on a
-// detailed_metric descriptor, 10 against 9 with an override).
+// label is built as a string (the reference's stats of detailed_metric
+// descriptors and of request overrides). They used to build the labels of
+// such a request as strings: an allocation more per request.
 func TestPerValueCountAllocatesNothing(t *testing.T) {
-	svc, _ := newReferenceServiceWith(t, Options{Reference: Reference{Stats: &ReferenceStats{}}})
-	cur := svc.current.Load()
+	cfg, err := config.Parse("ref.yaml", []byte(referenceConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewStats(prometheus.NewRegistry(), 0, 2)
+	rc := st.forConfig(cfg)
 	perValue := desc("path", "/api/a").Entries
-	l := cur.cfg.Domain("d").Match(perValue).Limits[0]
+	l := cfg.Domain("d").Match(perValue).Limits[0]
 	over := desc("o", "v").Entries
-	overLimit := overrideLimit(&Override{RequestsPerUnit: 100, Unit: engine.Hour})
+	overLimit := &config.Limit{Rule: engine.MustCompile(engine.Spec{Unit: engine.Hour, Multiplier: 1, Limit: 100}), Index: -1}
 	it := engine.Item{Rule: l.Rule, Hits: 1}
 	res := engine.Result{Admitted: true, Remaining: 10}
 	var buf []byte
 	count := func() {
-		buf = cur.counters[l.Index].count(resultOK, perValue, buf)
-		buf = svc.refStats.record(cur.ref, "d", perValue, l, &it, &res, buf)
-		buf = cur.override["d"].count(resultOK, over, buf)
-		buf = svc.refStats.record(cur.ref, "d", over, overLimit, &it, &res, buf)
+		buf = st.record(rc, "d", perValue, l, &it, &res, buf)
+		buf = st.record(rc, "d", over, overLimit, &it, &res, buf)
 	}
 	count() // makes the series and grows buf
 	if n := testing.AllocsPerRun(100, count); n != 0 {
 		t.Errorf("counting a detailed_metric descriptor and an override: %v allocations, want 0", n)
+	}
+}
+
+// BenchmarkShouldRateLimitReferenceStats is the service's
+// BenchmarkShouldRateLimit with the reference's per-limit stats, as compat
+// mode counts them.
+func BenchmarkShouldRateLimitReferenceStats(b *testing.B) {
+	cfg, err := config.Parse("test.yaml", []byte(`
+domain: api
+descriptors:
+  - key: remote_address
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000000}
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := memstore.New(memstore.Options{})
+	defer ms.Close()
+	reg := prometheus.NewRegistry()
+	svc := service.New(service.Options{Store: ms, Registry: reg, Observers: []service.Observer{NewStats(reg, 0, 0)}})
+	svc.SetConfig(cfg)
+	req := &service.Request{Domain: "api", Descriptors: []service.Descriptor{desc("remote_address", "10.0.0.1")}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -1,46 +1,46 @@
-package service
+package compat
 
 import (
 	"math"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/series"
+	"github.com/rlsproject/rls/internal/service"
 )
 
-// ReferenceStats configures envoyproxy/ratelimit's per-limit stats, named
-// as its Prometheus mapping (statsd_exporter) names them, so that
-// dashboards and alerts built on the reference keep working:
+// Stats are envoyproxy/ratelimit's per-limit stats, named as its
+// Prometheus mapping (statsd_exporter) names them, so that dashboards and
+// alerts built on the reference keep working:
 // ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode,over_limit_with_local_cache}
 // with the labels domain, key1 (the first level of the stats key: key, or
 // key_value) and key2 (the deeper levels joined with '.'; empty for one
-// level); ratelimit_service_global_shadow_mode; and
-// ratelimit_service_config_load_{success,error}.
-type ReferenceStats struct {
-	// NearLimitRatio is the share of a limit above which hits count as
-	// near_limit (NEAR_LIMIT_RATIO); 0 means 0.8, the reference's default.
-	NearLimitRatio float64
-}
-
-// refStats are the reference's stats. Label values come from the config
-// (the key, and the configured value or wildcard pattern, per level), and
-// from request values only where the reference puts them (detailed_metric,
-// value_to_metric, request overrides), at most maxValues label sets per
-// configured stats key, the rest counted under key1="_other" (one series
-// per domain). As rls_decisions_total, a stats key's series are made when
-// it first counts and deleted when a reload drops it (series.Family).
-// Safe for concurrent use.
-type refStats struct {
+// level); ratelimit_service_global_shadow_mode (counted by Answers); and
+// ratelimit_service_config_load_{success,error}. A service.Observer.
+//
+// Label values come from the config (the key, and the configured value or
+// wildcard pattern, per level), and from request values only where the
+// reference puts them (detailed_metric, value_to_metric, request
+// overrides), at most maxValues label sets per configured stats key, the
+// rest counted under key1="_other" (one series per domain). As
+// rls_decisions_total, a stats key's series are made when it first counts
+// and deleted when a reload drops it (series.Family). Safe for concurrent
+// use.
+type Stats struct {
 	ratio                                float32 // NEAR_LIMIT_RATIO, a float32 in the reference
 	globalShadow, loadSuccess, loadError prometheus.Counter
 	// counters are ratelimit_service_rate_limit_*{domain,key1,key2}, by
 	// the ref* constants.
 	counters *series.Family
+	labels   sync.Pool // *[]byte: scratch space for request-valued labels
 }
 
-// The counters of refStats.counters.
+var _ service.Observer = (*Stats)(nil)
+
+// The counters of Stats.counters.
 const (
 	refTotal = iota
 	refOver
@@ -95,14 +95,20 @@ func refLevels(n *config.Descriptor) []refLevel {
 	return levels
 }
 
-// newRefStats returns the reference's stats, registered in reg when it is
-// not nil; maxValues (more than 0) bounds the request-valued label sets of
-// one stats key.
-func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *refStats {
-	r := &refStats{ratio: float32(o.NearLimitRatio)}
+// NewStats returns the reference's stats, registered in reg when it is not
+// nil. nearLimitRatio is the share of a limit above which hits count as
+// near_limit (NEAR_LIMIT_RATIO; 0 means 0.8, the reference's default);
+// maxValues (0: service.DefaultMaxValueSeries) bounds the request-valued
+// label sets of one stats key.
+func NewStats(reg prometheus.Registerer, nearLimitRatio float64, maxValues int) *Stats {
+	r := &Stats{ratio: float32(nearLimitRatio)}
 	if r.ratio <= 0 {
 		r.ratio = 0.8
 	}
+	if maxValues <= 0 {
+		maxValues = service.DefaultMaxValueSeries
+	}
+	r.labels.New = func() any { return new([]byte) }
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help + " (envoyproxy/ratelimit's stat, by its stats key)."},
 			[]string{"domain", "key1", "key2"})
@@ -142,7 +148,7 @@ func newRefStats(o *ReferenceStats, reg prometheus.Registerer, maxValues int) *r
 // the series of the keys that the previous config had too, and deletes the
 // series of the keys that cfg has not. A domain's _other series is shared
 // by its stats keys with values: it goes with the domain.
-func (rs *refStats) forConfig(cfg *config.Config) *refConfig {
+func (rs *Stats) forConfig(cfg *config.Config) *refConfig {
 	r := rs.counters.Reload()
 	defer r.Commit()
 	rc := &refConfig{byLimit: make([]*refNode, len(cfg.Limits())), override: make(map[string]*series.Group, len(cfg.Domains()))}
@@ -151,6 +157,29 @@ func (rs *refStats) forConfig(cfg *config.Config) *refConfig {
 		rc.declare(r, d.Name, d.Descriptors)
 	}
 	return rc
+}
+
+// ForConfig implements service.Observer: the stats keys of cfg.
+func (rs *Stats) ForConfig(cfg *config.Config) any { return rs.forConfig(cfg) }
+
+// Reloaded implements service.Observer: config_load_success or _error.
+func (rs *Stats) Reloaded(err error) {
+	if err != nil {
+		rs.loadError.Inc()
+		return
+	}
+	rs.loadSuccess.Inc()
+}
+
+// Decided implements service.Observer: each item's hits split as the
+// reference splits them.
+func (rs *Stats) Decided(state any, d *service.Decision) {
+	rc := state.(*refConfig)
+	buf := rs.labels.Get().(*[]byte)
+	for i := range d.Items {
+		*buf = rs.record(rc, d.Request.Domain, d.Request.Descriptors[d.Owners[i]].Entries, d.Limits[i], &d.Items[i], &d.Results[i], *buf)
+	}
+	rs.labels.Put(buf)
 }
 
 // declare sets the stats keys of the limits of nodes and their subtrees,
@@ -193,7 +222,7 @@ func (rc *refConfig) declare(r *series.Reload, domain string, nodes []*config.De
 // remained just before that charge: Remaining is read after it). Of a
 // request that names one counter twice, the store reports the state after
 // both items: the split of each is then approximate.
-func (rs *refStats) record(rc *refConfig, domain string, entries []config.Entry, l *config.Limit, it *engine.Item, r *engine.Result, buf []byte) []byte {
+func (rs *Stats) record(rc *refConfig, domain string, entries []config.Entry, l *config.Limit, it *engine.Item, r *engine.Result, buf []byte) []byte {
 	if it.Refund {
 		return buf
 	}
@@ -250,7 +279,7 @@ func (rs *refStats) record(rc *refConfig, domain string, entries []config.Entry,
 // nearThreshold is the count above which hits are near the limit lim: the
 // reference's floor(lim × NEAR_LIMIT_RATIO), computed as it does in float32
 // (90 × 0.7 is 63 there, and 62 in float64).
-func (rs *refStats) nearThreshold(lim uint64) uint64 {
+func (rs *Stats) nearThreshold(lim uint64) uint64 {
 	return uint64(math.Floor(float64(float32(lim) * rs.ratio)))
 }
 

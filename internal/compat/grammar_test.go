@@ -1,4 +1,4 @@
-package config
+package compat
 
 import (
 	"fmt"
@@ -7,16 +7,18 @@ import (
 	"testing"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/rlsproject/rls/internal/config"
 )
 
 const refCorpus = "testdata/envoy-ratelimit"
 
 // matchLimits returns the limits (as "rpu/unit") that entries reach in domain.
-func matchLimits(t *testing.T, c *Config, domain string, kv ...string) string {
+func matchLimits(t *testing.T, c *config.Config, domain string, kv ...string) string {
 	t.Helper()
-	var entries []Entry
+	var entries []config.Entry
 	for i := 0; i+1 < len(kv); i += 2 {
-		entries = append(entries, Entry{Key: kv[i], Value: kv[i+1]})
+		entries = append(entries, config.Entry{Key: kv[i], Value: kv[i+1]})
 	}
 	n := c.Domain(domain).Match(entries)
 	if n == nil {
@@ -39,7 +41,7 @@ func matchLimits(t *testing.T, c *Config, domain string, kv ...string) string {
 // The reference's own test configs load here, each meaning what it means
 // there (the corpus' README says where each file comes from).
 func TestReferenceCorpusLoads(t *testing.T) {
-	c, err := Load(filepath.Join(refCorpus, "integration"))
+	c, err := config.Load(filepath.Join(refCorpus, "integration"))
 	if err != nil {
 		t.Fatalf("integration configs: %v", err)
 	}
@@ -81,7 +83,7 @@ func TestReferenceCorpusLoads(t *testing.T) {
 		{"share_threshold.yaml", []string{"file", "test2"}, "100/minute"},
 		{"share_threshold.yaml", []string{"user", "user/1", "resource", "res/2", "action", "get"}, "150/minute"},
 	} {
-		c, err := Load(filepath.Join(refCorpus, "unit", tc.file))
+		c, err := config.Load(filepath.Join(refCorpus, "unit", tc.file))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.file, err)
 		}
@@ -89,11 +91,11 @@ func TestReferenceCorpusLoads(t *testing.T) {
 			t.Errorf("%s %v: %s, want %s", tc.file, tc.kv, got, tc.want)
 		}
 	}
-	c, err = Load(filepath.Join(refCorpus, "unit", "metadata.yaml"))
+	c, err = config.Load(filepath.Join(refCorpus, "unit", "metadata.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Domain("test-domain").Match([]Entry{{Key: "key2", Value: "x"}}).Metadata["service_with_quota"]; got == nil {
+	if got := c.Domain("test-domain").Match([]config.Entry{{Key: "key2", Value: "x"}}).Metadata["service_with_quota"]; got == nil {
 		t.Errorf("metadata.yaml: key2's metadata.service_with_quota is missing")
 	}
 }
@@ -102,12 +104,12 @@ func TestReferenceCorpusLoads(t *testing.T) {
 // from several files; without it the pair is a duplicate domain.
 func TestReferenceMergeDomains(t *testing.T) {
 	dir := filepath.Join(refCorpus, "merge")
-	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `duplicate domain "test-domain"`) {
-		t.Fatalf("Load(merge pair) without merging: err = %v, want a duplicate domain", err)
+	if _, err := config.Load(dir); err == nil || !strings.Contains(err.Error(), `duplicate domain "test-domain"`) {
+		t.Fatalf("config.Load(merge pair) without merging: err = %v, want a duplicate domain", err)
 	}
-	c, err := LoadWith(LoadOptions{Parse: ParseOptions{MergeDomains: true}}, dir)
+	c, err := config.LoadWith(config.LoadOptions{Parse: config.ParseOptions{MergeDomains: true}}, dir)
 	if err != nil {
-		t.Fatalf("LoadWith(MergeDomains): %v", err)
+		t.Fatalf("config.LoadWith(MergeDomains): %v", err)
 	}
 	for _, tc := range []struct {
 		kv   []string
@@ -127,7 +129,7 @@ func TestReferenceMergeDomains(t *testing.T) {
 	// A top-level descriptor in both files stays an error.
 	dup := t.TempDir()
 	writeFiles(t, dup, map[string]string{"a.yaml": domainDoc("d"), "b.yaml": domainDoc("d")})
-	_, err = LoadWith(LoadOptions{Parse: ParseOptions{MergeDomains: true}}, dup)
+	_, err = config.LoadWith(config.LoadOptions{Parse: config.ParseOptions{MergeDomains: true}}, dup)
 	if err == nil || !strings.Contains(err.Error(), `b.yaml:3:5: duplicate descriptor "k" in domain "d"`) {
 		t.Errorf("merging a repeated descriptor: err = %v", err)
 	}
@@ -135,17 +137,17 @@ func TestReferenceMergeDomains(t *testing.T) {
 
 // The reference checks its keys without regard to their level: a key of
 // its set where rls has no such key loads there, and loads here with a
-// warning under ReferenceOptions; an unknown key is an error either way.
+// warning under ParseOptions; an unknown key is an error either way.
 func TestReferenceKeysAtAnyLevel(t *testing.T) {
 	text := "domain: d\nname: ignored\ndescriptors:\n  - key: k\n    unit: second\n    rate_limit: {unit: minute, requests_per_unit: 3, key: x}\n"
-	if _, err := Parse("f.yaml", []byte(text)); err == nil {
+	if _, err := config.Parse("f.yaml", []byte(text)); err == nil {
 		t.Fatalf("Parse without reference rules: no error")
 	}
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"f.yaml": text})
-	c, err := LoadWith(LoadOptions{Parse: ReferenceOptions(false)}, dir)
+	c, err := config.LoadWith(config.LoadOptions{Parse: ParseOptions(false)}, dir)
 	if err != nil {
-		t.Fatalf("LoadWith(ReferenceOptions): %v", err)
+		t.Fatalf("config.LoadWith(ParseOptions): %v", err)
 	}
 	if got := matchLimits(t, c, "d", "k", "v"); got != "3/minute" {
 		t.Errorf("k: %s, want 3/minute", got)
@@ -163,7 +165,7 @@ func TestReferenceKeysAtAnyLevel(t *testing.T) {
 		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(warns, "\n"), strings.Join(want, "\n"))
 	}
 	writeFiles(t, dir, map[string]string{"f.yaml": "domain: d\ndescriptors:\n  - key: k\n    colour: red\n"})
-	if _, err := LoadWith(LoadOptions{Parse: ReferenceOptions(false)}, dir); err == nil || !strings.Contains(err.Error(), `unknown key "colour"`) {
+	if _, err := config.LoadWith(config.LoadOptions{Parse: ParseOptions(false)}, dir); err == nil || !strings.Contains(err.Error(), `unknown key "colour"`) {
 		t.Errorf("unknown key under reference rules: err = %v", err)
 	}
 }
@@ -187,7 +189,7 @@ func TestFromXDSEnvoyGatewayShape(t *testing.T) {
 			},
 		}},
 	}
-	c, err := FromXDS(ParseOptions{}, []*rlsconfv3.RateLimitConfig{rc})
+	c, err := FromXDS(config.ParseOptions{}, []*rlsconfv3.RateLimitConfig{rc})
 	if err != nil {
 		t.Fatalf("FromXDS: %v", err)
 	}
@@ -211,7 +213,7 @@ func TestFromXDSValuesStayText(t *testing.T) {
 		{Key: "on", Value: "1e3", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 0}},
 		{Key: "k", Value: "*x: {y}", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: 7}},
 	}}
-	c, err := FromXDS(ParseOptions{}, []*rlsconfv3.RateLimitConfig{rc})
+	c, err := FromXDS(config.ParseOptions{}, []*rlsconfv3.RateLimitConfig{rc})
 	if err != nil {
 		t.Fatalf("FromXDS: %v", err)
 	}
@@ -251,13 +253,13 @@ func TestFromXDSInvalid(t *testing.T) {
 			{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, Name: "x", Replaces: []*rlsconfv3.RateLimitReplace{{Name: "x"}}}}}}},
 			"replaces names this limit itself"},
 	} {
-		_, err := FromXDS(ParseOptions{}, tc.configs)
+		_, err := FromXDS(config.ParseOptions{}, tc.configs)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to contain %q", tc.name, err, tc.want)
 		}
 	}
 	// Two resources of one domain merge under MergeDomains.
-	c, err := FromXDS(ParseOptions{MergeDomains: true}, []*rlsconfv3.RateLimitConfig{
+	c, err := FromXDS(config.ParseOptions{MergeDomains: true}, []*rlsconfv3.RateLimitConfig{
 		{Name: "a", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "a", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}}}},
 		{Name: "b", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "b", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 2}}}},
 	})

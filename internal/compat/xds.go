@@ -1,4 +1,4 @@
-package config
+package compat
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"gopkg.in/yaml.v3"
+
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // FromXDS builds a Config from RateLimitConfig resources received over xDS
@@ -19,17 +21,17 @@ import (
 // or rls extensions), so there is no unknown-key check to skip. opts apply
 // as for files (MergeDomains merges resources of one domain). An invalid
 // set is an *XDSError naming each problem's resource.
-func FromXDS(opts ParseOptions, configs []*rlsconfv3.RateLimitConfig) (*Config, error) {
-	srcs := make([]source, 0, len(configs))
+func FromXDS(opts config.ParseOptions, configs []*rlsconfv3.RateLimitConfig) (*config.Config, error) {
+	files := make([]config.File, 0, len(configs))
 	for i, rc := range configs {
 		data, err := yaml.Marshal(xdsDocument(rc))
 		if err != nil {
 			return nil, fmt.Errorf("RateLimitConfig %q: %w", rc.GetName(), err) // a scalar yaml cannot write: not expected
 		}
-		srcs = append(srcs, source{name: xdsSourceName(i, rc), data: data})
+		files = append(files, config.File{Name: xdsSourceName(i, rc), Data: data})
 	}
-	cfg, err := build(srcs, opts)
-	var list ErrorList
+	cfg, err := config.ParseFiles(opts, files...)
+	var list config.ErrorList
 	if errors.As(err, &list) {
 		return nil, xdsError(list)
 	}
@@ -54,7 +56,7 @@ type XDSError struct {
 
 func (e *XDSError) Error() string { return strings.Join(e.Problems, "; ") }
 
-func xdsError(list ErrorList) *XDSError {
+func xdsError(list config.ErrorList) *XDSError {
 	e := &XDSError{}
 	for _, p := range list {
 		e.Problems = append(e.Problems, p.File+": "+p.Msg)
