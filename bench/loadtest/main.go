@@ -1,13 +1,17 @@
 // Command loadtest measures rls against the ceiling of the machine it runs
 // on, in one run: a bare gRPC server that answers every ShouldRateLimit with
-// OK at once (A), rls on the memory store (B) and rls on Redis (C), driven in
-// turn A B C A B C … with the same closed-loop load (same workers, same
-// connections, same requests). It reports decisions per second, latency
-// percentiles, the ratio of each to the ceiling, and for Redis the commands
-// per decision and decisions per round trip. Then it offers each target an
-// open-loop load at half the ceiling's throughput and compares p99s.
+// OK at once, rls on the memory store and rls on Redis, and optionally
+// another rls binary (-compare) and another RLS server (-external), driven
+// in turn with the same closed-loop load (same workers, same connections,
+// same requests). It reports decisions per second, latency percentiles, the
+// ratio of each to the ceiling, CPU time per request, and for Redis the
+// commands per decision and decisions per round trip. Then it offers each
+// target an open-loop load at half the ceiling's throughput and compares
+// p99s.
 //
 //	go run ./bench/loadtest            (make bench)
+//	go run ./bench/loadtest -keys 1    (one hot key per descriptor)
+//	go run ./bench/loadtest -external 127.0.0.1:8081 -request '{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}' -config d.yaml
 package main
 
 import (
@@ -37,6 +41,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rlsproject/rls/internal/grpcserver"
@@ -63,6 +68,14 @@ type config struct {
 	memoryLimit  string
 	onlyOneShape bool
 	profileDir   string
+	// another RLS server measured beside rls, and the request of the shape
+	// they are all sent (a template; see expand).
+	external                      string
+	externalPID, externalRedisPID int
+	request                       string
+	rlsConfig                     string
+	// another rls binary measured beside this one (memory and Redis).
+	compare string
 }
 
 func run() error {
@@ -71,7 +84,7 @@ func run() error {
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of A B C")
 	flag.IntVar(&c.workers, "workers", 32, "closed-loop workers (requests in flight)")
 	flag.IntVar(&c.conns, "conns", 4, "gRPC connections the workers share")
-	flag.IntVar(&c.keys, "keys", 10000, "distinct client addresses the requests cycle through")
+	flag.IntVar(&c.keys, "keys", 10000, "distinct values per descriptor entry: request i has every value of its template suffixed -(i mod keys)")
 	flag.BoolVar(&c.redis, "redis", true, "also measure rls on Redis (needs redis-server in PATH)")
 	flag.StringVar(&c.rlsBin, "rls", "", "rls binary (default: a build of ./cmd/rls, shared with the tests)")
 	flag.StringVar(&c.serveOnly, "serve-ceiling", "", "internal: serve the bare gRPC ceiling on this address")
@@ -79,6 +92,12 @@ func run() error {
 	flag.StringVar(&c.memoryLimit, "memory-limit", "1GiB", "rls --memory-limit for the memory store")
 	flag.BoolVar(&c.onlyOneShape, "one-shape", false, "only the first shape (1 descriptor × 3 windows)")
 	flag.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of each rls target, taken during its first closed-loop round of each shape, into this directory")
+	flag.StringVar(&c.external, "external", "", "also measure another RateLimitService server at this `address` (host:port, plaintext gRPC), e.g. one you built yourself: it gets the same requests")
+	flag.IntVar(&c.externalPID, "external-pid", 0, "`pid` of the -external server, for its CPU time per request")
+	flag.IntVar(&c.externalRedisPID, "external-redis-pid", 0, "`pid` of the Redis the -external server uses, for its CPU time per request")
+	flag.StringVar(&c.request, "request", "", "a RateLimitRequest in proto3 `JSON`: the one shape measured instead of the built-in two; each entry's value gets the suffix -(i mod -keys)")
+	flag.StringVar(&c.rlsConfig, "config", "", "rls's config `file` for the targets it serves (default: the built-in one, whose domain bench has remote_address, api_key, path and tenant); give one with -request's domain and keys")
+	flag.StringVar(&c.compare, "compare", "", "another rls `binary` (an older build, say) measured beside this one, on the memory store and on a Redis of its own")
 	pprofAddr := flag.String("ceiling-pprof", "", "internal: with -serve-ceiling, serve /debug/pprof on this address")
 	flag.Parse()
 	// The generator allocates little per request; collect it rarely, as the
@@ -131,31 +150,48 @@ func run() error {
 	}
 	targets := []*target{{name: "ceiling (bare gRPC, always OK)", addr: ceilingAddr, serverPid: p.Pid()}}
 
-	mem, err := proctest.Serve(proctest.Options{Name: "rls-memory"}, c.rlsBin, benchConfig, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
-	if err != nil {
-		return err
+	cfgText := benchConfig
+	if c.rlsConfig != "" {
+		b, err := os.ReadFile(c.rlsConfig)
+		if err != nil {
+			return err
+		}
+		cfgText = string(b)
 	}
-	running = append(running, mem)
-	targets = append(targets, &target{name: "rls, memory store", addr: mem.GRPCAddr, http: mem.HTTPAddr, serverPid: mem.Pid()})
-
-	if c.redis {
+	bins := []struct{ label, path string }{{"rls", c.rlsBin}}
+	if c.compare != "" {
+		bins = append(bins, struct{ label, path string }{"rls " + filepath.Base(c.compare), c.compare})
+	}
+	for _, bin := range bins {
+		mem, err := proctest.Serve(proctest.Options{Name: bin.label + "-memory"}, bin.path, cfgText, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
+		if err != nil {
+			return err
+		}
+		running = append(running, mem)
+		targets = append(targets, &target{name: bin.label + ", memory store", addr: mem.GRPCAddr, http: mem.HTTPAddr, serverPid: mem.Pid()})
+		if !c.redis {
+			continue
+		}
 		port, err := proctest.FreePort()
 		if err != nil {
 			return err
 		}
-		redis, err := proctest.LaunchRedis(proctest.Options{Name: "redis"}, port, dir)
+		redis, err := proctest.LaunchRedis(proctest.Options{Name: bin.label + "-redis"}, port, dir)
 		if err != nil {
 			return fmt.Errorf("%w (or pass -redis=false)", err)
 		}
 		running = append(running, redis)
 		redisAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		red, err := proctest.Serve(proctest.Options{Name: "rls-redis"}, c.rlsBin, benchConfig,
+		red, err := proctest.Serve(proctest.Options{Name: bin.label + "-on-redis"}, bin.path, cfgText,
 			"--store", "redis", "--redis-url", "redis://"+redisAddr+"/0", "--log-level", "warn", "--watch=false", "--store-timeout", "100ms")
 		if err != nil {
 			return err
 		}
 		running = append(running, red)
-		targets = append(targets, &target{name: "rls, Redis store", addr: red.GRPCAddr, http: red.HTTPAddr, redis: redisAddr, serverPid: red.Pid(), redisPid: redis.Pid()})
+		targets = append(targets, &target{name: bin.label + ", Redis store", addr: red.GRPCAddr, http: red.HTTPAddr, redis: redisAddr, serverPid: red.Pid(), redisPid: redis.Pid()})
+	}
+	if c.external != "" {
+		targets = append(targets, &target{name: "external " + c.external, addr: c.external, serverPid: c.externalPID, redisPid: c.externalRedisPID})
 	}
 	for _, t := range targets {
 		if err := t.dial(c.conns); err != nil {
@@ -163,11 +199,18 @@ func run() error {
 		}
 	}
 	shapes := []shape{
-		{"1 descriptor × 3 windows", requests(c.keys, 1)},
-		{"3 descriptors × 2 windows", requests(c.keys, 3)},
+		{"1 descriptor × 3 windows", expand(oneByThree, c.keys)},
+		{"3 descriptors × 2 windows", expand(threeByTwo, c.keys)},
 	}
 	if c.onlyOneShape {
 		shapes = shapes[:1]
+	}
+	if c.request != "" {
+		var tmpl rlsv3.RateLimitRequest
+		if err := protojson.Unmarshal([]byte(c.request), &tmpl); err != nil {
+			return fmt.Errorf("-request: %w", err)
+		}
+		shapes = []shape{{"-request", expand(&tmpl, c.keys)}}
 	}
 	fmt.Fprintf(os.Stderr, "machine: %d CPUs; %d workers over %d connections; %s per measurement, %d rounds\n",
 		numCPU(), c.workers, c.conns, c.duration, c.rounds)
@@ -351,23 +394,29 @@ func call(cc *grpc.ClientConn, req *wireRequest) error {
 	return cc.Invoke(context.Background(), method, req, &r, grpc.ForceCodecV2(lightCodec{}))
 }
 
-// requests returns one request per key: one descriptor (3 windows) or three
-// descriptors of 2 windows each.
-func requests(keys, descs int) []wireRequest {
-	out := make([]wireRequest, keys)
-	entry := func(k, v string) *commonv3.RateLimitDescriptor {
-		return &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
-	}
+// The built-in shapes' templates, on benchConfig: one descriptor of three
+// windows, and three descriptors of two windows each.
+var (
+	oneByThree = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+		descriptor("remote_address", "10.0.0.1")}}
+	threeByTwo = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{
+		descriptor("api_key", "key"), descriptor("path", "/api/v1/items"), descriptor("tenant", "tenant")}}
+)
+
+func descriptor(k, v string) *commonv3.RateLimitDescriptor {
+	return &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+}
+
+// expand returns keys requests made of tmpl: in request i every entry's
+// value has the suffix -(i mod keys), so that each descriptor counts keys
+// distinct counters (1: one hot key each).
+func expand(tmpl *rlsv3.RateLimitRequest, keys int) []wireRequest {
+	out := make([]wireRequest, max(keys, 1))
 	for i := range out {
-		ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
-		r := &rlsv3.RateLimitRequest{Domain: "bench"}
-		if descs == 1 {
-			r.Descriptors = []*commonv3.RateLimitDescriptor{entry("remote_address", ip)}
-		} else {
-			r.Descriptors = []*commonv3.RateLimitDescriptor{
-				entry("api_key", "key-"+strconv.Itoa(i%997)),
-				entry("path", "/api/v1/items/"+strconv.Itoa(i%101)),
-				entry("tenant", "tenant-"+strconv.Itoa(i%13)),
+		r := proto.Clone(tmpl).(*rlsv3.RateLimitRequest)
+		for _, d := range r.Descriptors {
+			for _, e := range d.Entries {
+				e.Value += "-" + strconv.Itoa(i)
 			}
 		}
 		b, err := proto.Marshal(r)
