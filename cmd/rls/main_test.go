@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -333,6 +334,21 @@ func TestEnvFallback(t *testing.T) {
 	}
 	if o.Store.Redis.Timeout != 10*time.Millisecond || o.Store.Kind != "memory" {
 		t.Errorf("empty variables: store timeout %s, store %q; want the defaults 10ms, memory", o.Store.Redis.Timeout, o.Store.Kind)
+	}
+}
+
+// The serve flags' defaults are the server's (daemon.Defaults): the flags
+// that take their default's text (policies, headers, access, log level)
+// parse to the same values, and nothing else differs but the names of the
+// settings in errors.
+func TestFlagDefaultsAreDaemonDefaults(t *testing.T) {
+	got, err := parseServeFlags(nil, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Names = daemon.Names{}
+	if want := daemon.Defaults(); !reflect.DeepEqual(got, want) {
+		t.Errorf("parseServeFlags(no flags) =\n%+v\nwant daemon.Defaults() =\n%+v", got, want)
 	}
 }
 

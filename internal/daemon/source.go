@@ -48,9 +48,6 @@ func NewFileSource(files Files) *FileSource {
 	return &FileSource{files: files}
 }
 
-// Files returns what s loads.
-func (s *FileSource) Files() Files { return s.files }
-
 // Initial loads the files. An error names the path, with one line per
 // problem.
 func (s *FileSource) Initial(*slog.Logger) (*config.Config, error) {
