@@ -23,8 +23,8 @@ import (
 
 // settings are envoyproxy/ratelimit's environment as rls reads it, one
 // field per variable as in the reference's settings.go, and what the table's
-// checks derive from several of them. The zero value is filled by
-// readEnv.
+// checks derive from several of them. readEnv fills a zero value; the
+// table's rows write into it, then it is only read.
 type settings struct {
 	// Listeners and logging.
 	host, port, grpcHost, grpcPort, debugHost, debugPort string
@@ -46,16 +46,20 @@ type settings struct {
 	mergeDomainConfig                                     bool
 
 	// Stats.
-	usePrometheus            bool
-	promAddr, promPath       string
-	extraTags                []tag // sorted by name
-	nearLimitRatio           float64
-	stopCacheKeyIncrement    bool
-	localCacheSize           int
-	shadowMode, quotaMode    bool
-	dynamicMetadata          bool
-	limitHeaders             bool
-	limitHeaderNames         LimitHeaderNames
+	usePrometheus      bool
+	promAddr, promPath string
+	extraTags          []tag // sorted by name
+
+	// Decisions and answers.
+	stopCacheKeyIncrement bool
+	localCacheSize        int
+	shadowMode, quotaMode bool
+	dynamicMetadata       bool
+	limitHeaders          bool
+	limitHeaderNames      LimitHeaderNames
+	nearLimitRatio        float64
+
+	// Redis.
 	cacheKeyPrefix           string
 	redisTLSFiles            redisTLSFiles
 	redis, redisPerSecond    redisSettings

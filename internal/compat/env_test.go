@@ -274,7 +274,7 @@ func TestCompatSentinelAndPerSecond(t *testing.T) {
 		{"master's URL (credentials; TLS off: REDIS_TLS unset)", r.URL, "redis://:password123@localhost:26394/0"},
 		{"CA without REDIS_TLS", r.CAFile, ""},
 		{"host name check", r.TLSSkipHostname, false},
-		{"pool", o.Store.Redis.PoolSize, 4},
+		{"pool", r.PoolSize, 4},
 		{"per-second master's name", ps.Sentinel.Master, "mymaster"},
 		{"per-second sentinels", strings.Join(ps.Sentinel.Addrs, ","), "localhost:26399,localhost:26400"},
 		{"per-second sentinels' password", ps.Sentinel.Username + ":" + ps.Sentinel.Password, ":justapass"},

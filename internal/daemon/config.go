@@ -26,9 +26,10 @@ import (
 // Config is a server's whole configuration: sections that each part of the
 // server takes whole, and what a front end plugs in. A front end starts
 // from Defaults and sets what its settings say, checking each value as it
-// reads it; New takes the Config as it is. A Config holds no running
-// thing: one Config may start several servers (one after the other, or
-// side by side on other addresses).
+// reads it; New takes the Config as it is. The zero Config is not a
+// working one: start from Defaults. A Config holds no running thing (its
+// plug-ins' Source aside, which one server uses): one Config may start
+// servers one after the other.
 type Config struct {
 	Listeners Listeners
 	Store     Store

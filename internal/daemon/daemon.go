@@ -47,16 +47,6 @@ type Server struct {
 	draining atomic.Bool
 }
 
-// Run starts a server on cfg and serves until ctx ends, then drains it (see
-// Server.Run). Reloads come from the config source only.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	s, err := New(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	return s.Run(ctx)
-}
-
 // New loads the initial config, builds the store and the service, and
 // serves the listeners of cfg (and of its plug-ins); log receives what the
 // server logs (nil: nothing). On error what it started is stopped. The
