@@ -48,9 +48,10 @@ type Server struct {
 }
 
 // New loads the initial config, builds the store and the service, and
-// serves the listeners of cfg (and of its plug-ins); log receives what the
-// server logs (nil: nothing). On error what it started is stopped. The
-// server serves until Run returns.
+// serves the listeners of cfg (and of its plug-ins); ctx bounds the start
+// (the store's first connection), log receives what the server logs (nil:
+// nothing). On error what it started is stopped. The server serves until
+// Run, which must follow, returns: Run is what releases it.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
