@@ -1,63 +1,24 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/daemon"
 	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/servetest"
 )
 
-// readBound bounds the waits below for the server to close a connection:
-// a behavioural bound (the server closes it at all), far above the limits
-// that make it close.
-const readBound = 10 * time.Second
-
-// closedByServer reports whether the server closed c (a read ends with EOF
-// or a reset) within readBound, after reading what it still had to send.
-func closedByServer(t *testing.T, c net.Conn) bool {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(readBound))
-	_, err := io.Copy(io.Discard, c)
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		return false
-	}
-	return true
-}
-
-// getKeepAlive sends GET path on c and reads the answer, leaving the
-// connection open.
-func getKeepAlive(t *testing.T, c net.Conn, path string) {
-	t.Helper()
-	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	c.SetReadDeadline(time.Now().Add(readBound))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	c.SetReadDeadline(time.Time{})
-}
-
 // The debug and Prometheus listeners of compatibility mode bound their
 // connections as the HTTP listener does (they had a header timeout only):
-// at extraMaxConnections, a new connection closes the one idle longest.
+// at daemon.MaxExtraConnections, a new connection closes the one idle longest.
 func TestCompatExtraListenersBoundConnections(t *testing.T) {
 	rds := redistest.Start(t)
 	grpcAddr, httpAddr, debugAddr, promAddr := servetest.Addr(t), servetest.Addr(t), servetest.Addr(t), servetest.Addr(t)
@@ -85,57 +46,13 @@ func TestCompatExtraListenersBoundConnections(t *testing.T) {
 			return c
 		}
 		idle := dial()
-		getKeepAlive(t, idle, l.path)
-		for range extraMaxConnections {
+		servetest.GetKeepAlive(t, idle, l.path)
+		for range daemon.MaxExtraConnections {
 			dial()
 		}
-		if !closedByServer(t, idle) {
-			t.Errorf("%s: %d connections opened after an idle one, which is still open; want it closed to make room", l.name, extraMaxConnections)
+		if !servetest.ClosedByServer(t, idle) {
+			t.Errorf("%s: %d connections opened after an idle one, which is still open; want it closed to make room", l.name, daemon.MaxExtraConnections)
 		}
-	}
-}
-
-// The extra listeners take the HTTP listener's limits: an idle keep-alive
-// connection is closed after the idle timeout, a request body trickled
-// slower than the read timeout is cut off, at most MaxConnections
-// connections stay open.
-func TestExtraListenerLimits(t *testing.T) {
-	lim := extraLimits(httpapi.Limits{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, IdleTimeout: 200 * time.Millisecond, MaxConnections: 1000})
-	if lim.MaxConnections != extraMaxConnections {
-		t.Errorf("extraLimits(MaxConnections 1000).MaxConnections = %d, want %d", lim.MaxConnections, extraMaxConnections)
-	}
-	if got := extraLimits(httpapi.Limits{MaxConnections: 3}).MaxConnections; got != 3 {
-		t.Errorf("extraLimits(MaxConnections 3).MaxConnections = %d, want 3", got)
-	}
-	d := &daemon{o: &options{shutdownTimeout: time.Second}, log: slog.New(slog.DiscardHandler)}
-	defer d.stopCompat()
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		io.WriteString(w, "ok")
-	})
-	addr, err := d.serveExtra("test", "127.0.0.1:0", h, lim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idle, err := net.Dial("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idle.Close()
-	getKeepAlive(t, idle, "/")
-	if !closedByServer(t, idle) {
-		t.Errorf("a keep-alive connection idle past the idle timeout (200ms) is still open after %s", readBound)
-	}
-
-	slow, err := net.Dial("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
-	io.WriteString(slow, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
-	// The rest of the body never comes.
-	if !closedByServer(t, slow) {
-		t.Errorf("a request whose body stalls past the read timeout (200ms): connection still open after %s", readBound)
 	}
 }
 

@@ -27,20 +27,18 @@ import (
 // would (no arguments) with env, and stops it when the test ends.
 func launchCompat(t *testing.T, env []string, grpcAddr, httpAddr string) *server {
 	t.Helper()
-	s := &server{grpcAddr: grpcAddr, httpAddr: httpAddr, logs: &servetest.SyncBuffer{}, done: make(chan error, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
 	args := compatArgs("/bin/ratelimit", nil)
+	if args[0] != "serve" {
+		t.Fatalf("compatArgs(/bin/ratelimit) = %q, want serve ...", args)
+	}
+	cfg, err := parseServeFlags(args[1:], env, io.Discard)
+	if err != nil {
+		t.Fatalf("rls as /bin/ratelimit: %v", err)
+	}
 	// A store timeout of a second: these tests count exactly, and the
 	// environment cannot set one.
-	go func() { s.done <- runWith(ctx, args, env, io.Discard, s.logs, hooks{storeTimeout: time.Second}) }()
-	t.Cleanup(func() {
-		s.stop(t)
-		if t.Failed() {
-			t.Logf("rls logs:\n%s", s.logs)
-		}
-	})
-	return s
+	cfg.Store.Redis.Timeout = time.Second
+	return serveConfig(t, cfg, env, grpcAddr, httpAddr)
 }
 
 // hostPort splits a loopback address for HOST/PORT style variables.

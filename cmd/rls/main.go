@@ -17,7 +17,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+
+	"github.com/rlsproject/rls/internal/compat"
 )
 
 func main() {
@@ -32,13 +35,19 @@ func main() {
 	}
 }
 
-// run is the whole program; main only wires the process to it.
-func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
-	return runWith(ctx, args, env, stdout, stderr, hooks{})
+// compatArgs returns the arguments of run for a process started as argv0
+// with args: under the name ratelimit (compat.ProgramName), `serve --compat
+// envoy-ratelimit` (the reference takes no arguments); otherwise args as
+// they are.
+func compatArgs(argv0 string, args []string) []string {
+	if filepath.Base(argv0) != compat.ProgramName {
+		return args
+	}
+	return append([]string{"serve", "--compat", compat.Mode}, args...)
 }
 
-// runWith is run with the hooks that tests change.
-func runWith(ctx context.Context, args, env []string, stdout, stderr io.Writer, h hooks) error {
+// run is the whole program; main only wires the process to it.
+func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		switch args[0] {
@@ -53,7 +62,7 @@ func runWith(ctx context.Context, args, env []string, stdout, stderr io.Writer, 
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, args, env, stdout, stderr, h)
+		return serve(ctx, args, env, stdout, stderr)
 	case "validate":
 		return validate(args, stdout)
 	case "check":

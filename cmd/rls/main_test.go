@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -22,23 +23,19 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/rlsproject/rls/internal/daemon"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/proctest"
 	"github.com/rlsproject/rls/internal/servetest"
 )
 
-// server is rls started in process by runWith().
+// server is rls started in process by runServer.
 type server struct {
 	grpcAddr, httpAddr string
 	logs               *servetest.SyncBuffer
 	cancel             context.CancelFunc
 	done               chan error
 }
-
-// testHooks run the memory store on a clock stopped at storetest.T0: every
-// request of a test at the same instant, so that a per-second limit never
-// straddles a second.
-func testHooks() hooks { return hooks{now: storetest.NewClock(storetest.T0).Now} }
 
 // startServer runs `rls serve` with args plus loopback listeners, waits until
 // it answers /healthz, and stops it when the test ends.
@@ -53,11 +50,27 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 // waiting for it, and stops it when the test ends.
 func launch(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
-	s := &server{grpcAddr: servetest.Addr(t), httpAddr: servetest.Addr(t), logs: &servetest.SyncBuffer{}, done: make(chan error, 1)}
+	grpcAddr, httpAddr := servetest.Addr(t), servetest.Addr(t)
+	cfg, err := parseServeFlags(append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr}, args...), env, io.Discard)
+	if err != nil {
+		t.Fatalf("rls serve %q: %v", args, err)
+	}
+	// The memory store's clock stopped at storetest.T0: every request of a
+	// test at the same instant, so that a per-second limit never straddles
+	// a second.
+	cfg.Store.Memory.Now = storetest.NewClock(storetest.T0).Now
+	return serveConfig(t, cfg, env, grpcAddr, httpAddr)
+}
+
+// serveConfig runs the server of cfg (listening on grpcAddr and httpAddr)
+// as `rls serve` runs it, SIGHUP included, without waiting for it, and
+// stops it when the test ends.
+func serveConfig(t *testing.T, cfg daemon.Config, env []string, grpcAddr, httpAddr string) *server {
+	t.Helper()
+	s := &server{grpcAddr: grpcAddr, httpAddr: httpAddr, logs: &servetest.SyncBuffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	args = append([]string{"serve", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}, args...)
-	go func() { s.done <- runWith(ctx, args, env, io.Discard, s.logs, testHooks()) }()
+	go func() { s.done <- runServer(ctx, cfg, env, s.logs) }()
 	t.Cleanup(func() {
 		s.stop(t)
 		if t.Failed() {
@@ -125,7 +138,7 @@ func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	rl := rlsv3.NewRateLimitServiceClient(s.dial(t))
 
-	// The memory store's clock stands still (testHooks): the 11 requests
+	// The memory store's clock stands still (launch): the 11 requests
 	// share one second window.
 	var last *rlsv3.RateLimitResponse
 	for i := range 11 {
@@ -308,19 +321,34 @@ func TestEnvFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.storeTimeout != 3*time.Millisecond {
-		t.Errorf("store timeout = %s, want 3ms: the command line wins over RLS_STORE_TIMEOUT", o.storeTimeout)
+	if o.Store.Redis.Timeout != 3*time.Millisecond {
+		t.Errorf("store timeout = %s, want 3ms: the command line wins over RLS_STORE_TIMEOUT", o.Store.Redis.Timeout)
 	}
-	if o.onStoreError.String() != "allow" || o.responseHeaders != 2 || fmt.Sprint(o.redisCluster) != "[a:1 b:2]" || o.memoryLimit != 64<<20 {
-		t.Errorf("from env: on-store-error %s, headers %d, cluster %v, memory %d", o.onStoreError, o.responseHeaders, o.redisCluster, o.memoryLimit)
+	if o.Service.OnStoreError.String() != "allow" || o.Service.Headers != 2 || fmt.Sprint(o.Store.Redis.ClusterSeeds) != "[a:1 b:2]" || o.Store.Memory.MaxBytes != 64<<20 {
+		t.Errorf("from env: on-store-error %s, headers %d, cluster %v, memory %d", o.Service.OnStoreError, o.Service.Headers, o.Store.Redis.ClusterSeeds, o.Store.Memory.MaxBytes)
 	}
 	// An empty variable is as good as unset: the default stands.
 	o, err = parseServeFlags(nil, []string{"RLS_STORE_TIMEOUT=", "RLS_STORE=", "RLS_RESPONSE_HEADERS="}, io.Discard)
 	if err != nil {
 		t.Fatalf("empty variables: %v, want the defaults", err)
 	}
-	if o.storeTimeout != 10*time.Millisecond || o.store != "memory" {
-		t.Errorf("empty variables: store timeout %s, store %q; want the defaults 10ms, memory", o.storeTimeout, o.store)
+	if o.Store.Redis.Timeout != 10*time.Millisecond || o.Store.Kind != "memory" {
+		t.Errorf("empty variables: store timeout %s, store %q; want the defaults 10ms, memory", o.Store.Redis.Timeout, o.Store.Kind)
+	}
+}
+
+// The serve flags' defaults are the server's (daemon.Defaults): the flags
+// that take their default's text (policies, headers, access, log level)
+// parse to the same values, and nothing else differs but the names of the
+// settings in errors.
+func TestFlagDefaultsAreDaemonDefaults(t *testing.T) {
+	got, err := parseServeFlags(nil, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Names = daemon.Names{}
+	if want := daemon.Defaults(); !reflect.DeepEqual(got, want) {
+		t.Errorf("parseServeFlags(no flags) =\n%+v\nwant daemon.Defaults() =\n%+v", got, want)
 	}
 }
 

@@ -26,8 +26,8 @@ func TestRedisTopologyFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sen, ps := o.redisSentinel, o.redisPerSecond
-	if sen == nil || ps == nil || ps.sentinel == nil {
+	sen, ps := o.Store.Redis.Sentinel, o.Store.Redis.PerSecond
+	if sen == nil || ps == nil || ps.Sentinel == nil {
 		t.Fatalf("sentinel %+v, per-second %+v", sen, ps)
 	}
 	for _, c := range []struct {
@@ -37,12 +37,12 @@ func TestRedisTopologyFlags(t *testing.T) {
 		{"master", sen.Master, "mymaster"},
 		{"sentinels", strings.Join(sen.Addrs, ","), "s1:26379,s2:26379"},
 		{"sentinels' credentials", sen.Username + ":" + sen.Password, "watcher:s3cret"},
-		{"host name check", o.redisTLSSkipHostname, true},
-		{"per-second master", ps.sentinel.Master, "fast"},
-		{"per-second sentinels", strings.Join(ps.sentinel.Addrs, ","), "s3:26379"},
-		{"per-second sentinels' credentials", ps.sentinel.Username + ":" + ps.sentinel.Password, ":other"},
-		{"per-second URL (--redis-url's)", ps.url, "rediss://:pw@ignored/2"},
-		{"per-second CA, pool, host name check", ps.ca + " " + strings.Repeat("x", ps.poolSize) + " " + map[bool]string{true: "skip"}[ps.skipHostname], "/ca.pem xxx skip"},
+		{"host name check", o.Store.Redis.TLSSkipHostname, true},
+		{"per-second master", ps.Sentinel.Master, "fast"},
+		{"per-second sentinels", strings.Join(ps.Sentinel.Addrs, ","), "s3:26379"},
+		{"per-second sentinels' credentials", ps.Sentinel.Username + ":" + ps.Sentinel.Password, ":other"},
+		{"per-second URL (--redis-url's)", ps.URL, "rediss://:pw@ignored/2"},
+		{"per-second CA, pool, host name check", ps.CAFile + " " + strings.Repeat("x", ps.PoolSize) + " " + map[bool]string{true: "skip"}[ps.TLSSkipHostname], "/ca.pem xxx skip"},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
@@ -52,11 +52,11 @@ func TestRedisTopologyFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := o.redisPerSecond; ps == nil || ps.url != "redis://fast:6379/0" || ps.cluster != nil || ps.sentinel != nil || o.redisSentinel != nil {
-		t.Errorf("--redis-per-second-url alone: per-second %+v, sentinel %+v", ps, o.redisSentinel)
+	if ps := o.Store.Redis.PerSecond; ps == nil || ps.URL != "redis://fast:6379/0" || ps.ClusterSeeds != nil || ps.Sentinel != nil || o.Store.Redis.Sentinel != nil {
+		t.Errorf("--redis-per-second-url alone: per-second %+v, sentinel %+v", ps, o.Store.Redis.Sentinel)
 	}
-	if o, err = parseServeFlags(nil, nil, io.Discard); err != nil || o.redisSentinel != nil || o.redisPerSecond != nil {
-		t.Errorf("no flags: %v, sentinel %+v, per-second %+v; want neither", err, o.redisSentinel, o.redisPerSecond)
+	if o, err = parseServeFlags(nil, nil, io.Discard); err != nil || o.Store.Redis.Sentinel != nil || o.Store.Redis.PerSecond != nil {
+		t.Errorf("no flags: %v, sentinel %+v, per-second %+v; want neither", err, o.Store.Redis.Sentinel, o.Store.Redis.PerSecond)
 	}
 
 	for _, tc := range []struct {

@@ -63,7 +63,10 @@ func rules() []rule {
 		transports = own("internal/envoyrls", "internal/authz", "internal/httpapi")
 		// The package of the envoyproxy/ratelimit mode (issue 22): nothing
 		// in the core may import it, from the day it exists.
-		compat      = own("internal/compat/...")
+		compat = own("internal/compat/...")
+		// The running server (issue 22): front ends (cmd/rls, compat)
+		// build its Config; nothing below it imports it.
+		daemon      = own("internal/daemon/...")
 		testSupport = own("internal/servetest", "internal/redistest", "internal/proctest", "internal/testpki",
 			"internal/engine/storetest", "internal/xdsconfig/xdstest", "internal/layering")
 	)
@@ -77,7 +80,7 @@ func rules() []rule {
 		{
 			what:      "the config model (and its YAML reader, match index, http_descriptors)",
 			pkgs:      slices.Concat(config, own("internal/strictyaml", "internal/match", "internal/httpdesc")),
-			notDepend: slices.Concat(stores, service, transports, compat),
+			notDepend: slices.Concat(stores, service, transports, compat, daemon),
 		},
 		{
 			what:      "the metric series type (the service and the compatibility package use it)",
@@ -88,12 +91,12 @@ func rules() []rule {
 		{
 			what:      "a store",
 			pkgs:      stores,
-			notDepend: slices.Concat(transports, service, config, compat),
+			notDepend: slices.Concat(transports, service, config, compat, daemon),
 		},
 		{
 			what:      "the service",
 			pkgs:      service,
-			notDepend: slices.Concat(redis, grpc, stores, transports, compat),
+			notDepend: slices.Concat(redis, grpc, stores, transports, compat, daemon),
 			// The Prometheus client brings net/http: the rule is about the
 			// service's own code.
 			notImport: []string{"net/http"},
@@ -102,7 +105,12 @@ func rules() []rule {
 			what:      "a transport (protocol adapter)",
 			pkgs:      transports,
 			notImport: engine,
-			notDepend: stores,
+			notDepend: slices.Concat(stores, compat, daemon),
+		},
+		{
+			what:      "the running server (the typed Config, its store, service, listeners and config source)",
+			pkgs:      daemon,
+			notDepend: compat,
 		},
 		{
 			what: "the compatibility package (envoyproxy/ratelimit's environment, stats, answers, config sources)",
@@ -112,6 +120,7 @@ func rules() []rule {
 			what: "a helper of the program (client address, config watching, gRPC settings, TLS files, xDS source, rls test)",
 			pkgs: own("internal/clientip", "internal/configwatch", "internal/grpcserver", "internal/tlsfiles",
 				"internal/xdsconfig", "internal/ruletest"),
+			notDepend: slices.Concat(compat, daemon),
 		},
 		{
 			what:      "the program",
@@ -428,6 +437,16 @@ func TestCheckCatches(t *testing.T) {
 		{"service imports net/http itself", imports(
 			"internal/service std:net/http",
 		), nil, []string{"internal/service imports net/http; the service must not import it"}},
+		{"the server imports the compatibility package", imports(
+			"internal/daemon internal/service",
+			"internal/service",
+			"internal/compat internal/daemon",
+			"internal/daemon/x internal/compat",
+		), nil, []string{"internal/daemon/x depends on internal/compat; the running server (the typed Config, its store, service, listeners and config source) must not"}},
+		{"the service imports the server", imports(
+			"internal/service internal/daemon",
+			"internal/daemon",
+		), nil, []string{"internal/service depends on internal/daemon; the service must not"}},
 		{"service imports the compatibility package", imports(
 			"internal/service internal/compat",
 			"internal/compat",

@@ -1,0 +1,215 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/envoyrls"
+	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/tlsfiles"
+)
+
+// Server is a started server: its store, its service and its listeners,
+// serving. New starts it; Run serves until its context ends, then drains
+// and releases everything. Reload is safe for concurrent use; Run is
+// called once.
+type Server struct {
+	cfg        Config
+	log        *slog.Logger
+	reg        *prometheus.Registry
+	svc        *service.Service
+	source     Source
+	closeStore func()
+	grpc       *grpc.Server
+	health     *health.Server
+	http       *httpapi.Server
+	grpcAddr   net.Addr
+	httpAddr   net.Addr
+	extras     []*extraServer
+	// errc receives the error of a listener's server that stops serving.
+	errc chan error
+	// asked carries the reloads asked for (Reload) to the source.
+	asked chan string
+	// draining is set when the shutdown starts (/healthcheck then says 500).
+	draining atomic.Bool
+}
+
+// New loads the initial config, builds the store and the service, and
+// serves the listeners of cfg (and of its plug-ins); ctx bounds the start
+// (the store's first connection), log receives what the server logs (nil:
+// nothing). On error what it started is stopped. The server serves until
+// Run, which must follow, returns: Run is what releases it.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Listeners.HTTP.MaxConnections == 0 {
+		cfg.Listeners.HTTP.MaxConnections = httpConnectionShare(openFileLimit())
+	}
+	s := &Server{cfg: cfg, log: log, source: cfg.Plugins.Source, errc: make(chan error, 2), asked: make(chan string, 1)}
+	if s.source == nil {
+		s.source = NewFileSource(cfg.Files)
+	}
+	initial, err := s.source.Initial(log)
+	if err != nil {
+		return nil, err
+	}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for _, f := range slices.Backward(undo) {
+				f()
+			}
+		}
+	}()
+
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store, closeStore, err := newStore(ctx, cfg.Store, cfg.Names.redis(), s.reg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.closeStore = closeStore
+	undo = append(undo, closeStore)
+	var hooks Hooks
+	if cfg.Plugins.Start != nil {
+		if hooks, err = cfg.Plugins.Start(Parts{Store: store, Service: cfg.Service, Registry: s.reg, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
+	s.svc = service.New(service.Options{
+		Store:           store,
+		StoreDoesIO:     cfg.Store.Kind == Redis,
+		OnStoreError:    cfg.Service.OnStoreError,
+		Headers:         cfg.Service.Headers,
+		CountDeniedHits: cfg.Service.CountDeniedHits,
+		QuotaAll:        cfg.Service.QuotaAll,
+		MaxValueSeries:  cfg.Service.MaxValueSeries,
+		Registry:        s.reg,
+		Logger:          log,
+		Observers:       hooks.Observers,
+		AnswerRules:     hooks.AnswerRules,
+	})
+	if initial != nil {
+		s.svc.Reload(func() (*config.Config, error) { return initial, nil })
+	}
+
+	l := cfg.Listeners
+	grpcLis, err := net.Listen("tcp", l.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Names.grpcAddr(), err)
+	}
+	undo = append(undo, func() { grpcLis.Close() })
+	httpLis, err := net.Listen("tcp", l.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Names.httpAddr(), err)
+	}
+	undo = append(undo, func() { httpLis.Close() })
+	grpcTLS, httpTLS := l.TLS.tlsOn()
+	var tlsSource *tlsfiles.Source
+	if grpcTLS || httpTLS {
+		if tlsSource, err = tlsfiles.New(l.TLS.Files, log); err != nil {
+			return nil, err
+		}
+	}
+
+	rls := envoyrls.New(s.svc)
+	s.grpc, s.health = newGRPCServer(l, s.svc, rls, tlsSource, cfg.Plugins.GRPCTLS)
+	s.http = s.newHTTPServer(rls)
+	undo = append(undo, s.stopExtras)
+	for _, x := range cfg.Plugins.Listeners {
+		if _, err := s.serveExtra(x.Name, x.Addr, x.Handler(s.svc, s.reg), extraLimits(l.HTTP)); err != nil {
+			return nil, err
+		}
+	}
+	s.grpcAddr, s.httpAddr = grpcLis.Addr(), httpLis.Addr()
+	go func() { s.errc <- s.grpc.Serve(grpcLis) }()
+	go func() {
+		if httpTLS {
+			s.errc <- s.http.ServeTLS(httpLis, tlsSource.Config())
+			return
+		}
+		s.errc <- s.http.Serve(httpLis)
+	}()
+	log.Info("serving", "grpc", s.grpcAddr.String(), "http", s.httpAddr.String(), "tls_grpc", grpcTLS, "tls_http", httpTLS,
+		"http_max_connections", l.HTTP.MaxConnections, "grpc_max_streams", l.GRPC.MaxStreams,
+		"store", string(cfg.Store.Kind), "config", cfg.Files.Path, "domains", len(initial.Domains()))
+	return s, nil
+}
+
+// Addrs returns the addresses the gRPC and HTTP listeners listen on.
+func (s *Server) Addrs() (grpcAddr, httpAddr net.Addr) { return s.grpcAddr, s.httpAddr }
+
+// Reload asks the config source to reload the config, at once and without
+// waiting for it; why says what asked, in the log ("SIGHUP"). Asks that
+// come while one waits are one. Safe for concurrent use.
+func (s *Server) Reload(why string) {
+	select {
+	case s.asked <- why:
+	default:
+	}
+}
+
+// Run serves until ctx ends or a listener's server fails, keeping the gRPC
+// health status equal to readiness and the config current (the source's
+// Run); then it drains: no new work, requests in flight get the shutdown
+// timeout, the listeners stop, and the store is closed. It returns nil
+// after ctx ended, else the listener's error.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.closeStore()
+	bg, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { followReadiness(bg, s.svc, s.health, 2*time.Second) })
+	wg.Go(func() { s.source.Run(bg, s.svc, s.asked, s.log) })
+	var err error
+	select {
+	case <-ctx.Done():
+	case e := <-s.errc:
+		err = fmt.Errorf("serving: %w", e)
+	}
+	stop()
+	wg.Wait()
+	s.drain()
+	s.stopExtras()
+	return err
+}
+
+// drain stops taking new work, finishes what is in flight within the
+// shutdown timeout, then stops the gRPC and HTTP servers.
+func (s *Server) drain() {
+	timeout := s.cfg.Listeners.ShutdownTimeout
+	s.log.Info("shutting down", "timeout", timeout)
+	s.draining.Store(true)
+	s.health.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	if err := s.http.Shutdown(sctx); err != nil {
+		s.log.Warn("HTTP shutdown", "error", err)
+	}
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		s.log.Warn("gRPC drain timed out; closing the remaining connections")
+		s.grpc.Stop()
+		<-stopped
+	}
+	s.log.Info("stopped")
+}

@@ -1,0 +1,54 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/redisstore"
+)
+
+// newStore builds the store of c, registers its metrics on reg and returns
+// a function that closes it. A Redis store's errors are named by name.
+func newStore(ctx context.Context, c Store, name string, reg prometheus.Registerer, log *slog.Logger) (engine.Store, func(), error) {
+	if c.Kind != Redis {
+		s := memstore.New(c.Memory)
+		reg.MustRegister(s.Collectors()...)
+		return s, func() { s.Close() }, nil
+	}
+	// go-redis logs through a logger of its own (process-wide): send it to
+	// ours, at a bounded rate, so that a Redis outage does not flood stderr.
+	redis.SetLogger(&redisLogger{log: log, every: rate.Sometimes{Interval: 10 * time.Second}})
+	opts := c.Redis
+	opts.Logger = log
+	s, err := redisstore.New(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.Warm(pctx); err != nil {
+		// Serve anyway: /readyz says not ready, the store-error policy
+		// decides what requests get, and the store reconnects by itself.
+		log.Warn("Redis does not answer yet", "error", err)
+	}
+	reg.MustRegister(s.Collectors()...)
+	return s, func() { s.Close() }, nil
+}
+
+// redisLogger adapts go-redis's logging to slog.
+type redisLogger struct {
+	log   *slog.Logger
+	every rate.Sometimes
+}
+
+func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.every.Do(func() { l.log.Warn("redis client: " + fmt.Sprintf(format, v...)) })
+}
