@@ -18,11 +18,12 @@
 //     instants; its answers to Rule's questions), and its line in
 //     algorithms (algorithm.go), whose index is its code.
 //  2. redisstore: a section in scripts/decide.lua mirroring the Go file
-//     function for function (plus locate, load and write: its keys; and its
-//     undo table: the operations its writes log, which release.lua hands
-//     back to it), its code in scripts/prelude.lua (ALG_<NAME>) and its
-//     line in decide.lua's algorithms table. TestWireContract checks both
-//     against the engine's registry.
+//     function for function (plus locate, load and write: where its state
+//     lives, a field of the descriptor's hash or a key of its own, and how
+//     it is packed; and its undo table: the operations its writes log,
+//     which release.lua hands back to it), its code in scripts/prelude.lua
+//     (ALG_<NAME>) and its line in decide.lua's algorithms table.
+//     TestWireContract checks both against the engine's registry.
 //  3. engine/storetest: a timeline in timelines, which the reference store,
 //     memstore and redisstore (single node and cluster) then all run; the
 //     differential tests pick up the new algorithm from the names they draw.

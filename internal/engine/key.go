@@ -14,14 +14,17 @@ import (
 // A counter is identified by its descriptor's identity (AppendDescriptorKey)
 // and its rule's identity among the rules of that descriptor (Rule.ID,
 // built by the functions below from what each algorithm names). A store
-// that keeps counters under string keys (Redis) keys a counter as
+// that keeps counters under string keys (Redis) keys a descriptor as
 //
-//	<prefix>{<descriptor identity>}:<rule ID>
+//	<prefix>{<descriptor identity>}          (DescriptorKey)
 //
-// where the braces make the descriptor identity Redis Cluster's hash tag
-// (all windows of one descriptor share a slot), and may derive further keys
-// of the same counter by appending a suffix (WindowKeySuffix). Notices that
-// a counter's hits were given back go to the channel FreedChannel(prefix).
+// and a counter as that, ":" and its rule ID (CounterKey), where the braces
+// make the descriptor identity Redis Cluster's hash tag (all counters of
+// one descriptor share a slot). The Redis store keeps the counters of a
+// descriptor as the fields of one hash at its DescriptorKey, named by their
+// rule IDs, but for sliding logs, each a sorted set at its CounterKey; a
+// CounterKey also names the counter in notices that its hits were given
+// back, on the channel FreedChannel(prefix).
 
 // maxPart is the longest escaped key part kept readable; longer parts are
 // replaced by a hash so that keys stay short whatever the request sends.
@@ -61,16 +64,26 @@ func AppendDescriptorKey(dst []byte, domain string, entries []Entry, shares []st
 	return dst
 }
 
-// CounterKey returns the string key of the counter of rule r for the
-// descriptor whose identity is desc, under prefix.
-func CounterKey(prefix, desc string, r *Rule) string {
-	return prefix + "{" + desc + "}:" + r.ID
+// DescriptorKey returns the string key of the descriptor whose identity is
+// desc, under prefix.
+func DescriptorKey(prefix, desc string) string {
+	return prefix + "{" + desc + "}"
 }
 
-// WindowKeySuffix is appended to a window counter's key (fixed, sliding and
-// calendar windows) for its second key: the window's start and the
-// previous window's count (see the Redis store's scripts).
-const WindowKeySuffix = ":s"
+// HashExpiry is the field of a descriptor's hash (Redis) that holds the
+// instant at which the hash expires; no rule ID is "x".
+const HashExpiry = "x"
+
+// CounterKey returns the string key of the counter of rule r for the
+// descriptor whose identity is desc, under prefix: its DescriptorKey, ":"
+// and the rule's ID.
+func CounterKey(prefix, desc string, r *Rule) string {
+	return CounterKeyIn(DescriptorKey(prefix, desc), r.ID)
+}
+
+// CounterKeyIn returns the string key of the counter of the rule whose ID
+// is id, in the descriptor whose key (DescriptorKey) is key.
+func CounterKeyIn(key, id string) string { return key + ":" + id }
 
 // FreedChannel returns the channel on which notices that hits of a counter
 // were given back are published, for counters keyed under prefix.

@@ -49,14 +49,11 @@ func TestKeyLayout(t *testing.T) {
 		ids = append(ids, id)
 		fmt.Fprintf(&b, "%q %q shares %q\n\t%s\n", d.domain, d.entries, d.shares, id)
 	}
-	b.WriteString("\n# rule identities (Rule.ID) and counter keys (CounterKey, prefix rls:) of the first descriptor;\n# the window key of window counters (WindowKeySuffix)\n")
+	fmt.Fprintf(&b, "\n# the descriptor key (DescriptorKey, prefix rls:) of the first descriptor\n%s\n", DescriptorKey("rls:", ids[0]))
+	b.WriteString("\n# rule identities (Rule.ID) and counter keys (CounterKey, prefix rls:) of the first descriptor\n")
 	for _, s := range specs {
 		r := MustCompile(s)
-		key := CounterKey("rls:", ids[0], r)
-		fmt.Fprintf(&b, "%+v\n\t%s\n\t%s\n", s, r.ID, key)
-		if a := r.Algorithm(); a == FixedWindow || a == SlidingWindow {
-			fmt.Fprintf(&b, "\t%s\n", key+WindowKeySuffix)
-		}
+		fmt.Fprintf(&b, "%+v\n\t%s\n\t%s\n", s, r.ID, CounterKey("rls:", ids[0], r))
 	}
 	fmt.Fprintf(&b, "\n# the rest\nunlimited %q\nfreed channel %q\n", UnlimitedID("vip"), FreedChannel("rls:"))
 	got := b.String()

@@ -11,17 +11,6 @@ import (
 	"github.com/rlsproject/rls/internal/engine"
 )
 
-// oneSlot reports whether all items are counters of one descriptor, whose
-// keys share its hash tag and so one cluster slot.
-func oneSlot(items []engine.Item) bool {
-	for i := range items {
-		if items[i].Desc != items[0].Desc {
-			return false
-		}
-	}
-	return true
-}
-
 // applyCluster decides a request whose counters may sit on several masters.
 // One master: the script decides it whole. Several: each master reserves
 // its part (applyParts).
@@ -31,12 +20,8 @@ func (s *Store) applyCluster(ctx context.Context, items []engine.Item, bases []s
 		return false, err
 	}
 	if len(parts) == 1 {
-		mode := modeFinal // its keys may sit in several slots of that master: read one by one
-		if oneSlot(items) {
-			mode = modeFinalMGET
-		}
 		addr := parts[0].addr
-		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, addr, mode, items, bases, results, nil) })
+		return s.retryMoved(ctx, func() (bool, error) { return s.applyNode(ctx, addr, modeFinal, items, bases, results, nil) })
 	}
 	return applyParts(ctx, items, results, parts)
 }

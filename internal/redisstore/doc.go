@@ -27,24 +27,29 @@
 // # Key layout
 //
 // Every key starts with the prefix (--redis-prefix, default "rls:"), then
-// the descriptor's identity in braces, then the limit's ID:
+// the descriptor's identity in braces (engine.DescriptorKey). The counters
+// of a descriptor are the fields of one hash at that key, each named by its
+// limit's ID, but for sliding logs, each a sorted set at the hash's key,
+// ":" and its limit's ID (engine.CounterKey):
 //
-//	rls:{api/remote_address=203.0.113.7}:fw60s:1795390800   fixed_window, the window starting at that Unix second
-//	rls:{api/remote_address=203.0.113.7}:sw3600s:1795388400  sliding_window, one key per window (current and previous are read)
-//	rls:{api/api_key=k1}:tb1s                                token_bucket: the theoretical arrival time, µs
-//	rls:{api/user=u1}:sl60s:5:burst                          sliding_log: a sorted set of admitted hits (score µs)
+//	rls:{api/remote_address=203.0.113.7}   hash: fw60s, sw3600s, tb1s, cal.month@UTC: each its state; x: the hash's expiry
+//	rls:{api/user=u1}:sl60s:5:burst        sliding_log: a sorted set of admitted hits (score µs)
 //
-// The identity (engine.AppendDescriptorKey) is the domain, then "/key=value"
-// per entry, with '%', '/', '=', '~', '#', '{', '}', ':' and bytes outside
-// printable ASCII percent-escaped and parts longer than 64 bytes replaced by
-// "#" and a SHA-256 prefix, so keys are unambiguous and bounded, and the
-// braces make the identity Redis Cluster's hash tag: all windows of one
-// descriptor live in one slot. The limit ID is the algorithm, the window in
-// seconds and, for a named limit, ":" + the name's length + ":" + the name.
+// A state is its numbers packed as little-endian float64s (exact below
+// 2^53): a fixed or calendar window's start (µs) and count, a sliding
+// window's start, count and previous window's count, a token bucket's TAT
+// (µs). The identity (engine.AppendDescriptorKey) is the domain, then
+// "/key=value" per entry, with '%', '/', '=', '~', '#', '{', '}', ':' and
+// bytes outside printable ASCII percent-escaped and parts longer than 64
+// bytes replaced by "#" and a SHA-256 prefix, so keys are unambiguous and
+// bounded, and the braces make the identity Redis Cluster's hash tag: all
+// counters of one descriptor live in one slot. The limit ID is the
+// algorithm, the window in seconds and, for a named limit, ":" + the name's
+// length + ":" + the name.
 //
-// Fixed and sliding window keys get their expiry (the window's end, or the
-// end of the next window for sliding windows, set as a relative PX) when
-// they are created, and hits never push it back. A token bucket's TAT is written with the
-// instant at which it becomes meaningless; a sliding log expires a window
-// after its newest hit.
+// A state weighs until its own expiry (a window's end, the next window's
+// for a sliding window, a TAT's instant): past it, it reads as no state,
+// and a touch deletes it. The hash expires at the latest of its states'
+// expiries (its field x, PEXPIRE only when that grows); a sliding log
+// expires a window after its newest hit.
 package redisstore

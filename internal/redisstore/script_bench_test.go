@@ -71,7 +71,7 @@ func BenchmarkScript(b *testing.B) {
 						bases = append(bases, engine.CounterKey("rls:", desc, r))
 					}
 				}
-				reqs[k] = newRequest(modeFinalMGET, "", time.Now(), items, bases).appendArgs(nil)
+				reqs[k] = newRequest(modeFinal, "", time.Now(), items, bases).appendArgs(nil)
 			}
 			const perScript, scriptsPerTrip = 4, 8
 			cpu0, stats0 := redisCPU(b, addr), commandStats(b, client)

@@ -468,7 +468,7 @@ func (s *Store) apply(ctx context.Context, items []engine.Item, results []engine
 	var admitted bool
 	var err error
 	if s.cluster == nil {
-		admitted, err = s.applyNode(ctx, "", modeFinalMGET, items, bases, results, nil) // one node: any keys in one MGET
+		admitted, err = s.applyNode(ctx, "", modeFinal, items, bases, results, nil)
 	} else {
 		admitted, err = s.applyCluster(ctx, items, bases, results)
 	}

@@ -567,61 +567,65 @@ func TestTLSClientCertificate(t *testing.T) {
 	}
 }
 
-// TestWindowKeysExpireTogether: a window counter's two keys (its window and
-// its count) expire at the state's expiry after every write, also when a
-// write moves the expiry and leaves a key's value as it was: a look opening
-// a window and then a hit (the window key unchanged, its expiry one window
-// later), and a window whose count equals the last one's (the count key
-// unchanged, its expiry one window later). A key left with its old expiry
-// vanished at the next boundary and the sliding window forgot its previous
-// count. The keys of a test clock live a day longer than the state's
-// expiry, which the TTLs are checked against.
-func TestWindowKeysExpireTogether(t *testing.T) {
+// TestHashExpiry: the hash of a descriptor's counters lives until the
+// latest expiry of their states, after every write: a look opening a
+// sliding window and then a hit, a window whose count equals the last
+// one's (a state left with an earlier expiry made the sliding window
+// forget its previous count at the next boundary), and a short window
+// written after a long one (the hash keeps the long one's expiry). The
+// keys of a test clock live a day longer than the state's expiry, which
+// the TTLs are checked against.
+func TestHashExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.T0)
 	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now})
+	sliding := storetest.Rule(engine.SlidingWindow, 10, time.Minute, 0)
+	hour := storetest.Rule(engine.FixedWindow, 10, time.Hour, 0)
+	second := storetest.Rule(engine.FixedWindow, 10, time.Second, 0)
+	at90 := storetest.T0.Add(90 * time.Second)
 	for _, tc := range []struct {
-		name string
-		hits []uint64 // the second window's requests (the first has one hit)
+		name  string
+		first *engine.Rule // its one hit at T0
+		then  []engine.Item
+		// expires is when the hash's latest state stops weighing, set
+		// is when that expiry was set (the test clock; Redis's own does
+		// not move)
+		expires, set time.Time
 	}{
-		{"a look opens the window, then a hit", []uint64{0, 1}},
-		{"the same count as the window before", []uint64{1}},
+		{"a look opens the window, then a hit", sliding, []engine.Item{{Rule: sliding}, {Rule: sliding, Hits: 1}},
+			at90.Truncate(time.Minute).Add(2 * time.Minute), at90},
+		{"the same count as the window before", sliding, []engine.Item{{Rule: sliding, Hits: 1}},
+			at90.Truncate(time.Minute).Add(2 * time.Minute), at90},
+		{"a short window after a long one", hour, []engine.Item{{Rule: second, Hits: 1}},
+			storetest.T0.Truncate(time.Hour).Add(time.Hour), storetest.T0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock.Set(storetest.T0)
-			item := engine.Item{Desc: "d/k=" + tc.name, Rule: storetest.Rule(engine.SlidingWindow, 10, time.Minute, 0), Hits: 1}
-			results := make([]engine.Result, 1)
-			apply := func() {
+			desc := "d/k=" + tc.name
+			apply := func(it engine.Item) {
 				t.Helper()
-				if _, err := s.Apply(context.Background(), []engine.Item{item}, results); err != nil {
+				it.Desc = desc
+				if _, err := s.Apply(context.Background(), []engine.Item{it}, make([]engine.Result, 1)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			apply()
-			clock.Set(storetest.T0.Add(90 * time.Second))
-			for _, h := range tc.hits {
-				item.Hits = h
-				apply()
+			apply(engine.Item{Rule: tc.first, Hits: 1})
+			clock.Set(at90)
+			for _, it := range tc.then {
+				apply(it)
 			}
-			base := s.base(&item)
-			ttl := func(key string) time.Duration {
-				out, err := redistest.Command(srv.Addr(), "PTTL", key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ms, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
-				if err != nil {
-					t.Fatalf("PTTL %s = %q", key, out)
-				}
-				return time.Duration(ms) * time.Millisecond
+			key := engine.DescriptorKey(s.opts.Prefix, desc)
+			out, err := redistest.Command(srv.Addr(), "PTTL", key)
+			if err != nil {
+				t.Fatal(err)
 			}
-			// The state: the second window's count, the first's before it,
-			// weighing until the end of the window after the second.
-			want := 24*time.Hour + 3*time.Minute - 90*time.Second
-			for _, key := range []string{base, base + ":s"} {
-				if got := ttl(key); got < want-2*time.Second || got > want {
-					t.Errorf("PTTL %s = %s, want %s (a day's pad plus the state's expiry, 90 s on)", key, got, want)
-				}
+			ms, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+			if err != nil {
+				t.Fatalf("PTTL %s = %q", key, out)
+			}
+			got := time.Duration(ms) * time.Millisecond
+			if want := 24*time.Hour + tc.expires.Sub(tc.set); got < want-2*time.Second || got > want {
+				t.Errorf("PTTL %s = %s, want %s (a day's pad plus the latest state's expiry, from when it was set)", key, got, want)
 			}
 		})
 	}
@@ -680,12 +684,10 @@ func TestMergedScripts(t *testing.T) {
 		}
 		reqs = append(reqs, r)
 	}
-	// the merged requests read their keys with one MGET, the others one GET each
-	mode := map[*Store]string{merged: modeFinalMGET, alone: modeFinal}
 	calls := func(s *Store) []*call {
 		var out []*call
 		for _, r := range reqs {
-			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], req: newRequest(mode[s], s.nowArg(), s.now(), r.items, r.bases[s]), done: make(chan struct{})})
+			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], req: newRequest(modeFinal, s.nowArg(), s.now(), r.items, r.bases[s]), done: make(chan struct{})})
 		}
 		return out
 	}

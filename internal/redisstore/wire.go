@@ -4,10 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,20 +105,37 @@ const (
 	requestDeadline  = 3
 	requestUndoAfter = 4
 	requestItems     = 5
-	itemFields       = 8
-	itemBase         = 1
-	itemAlgorithm    = 2
-	itemWindow       = 3
-	itemLimit        = 4
-	itemBurst        = 5
-	itemHits         = 6
-	itemFlags        = 7
-	itemGroup        = 8 // 0, or a quota group; in modeReserve -g: group g is over elsewhere (regroup)
+	itemFields       = 4
+	itemKey          = 1 // the descriptor's key: the hash of its counters
+	itemRule         = 2 // ruleArg: code|window|limit|burst|id
+	itemHits         = 3
+	itemOpts         = 4 // flags + optsGroup × group
+	optsGroup        = 16
 	flagRefund       = 1
 	flagShadow       = 2
 	flagCountDenied  = 4
 	flagDenied       = 8
+	// rulePattern is the Lua pattern that reads an item's rule argument.
+	rulePattern = `^(%d+)|([%d:]+)|(%d+)|(%d+)|(.*)$`
 )
+
+// stateNumber is how the scripts pack each number of a counter's state in
+// its hash field (engine.DescriptorKey): a little-endian float64, exact
+// below 2^53.
+const stateNumber = "<d"
+
+// unpackState returns the numbers of a state packed in a hash field (for
+// tests and tools: only the scripts read states).
+func unpackState(v string) ([]int64, error) {
+	if len(v)%8 != 0 {
+		return nil, fmt.Errorf("redis: a state of %d bytes, not float64s", len(v))
+	}
+	nums := make([]int64, len(v)/8)
+	for i := range nums {
+		nums[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i:]))))
+	}
+	return nums, nil
+}
 
 // logTotal is the member of a sliding log's sorted set whose score holds
 // minus one minus the log's total hits.
@@ -122,11 +143,10 @@ const logTotal = "n"
 
 // Modes of a request; see prelude.lua.
 const (
-	modeFinal     = "F"
-	modeFinalMGET = "M"
-	modeReserve   = "R"
-	modeCharge    = "C"
-	modePeek      = "P"
+	modeFinal   = "F"
+	modeReserve = "R"
+	modeCharge  = "C"
+	modePeek    = "P"
 )
 
 // decide.lua's reply per request: replyHead fields (verdict, instant), then
@@ -181,15 +201,46 @@ type request struct {
 
 // wireItem is one limit of a request as decide.lua reads it.
 type wireItem struct {
-	base string // the counter's key
-	code uint8  // the rule's algorithm (engine.Rule.Code)
-	// window is the rule's window in µs (int64), or for a calendar window
-	// "b1:b2:b3:b4" (engine.Rule.CalendarBounds around the store's clock).
-	window       any
-	limit, burst uint32
-	hits         uint64
-	flags        int
-	group        int32 // 0, or a quota group; in modeReserve -g: group g is over elsewhere (regroup)
+	base string // the counter's key (engine.CounterKey): the key of the hash, ':' and the field
+	key  string // the hash: the descriptor's key, a prefix of base
+	rule string // ruleArg
+	hits uint64
+	// flags is the sum of the flag* values; group is 0 or a quota group
+	// (in modeReserve -g: group g is over elsewhere, see regroup).
+	flags int
+	group int32
+}
+
+// opts is the item's itemOpts argument.
+func (w *wireItem) opts() int64 { return int64(w.flags) + optsGroup*int64(w.group) }
+
+// ruleArgs caches the itemRule argument of each rule whose window does not
+// move (all but calendar windows): rules are immutable and shared by every
+// request of a config. Emptied when it holds maxRuleArgs (the rules of
+// configs since replaced stay until then).
+var (
+	ruleArgs    sync.Map // *engine.Rule → string
+	nRuleArgs   atomic.Int64
+	maxRuleArgs = int64(1 << 16)
+)
+
+// ruleArg returns the itemRule argument of rule r (rulePattern): its
+// algorithm code, window in µs (for a calendar window "b1:b2:b3:b4",
+// engine.Rule.CalendarBounds around at), limit, burst and ID.
+func ruleArg(r *engine.Rule, at time.Time) string {
+	if b, ok := r.CalendarBounds(at.UnixMicro()); ok {
+		return fmt.Sprintf("%d|%d:%d:%d:%d|%d|%d|%s", r.Code(), b[0], b[1], b[2], b[3], r.Limit, r.Burst, r.ID)
+	}
+	if v, ok := ruleArgs.Load(r); ok {
+		return v.(string)
+	}
+	arg := fmt.Sprintf("%d|%d|%d|%d|%s", r.Code(), r.Window.Microseconds(), r.Limit, r.Burst, r.ID)
+	if nRuleArgs.Add(1) > maxRuleArgs {
+		ruleArgs.Clear()
+		nRuleArgs.Store(1)
+	}
+	ruleArgs.Store(r, arg)
+	return arg
 }
 
 // newRequest returns the request of items, whose counters are bases[i],
@@ -200,11 +251,8 @@ func newRequest(mode, instant string, at time.Time, items []engine.Item, bases [
 	for i := range items {
 		it, rule := &items[i], items[i].Rule
 		w := &r.items[i]
-		*w = wireItem{base: bases[i], code: rule.Code(), window: rule.Window.Microseconds(),
-			limit: rule.Limit, burst: rule.Burst, hits: it.Hits, group: it.Group}
-		if b, ok := rule.CalendarBounds(at.UnixMicro()); ok {
-			w.window = fmt.Sprintf("%d:%d:%d:%d", b[0], b[1], b[2], b[3])
-		}
+		base := bases[i]
+		*w = wireItem{base: base, key: base[:len(base)-len(rule.ID)-1], rule: ruleArg(rule, at), hits: it.Hits, group: it.Group}
 		if it.Refund {
 			w.flags |= flagRefund
 		}
@@ -230,14 +278,10 @@ func (r *request) appendArgs(dst []any) []any {
 	for i := range r.items {
 		w := &r.items[i]
 		var f [itemFields]any
-		f[itemBase-1] = w.base
-		f[itemAlgorithm-1] = int(w.code)
-		f[itemWindow-1] = w.window
-		f[itemLimit-1] = w.limit
-		f[itemBurst-1] = w.burst
+		f[itemKey-1] = w.key
+		f[itemRule-1] = w.rule
 		f[itemHits-1] = w.hits
-		f[itemFlags-1] = w.flags
-		f[itemGroup-1] = w.group
+		f[itemOpts-1] = w.opts()
 		dst = append(dst, f[:]...)
 	}
 	return dst

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -86,8 +87,8 @@ func TestReplyDecoding(t *testing.T) {
 		int64(replyItemDenied), int64(0), int64(59000000), int64(retryNever),
 		int64(replyItemCharged - 3), int64(0), int64(60000000), int64(59000000),
 		[]any{
-			[]any{undoWindow, "rls:{api/k=v}:fw1s", "1802260800000000", "1000000", int64(1), int64(2)},
-			[]any{undoTAT, "rls:{api/k=v}:tb1s", "-40000"},
+			[]any{undoWindow, "rls:{api/k=v}", "fw1s", int64(1802260800000000), int64(1000000), int64(1), int64(2)},
+			[]any{undoTAT, "rls:{api/k=v}", "tb1s", int64(-40000)},
 			[]any{undoZRem, "rls:{api/k=v}:sl60s:5:burst", int64(1), "1802260800001234-3/1"},
 			[]any{undoZAdd, "rls:{api/k=v}:sl60s:5:burst", "60000000", int64(2), "1802260799000000", "1802260799000000-2/1"},
 		},
@@ -127,9 +128,9 @@ func TestReplyDecoding(t *testing.T) {
 }
 
 // TestRedisKeys holds the keys that decisions write in Redis (their names
-// and types) to testdata/redis-keys.golden: the key layout of engine/key.go
-// as the scripts apply it, the window keys they derive included. A change
-// is a data migration.
+// and types; a hash's fields with their states' numbers) to
+// testdata/redis-keys.golden: the key layout of engine/key.go as the
+// scripts apply it. A change is a data migration.
 func TestRedisKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(time.Date(2027, 2, 10, 12, 0, 0, 0, time.UTC))
@@ -155,6 +156,20 @@ func TestRedisKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(&b, "%s\t%s\n", typ, k)
+		if typ != "hash" {
+			continue
+		}
+		fields, err := s.client.HGetAll(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range slices.Sorted(maps.Keys(fields)) {
+			nums, err := unpackState(fields[f])
+			if err != nil {
+				t.Fatalf("%s field %s: %v", k, f, err)
+			}
+			fmt.Fprintf(&b, "\t%s\t%v\n", f, nums)
+		}
 	}
 	golden(t, "redis-keys.golden", b.String())
 }

@@ -26,14 +26,13 @@ func TestWireContract(t *testing.T) {
 		"REQUEST_UNDO_AFTER":  strconv.Itoa(requestUndoAfter),
 		"REQUEST_ITEMS":       strconv.Itoa(requestItems),
 		"ITEM_FIELDS":         strconv.Itoa(itemFields),
-		"ITEM_BASE":           strconv.Itoa(itemBase),
-		"ITEM_ALGORITHM":      strconv.Itoa(itemAlgorithm),
-		"ITEM_WINDOW":         strconv.Itoa(itemWindow),
-		"ITEM_LIMIT":          strconv.Itoa(itemLimit),
-		"ITEM_BURST":          strconv.Itoa(itemBurst),
+		"ITEM_KEY":            strconv.Itoa(itemKey),
+		"ITEM_RULE":           strconv.Itoa(itemRule),
 		"ITEM_HITS":           strconv.Itoa(itemHits),
-		"ITEM_FLAGS":          strconv.Itoa(itemFlags),
-		"ITEM_GROUP":          strconv.Itoa(itemGroup),
+		"ITEM_OPTS":           strconv.Itoa(itemOpts),
+		"OPTS_GROUP":          strconv.Itoa(optsGroup),
+		"RULE_PATTERN":        strconv.Quote(rulePattern),
+		"STATE_NUMBER":        strconv.Quote(stateNumber),
 		"FLAG_REFUND":         strconv.Itoa(flagRefund),
 		"FLAG_SHADOW":         strconv.Itoa(flagShadow),
 		"FLAG_COUNT_DENIED":   strconv.Itoa(flagCountDenied),
@@ -42,7 +41,6 @@ func TestWireContract(t *testing.T) {
 		"MODE_PEEK":           strconv.Quote(modePeek),
 		"LOG_TOTAL":           strconv.Quote(logTotal),
 		"MODE_FINAL":          strconv.Quote(modeFinal),
-		"MODE_FINAL_MGET":     strconv.Quote(modeFinalMGET),
 		"MODE_RESERVE":        strconv.Quote(modeReserve),
 		"REPLY_HEAD":          strconv.Itoa(replyHead),
 		"REPLY_ITEM_FIELDS":   strconv.Itoa(replyItemFields),
@@ -61,8 +59,8 @@ func TestWireContract(t *testing.T) {
 		"UNDO_PUBLISH":        strconv.Quote(undoPublish),
 	}
 	// The key layout's parts the scripts derive are the engine's.
-	goSide["WINDOW_KEY_SUFFIX"] = strconv.Quote(engine.WindowKeySuffix)
 	goSide["FREED_CHANNEL"] = strconv.Quote(engine.FreedChannel(""))
+	goSide["HASH_EXPIRY"] = strconv.Quote(engine.HashExpiry)
 	// The algorithm codes are the engine's (its registry, by code).
 	for code, name := range engine.Algorithms() {
 		goSide["ALG_"+strings.ToUpper(name)] = strconv.Itoa(code)
@@ -102,20 +100,23 @@ func TestWireContract(t *testing.T) {
 }
 
 // TestUnknownAlgorithmCode: a code the scripts do not know is an error, and
-// nothing of the call is decided (not even its earlier requests).
+// nothing of the call is decided (not even its earlier requests). The
+// rule of the refused request is not kept (a later call is refused too).
 func TestUnknownAlgorithmCode(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, Options{URL: srv.URL(), Prefix: "unknown:"})
 	good := []engine.Item{{Desc: "d/k=v", Rule: storetest.Rule(engine.FixedWindow, 5, time.Minute, 0), Hits: 1}}
 	bad := []engine.Item{{Desc: "d/k=w", Rule: storetest.Rule(engine.FixedWindow, 5, time.Minute, 0), Hits: 1}}
 	args := []any{2}
-	args = newRequest(modeFinalMGET, "", time.Now(), good, []string{s.base(&good[0])}).appendArgs(args)
-	badReq := newRequest(modeFinalMGET, "", time.Now(), bad, []string{s.base(&bad[0])})
-	badReq.items[0].code = 9
+	args = newRequest(modeFinal, "", time.Now(), good, []string{s.base(&good[0])}).appendArgs(args)
+	badReq := newRequest(modeFinal, "", time.Now(), bad, []string{s.base(&bad[0])})
+	badReq.items[0].rule = "9" + badReq.items[0].rule[1:]
 	args = badReq.appendArgs(args)
-	err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()
-	if err == nil || !strings.Contains(err.Error(), "unknown algorithm code 9") {
-		t.Fatalf("decide with algorithm code 9 = %v, want an error naming the code", err)
+	for range 2 {
+		err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "unknown algorithm in rule 9|") {
+			t.Fatalf("decide with algorithm code 9 = %v, want an error naming the rule", err)
+		}
 	}
 	keys, err := s.client.Keys(context.Background(), "unknown:*").Result()
 	if err != nil || len(keys) != 0 {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/proctest"
 	"github.com/rlsproject/rls/internal/testpki"
 )
@@ -223,6 +225,39 @@ func Command(addr string, args ...string) (string, error) {
 		return "", err
 	}
 	return readReply(bufio.NewReader(c))
+}
+
+// Counters returns, sorted, the counters that rls keeps under prefix on a
+// Redis that do asks (Command on an address, or a Server's Do), each by
+// its key (engine.CounterKey): a sliding log's sorted set, and each field
+// of a descriptor's hash but its expiry.
+func Counters(do func(args ...string) (string, error), prefix string) ([]string, error) {
+	out, err := do("KEYS", prefix+"*")
+	if err != nil {
+		return nil, err
+	}
+	var counters []string
+	for _, key := range strings.Fields(out) {
+		typ, err := do("TYPE", key)
+		if err != nil {
+			return nil, err
+		}
+		if typ != "hash" {
+			counters = append(counters, key)
+			continue
+		}
+		fields, err := do("HKEYS", key)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range strings.Fields(fields) {
+			if f != engine.HashExpiry {
+				counters = append(counters, engine.CounterKeyIn(key, f))
+			}
+		}
+	}
+	slices.Sort(counters)
+	return counters, nil
 }
 
 func readReply(r *bufio.Reader) (string, error) {

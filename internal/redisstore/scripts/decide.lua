@@ -35,50 +35,95 @@ local i_before = {}
 local never = {}
 local i_lim, i_burst = {}, {}
 
--- Counters (index c), each loaded once per request and normalized: base
--- (its key), alg, w, impl (its section below), t (the counter's instant:
--- now, or later when its state has seen later instants, see
--- engine/algorithm.go); then the state its section uses: ws, count, prev
--- (windows), tat (bucket), count and the arrays of its section (log). The
--- *0 arrays keep the loaded values, for undoing the judging pass and for
--- the writes.
-local c_base, c_alg, c_w, c_warg, c_impl, c_t = {}, {}, {}, {}, {}, {}
+-- Counters (index c), each loaded once per request and normalized: key
+-- (its hash: the descriptor's key), id (its field: the rule's ID), base
+-- (a sliding log's key), alg, w, impl (its section below), t (the
+-- counter's instant: now, or later when its state has seen later instants,
+-- see engine/algorithm.go); then the state its section uses: ws, count,
+-- prev (windows), tat (bucket), count and the arrays of its section (log).
+-- The *0 arrays keep the loaded values, for undoing the judging pass and
+-- for the writes.
+local c_key, c_id, c_base, c_alg, c_w, c_warg, c_impl, c_t = {}, {}, {}, {}, {}, {}, {}, {}
 local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
 local c_s0, c_n0, c_p0 = {}, {}, {} -- window counters: the stored state (start false: none)
-local c_wkey = {} -- window counters: the window key (window_key of the base)
 local c_tat, c_tat0 = {}, {}
-local by_base, nc
+local nc
+local by_counter -- a request of many items: counter index by key and id (see find_counter)
 
--- String keys (window counters, bucket TATs) are read once per call: kv[key]
--- is the value that the requests decided so far left (false: absent), so a
--- key that several requests of a call share is read once. A request's keys
--- that the call has not read yet are gathered in mk[1..nk] and read at once.
-local kv
+-- Hashes are read once per call and written once per call, at its end:
+-- hv[key] is the fields that the requests decided so far left (a field
+-- absent: no state), hx[key] the instant at which the hash expires (0:
+-- none). A request's hashes that the call has not read yet are gathered in
+-- mk[1..nk] and read together. A field a request changes is staged
+-- (stage), and flush writes each changed hash with one HSET, and PEXPIRE
+-- when its expiry grows: every counter of a descriptor in one command.
+local hv, hx
 local mk, nk = {}, 0
+local dirty, dkeys, nd = nil, {}, 0 -- dirty[key]: the ids staged in the hash (a list), dkeys their keys
+local dnow -- dnow[key]: the instant of the latest request that staged in the hash
 
 local function need(key)
-  if kv[key] == nil then
+  if hv[key] == nil then
     nk = nk + 1
     mk[nk] = key
+    hv[key] = false -- gathered
   end
 end
 
--- write_string sets a string key to value, expiring at the instant
--- expires, or deletes it when value is false (unless it holds nothing).
--- same_expiry says that a key holding value expires at expires already
--- (its value says when), so that it needs no write: a key whose expiry is
--- not in its value must be written even when its value stays, or it would
--- keep its old expiry.
-local function write_string(key, value, expires, same_expiry)
-  if value then
-    if same_expiry and value == kv[key] then
-      return
-    end
-    call('SET', key, value, 'PX', ttl_ms(expires, now))
-  elseif kv[key] ~= false then
-    call('DEL', key)
+-- stage sets field id of hash key to value, a state that expires at
+-- expires, or deletes the field when value is false (a state equivalent to
+-- none, which a touch forgets, as memstore forgets it: a stale state would
+-- read as its old self again if the clock stepped back).
+local function stage(key, id, value, expires)
+  hv[key][id] = value
+  local d = dirty[key]
+  if not d then
+    d = {}
+    dirty[key] = d
+    nd = nd + 1
+    dkeys[nd] = key
   end
-  kv[key] = value
+  d[#d + 1] = id
+  dnow[key] = now
+  if value and expires > hx[key] then
+    hx[key] = expires
+    d.expires = true
+  end
+end
+
+-- flush writes what the call staged: per hash, one HSET of the fields set
+-- and one HDEL of those deleted.
+local fv, dv = {}, {}
+local function flush()
+  for j = 1, nd do
+    local key = dkeys[j]
+    local d, t = dirty[key], hv[key]
+    local m, ndel = 0, 0
+    for f = 1, #d do
+      local id = d[f]
+      local v = t[id]
+      if v then
+        fv[m + 1], fv[m + 2] = id, v
+        m = m + 2
+      else
+        ndel = ndel + 1
+        dv[ndel] = id
+      end
+    end
+    if d.expires then
+      fv[m + 1], fv[m + 2] = HASH_EXPIRY, spack(STATE_NUMBER, hx[key])
+      m = m + 2
+    end
+    if m > 0 then
+      call('HSET', key, unpack(fv, 1, m))
+    end
+    if ndel > 0 then
+      call('HDEL', key, unpack(dv, 1, ndel))
+    end
+    if d.expires then
+      call('PEXPIRE', key, ttl_ms(hx[key], dnow[key]))
+    end
+  end
 end
 
 -- window_load loads a window counter's state (see window_read) into the
@@ -87,8 +132,7 @@ end
 -- sliding window); with a state that has seen a later window, the counter
 -- keeps it and its instant is that window's start.
 local function window_load(c, ws, shift)
-  local key = c_base[c]
-  local start, count, prev = window_read(kv[c_wkey[c]], kv[key])
+  local start, count, prev = window_read(hv[c_key[c]][c_id[c]])
   c_s0[c], c_n0[c], c_p0[c] = start or false, count, prev
   local t = now
   if not start then
@@ -103,49 +147,39 @@ local function window_load(c, ws, shift)
   c_ws[c], c_count[c], c_count0[c], c_prev[c], c_t[c] = start, count, count, prev, t
 end
 
--- A window counter's write: INCRBY the count key while its window and
--- expiry stay; both keys written anew when the window changed (or the
--- expiry moved); both deleted once the state is equivalent to no state
--- (expires not after now: memstore forgets such a counter too). undo logs
--- the request's delta. w is the length of the counter's window.
+-- A window counter's write: its field staged when its state changed,
+-- deleted once the state is equivalent to none (expires not after now:
+-- memstore forgets such a counter too). undo logs the request's delta. w is
+-- the length of the counter's window, span the windows a count weighs for.
 local function write_window(c, w, span, undo)
-  local key, wkey = c_base[c], c_wkey[c]
   local start, count, prev = c_ws[c], c_count[c], c_prev[c]
   local delta = count - c_count0[c]
   if delta < 0 then
-    freed(key)
+    freed(counter_key(c_key[c], c_id[c]))
   end
   local expires = window_expiry(start, count, prev, w, span)
-  local s0, n0, p0 = c_s0[c], c_n0[c], c_p0[c]
   if expires <= now then
-    if kv[wkey] or kv[key] then
-      call('DEL', key, wkey)
-      kv[key], kv[wkey] = false, false
+    if c_s0[c] then
+      stage(c_key[c], c_id[c], false, 0)
     end
-  elseif s0 == start and p0 == prev and window_expiry(s0, n0, p0, w, span) == expires then
-    if delta ~= 0 then
-      kv[key] = call('INCRBY', key, delta)
-    end
-  else
-    -- The expiry moved: both keys are written, the same values too.
-    write_string(wkey, window_value(start, prev), expires, false)
-    write_string(key, count > 0 and fmt(count), expires, false)
+  elseif start ~= c_s0[c] or count ~= c_n0[c] or prev ~= c_p0[c] then
+    stage(c_key[c], c_id[c], window_value(start, count, prev, span == 2), expires)
   end
   if undo and delta ~= 0 then
-    undo[#undo + 1] = { UNDO_WINDOW, key, fmt(start), fmt(w), span, delta }
+    undo[#undo + 1] = { UNDO_WINDOW, c_key[c], c_id[c], start, w, span, delta }
   end
 end
 
 -- undo_window gives back what a window counter's write logged (UNDO_WINDOW,
--- at args[i]: key start window span delta): delta hits off the count when
--- the counter's window still starts at start, off its previous window's
--- when it starts a window later (never below 0); a window that is over has
--- nothing left to give back. It returns where the next operation starts.
+-- at args[i]: key id start window span delta): delta hits off the count
+-- when the counter's window still starts at start, off its previous
+-- window's when it starts a window later (never below 0); a window that is
+-- over has nothing left to give back. It returns where the next operation
+-- starts.
 local function undo_window(args, i, now)
-  local key = args[i + 1]
-  local start, w, span, delta = tonumber(args[i + 2]), tonumber(args[i + 3]), tonumber(args[i + 4]), tonumber(args[i + 5])
-  local wkey = window_key(key)
-  local s, count, prev = window_read(call('GET', wkey), call('GET', key))
+  local key, id = args[i + 1], args[i + 2]
+  local start, w, span, delta = tonumber(args[i + 3]), tonumber(args[i + 4]), tonumber(args[i + 5]), tonumber(args[i + 6])
+  local s, count, prev = window_read(call('HGET', key, id))
   if not s then
     s, count, prev = start, 0, 0 -- deleted by the request (a refund emptied it) or expired since
   end
@@ -153,33 +187,22 @@ local function undo_window(args, i, now)
     count = max(0, count - delta)
   elseif s == start + w then
     prev = max(0, prev - delta)
+  else
+    return i + 7 -- that window is over: nothing is left to give back
   end
   local expires = window_expiry(s, count, prev, w, span)
-  if s ~= start and s ~= start + w then
-    -- that window is over: nothing is left to give back
-  elseif expires > now then
-    call('SET', wkey, window_value(s, prev), 'PX', ttl_ms(expires, now))
-    if count > 0 then
-      call('SET', key, fmt(count), 'PX', ttl_ms(expires, now))
-    else
-      call('DEL', key)
-    end
-  else
-    call('DEL', key, wkey)
-  end
-  return i + 6
+  set_field(key, id, expires > now and window_value(s, count, prev, span == 2), expires, now)
+  return i + 7
 end
 
 ---------------------------------------------------------------------------
--- fixed_window (engine/fixed_window.go): the key holds the counter's
--- window start and count, until the window ends.
+-- fixed_window (engine/fixed_window.go): the field holds the counter's
+-- window start and count, which weigh until the window ends.
 
 local fixed = {}
 
 function fixed.locate(c)
-  c_wkey[c] = window_key(c_base[c])
-  need(c_base[c])
-  need(c_wkey[c])
+  need(c_key[c])
 end
 
 function fixed.load(c)
@@ -224,7 +247,7 @@ fixed.undo = { [UNDO_WINDOW] = undo_window }
 -- zone's calendar. The store computes, around its own clock, the starts of
 -- the previous, current and next windows and the next one's end, and sends
 -- them as the item's window ("b1:b2:b3:b4"): Redis's clock falls in one of
--- them. The key is a fixed window's.
+-- them. The field is a fixed window's.
 
 local calendar = {}
 local c_bounds = {}
@@ -284,9 +307,9 @@ end
 calendar.undo = fixed.undo
 
 ---------------------------------------------------------------------------
--- sliding_window (engine/sliding_window.go): the key holds the counter's
--- window start, count and the previous window's count, until the previous
--- window no longer weighs.
+-- sliding_window (engine/sliding_window.go): the field holds the counter's
+-- window start, count and the previous window's count, which weigh until
+-- the previous window no longer does.
 
 local sliding = {}
 
@@ -365,7 +388,8 @@ local function log_stored(c, k)
 end
 
 function log.locate(c)
-  local base, w = c_base[c], c_w[c]
+  local base, w = counter_key(c_key[c], c_id[c]), c_w[c]
+  c_base[c] = base
   local newest = call('ZRANGE', base, -1, -1, 'WITHSCORES')
   local t = now
   if newest[1] and newest[1] ~= LOG_TOTAL then
@@ -636,9 +660,9 @@ function log.finish_undo()
 end
 
 ---------------------------------------------------------------------------
--- token_bucket (engine/token_bucket.go): the key holds the TAT in µs and
--- expires at it (an absent or past TAT is a full bucket). A limit of 0
--- admits nothing and keeps no state.
+-- token_bucket (engine/token_bucket.go): the field holds the TAT in µs,
+-- which weighs until it passes (an absent or past TAT is a full bucket). A
+-- limit of 0 admits nothing and keeps no state.
 
 local bucket = {}
 
@@ -649,8 +673,9 @@ end
 bucket.locate = fixed.locate
 
 function bucket.load(c)
-  local tat = max(tonumber(kv[c_base[c]] or 0), now)
-  c_tat[c], c_tat0[c], c_t[c] = tat, tat, now
+  local stored = number_read(hv[c_key[c]][c_id[c]])
+  local tat = max(stored, now)
+  c_tat[c], c_tat0[c], c_t[c], c_s0[c] = tat, tat, now, stored
 end
 
 function bucket.admits(c, hits, limit, burst)
@@ -709,28 +734,30 @@ function bucket.retry_at(c, hits, limit, burst)
 end
 
 function bucket.write(c, undo)
-  local base, tat, tat0 = c_base[c], c_tat[c], c_tat0[c]
+  local key, id, tat, tat0 = c_key[c], c_id[c], c_tat[c], c_tat0[c]
   if tat < tat0 then
-    freed(base)
+    freed(counter_key(key, id))
   end
-  write_string(base, tat > now and fmt(tat), tat, true) -- a TAT is its own expiry
+  if tat <= now then
+    if c_s0[c] > 0 then
+      stage(key, id, false, 0) -- a full bucket: no state
+    end
+  elseif tat ~= c_s0[c] then
+    stage(key, id, spack(STATE_NUMBER, tat), tat) -- a TAT is its own expiry
+  end
   if undo and tat ~= tat0 then
-    undo[#undo + 1] = { UNDO_TAT, base, fmt(tat0 - tat) }
+    undo[#undo + 1] = { UNDO_TAT, key, id, tat0 - tat }
   end
 end
 
--- UNDO_TAT key delta: TAT += delta µs. An absent or past TAT is a full
+-- UNDO_TAT key id delta: TAT += delta µs. An absent or past TAT is a full
 -- bucket, i.e. now (as load reads it): undoing a refund that filled the
--- bucket starts from there; a TAT not in the future is dropped.
+-- bucket starts from there; a TAT not in the future is deleted.
 local function undo_tat(args, i, now)
-  local key = args[i + 1]
-  local tat = max(tonumber(call('GET', key) or '0'), now) + tonumber(args[i + 2])
-  if tat > now then
-    call('SET', key, fmt(tat), 'PX', ttl_ms(tat, now))
-  else
-    call('DEL', key)
-  end
-  return i + 3
+  local key, id = args[i + 1], args[i + 2]
+  local tat = max(number_read(call('HGET', key, id)), now) + tonumber(args[i + 3])
+  set_field(key, id, tat > now and spack(STATE_NUMBER, tat), tat, now)
+  return i + 4
 end
 
 bucket.undo = { [UNDO_TAT] = undo_tat }
@@ -754,51 +781,96 @@ end
 ---------------------------------------------------------------------------
 -- The phases of one request (engine.Evaluate).
 
+-- rules caches the parsed rules by their argument (ITEM_RULE): a rule is
+-- sent with every request, parsed at its first. At most max_rules are
+-- kept (calendar windows make new ones as their bounds move).
+local rules, nrules, max_rules = {}, 0, 4096
+
+-- rule_of returns the rule of an ITEM_RULE argument: code, w (µs; false
+-- for a calendar window), warg (the window argument), limit, burst, id and
+-- impl (its section); nil for an argument that names no known algorithm.
+local function rule_of(arg)
+  local r = rules[arg]
+  if r then
+    return r
+  end
+  local code, warg, limit, burst, id = match(arg, RULE_PATTERN)
+  local impl = code and algorithms[tonumber(code)]
+  if not impl then
+    return nil
+  end
+  if nrules >= max_rules then
+    rules, nrules = {}, 0
+  end
+  r = { code = tonumber(code), w = tonumber(warg) or false, warg = warg, limit = tonumber(limit), burst = tonumber(burst), id = id, impl = impl }
+  rules[arg], nrules = r, nrules + 1
+  return r
+end
+
+-- find_counter returns the index of the counter of field id in hash key
+-- among the request's counters so far, or nil. A request of a few items
+-- scans them; one of many keeps a map (by_counter) as it goes.
+local function find_counter(key, id)
+  if by_counter then
+    local ids = by_counter[key]
+    return ids and ids[id]
+  end
+  for c = 1, nc do
+    if c_id[c] == id and c_key[c] == key then
+      return c
+    end
+  end
+  return nil
+end
+
 -- parse reads the items of the request whose arguments start at argv[a]
--- and finds their counters, each once, with the keys they need read.
+-- and finds their counters, each once, with the hashes they need read.
 local function parse(a)
-  n, nc, nk, by_base = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, {}
+  n, nc, nk = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0
+  by_counter = n > 16 and {} or nil
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
-    local base = argv[f + ITEM_BASE]
-    local c = by_base[base]
+    local key, r = argv[f + ITEM_KEY], rule_of(argv[f + ITEM_RULE])
+    local id = r.id
+    local c = find_counter(key, id)
     if not c then
-      local code = tonumber(argv[f + ITEM_ALGORITHM])
-      local impl = algorithms[code]
       nc = nc + 1
       c = nc
-      by_base[base] = c
-      local warg = argv[f + ITEM_WINDOW]
-      c_base[c], c_alg[c], c_w[c], c_warg[c], c_impl[c] = base, code, tonumber(warg), warg, impl
-      impl.locate(c)
+      if by_counter then
+        local ids = by_counter[key] or {}
+        ids[id], by_counter[key] = c, ids
+      end
+      c_key[c], c_id[c], c_alg[c], c_w[c], c_warg[c], c_impl[c] = key, id, r.code, r.w, r.warg, r.impl
+      r.impl.locate(c)
     end
     i_ctr[k] = c
-    i_hits[k], i_lim[k], i_burst[k] = tonumber(argv[f + ITEM_HITS]), tonumber(argv[f + ITEM_LIMIT]), tonumber(argv[f + ITEM_BURST])
-    local flags = argv[f + ITEM_FLAGS]
-    if flags == '0' then
-      i_refund[k], i_shadow[k], i_cd[k], i_denied[k] = false, false, false, false
+    i_lim[k], i_burst[k] = r.limit, r.burst
+    local hits = argv[f + ITEM_HITS]
+    i_hits[k] = hits == '1' and 1 or tonumber(hits)
+    local opts = argv[f + ITEM_OPTS]
+    if opts == '0' then
+      i_refund[k], i_shadow[k], i_cd[k], i_denied[k], i_group[k] = false, false, false, false, 0
     else
-      flags = tonumber(flags)
+      opts = tonumber(opts)
+      local flags = opts % OPTS_GROUP
+      i_group[k] = (opts - flags) / OPTS_GROUP
       i_refund[k], i_shadow[k] = flags % (2 * FLAG_REFUND) >= FLAG_REFUND, flags % (2 * FLAG_SHADOW) >= FLAG_SHADOW
       i_cd[k] = flags % (2 * FLAG_COUNT_DENIED) >= FLAG_COUNT_DENIED
       i_denied[k] = flags % (2 * FLAG_DENIED) >= FLAG_DENIED
     end
-    i_group[k] = tonumber(argv[f + ITEM_GROUP])
   end
 end
 
--- load reads the keys gathered by parse (with one MGET when the store says
--- they share a slot, or there are no slots) and each counter's state.
-local function load(mode)
-  if nk > 0 and mode == MODE_FINAL_MGET then
-    local vals = call('MGET', unpack(mk, 1, nk))
-    for j = 1, nk do
-      kv[mk[j]] = vals[j]
+-- load reads the hashes gathered by parse, each with one HGETALL, and
+-- each counter's state.
+local function load()
+  for j = 1, nk do
+    local key = mk[j]
+    local all, t = call('HGETALL', key), {}
+    for f = 1, #all, 2 do
+      t[all[f]] = all[f + 1]
     end
-  else
-    for j = 1, nk do
-      kv[mk[j]] = call('GET', mk[j])
-    end
+    hv[key], hx[key] = t, number_read(t[HASH_EXPIRY])
   end
   for c = 1, nc do
     c_impl[c].load(c)
@@ -982,7 +1054,7 @@ local function decide(a)
     return { VERDICT_EXPIRED, now }, next_a
   end
   parse(a)
-  load(mode)
+  load()
   local admitted, over = false, nil
   if mode == MODE_PEEK then
     -- Nothing is consumed; what normalization changed is kept, as by any
@@ -1032,27 +1104,29 @@ local function decide(a)
 end
 
 -- decide_entry is the FCALL entry point: it decides args[1] requests and
--- returns their replies. An unknown algorithm code is an error, found
--- before anything is decided (a call that fails halfway keeps the writes it
--- made).
+-- returns their replies. An unknown algorithm code (or a rule argument not
+-- of RULE_PATTERN) is an error, found before anything is decided (a call
+-- that fails halfway keeps the writes it made).
 local function decide_entry(_, args)
   bind()
-  argv, time_now, kv = args, nil, {}
+  argv, time_now = args, nil
   local a = 2
   for _ = 1, tonumber(argv[1]) do
     local items = tonumber(argv[a + REQUEST_ITEMS - 1])
     for k = 1, items do
-      local code = argv[a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS + ITEM_ALGORITHM - 1]
-      if not algorithms[tonumber(code)] then
-        return redis.error_reply('rls: unknown algorithm code ' .. tostring(code))
+      local arg = argv[a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS + ITEM_RULE - 1]
+      if not rule_of(arg) then
+        return redis.error_reply('rls: unknown algorithm in rule ' .. tostring(arg))
       end
     end
     a = a + REQUEST_HEAD + ITEM_FIELDS * items
   end
+  hv, hx, dirty, dnow, nd = {}, {}, {}, {}, 0
   local replies = {}
   a = 2
   for r = 1, tonumber(argv[1]) do
     replies[r], a = decide(a)
   end
+  flush()
   return replies
 end

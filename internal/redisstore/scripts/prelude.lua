@@ -9,10 +9,13 @@
 -- same names in internal/redisstore/wire.go, and TestWireContract fails
 -- when the two differ.
 
--- The key layout's parts the scripts derive (engine/key.go): a window
--- counter's second key is its key and WINDOW_KEY_SUFFIX; notices go to the
+-- The key layout's parts the scripts derive (engine/key.go): the counters
+-- of a descriptor (but sliding logs) are the fields of one hash, named by
+-- their rule IDs, and its field HASH_EXPIRY holds the instant at which the
+-- hash expires; a sliding log is a sorted set at the hash's key, ':' and
+-- its rule ID (the counter's key, engine.CounterKey). Notices go to the
 -- channel of a key's prefix (what precedes its hash tag) and FREED_CHANNEL.
-local WINDOW_KEY_SUFFIX = ':s'
+local HASH_EXPIRY = 'x'
 local FREED_CHANNEL = 'freed'
 
 -- Algorithm codes: the engine's (engine.Algorithms, by code).
@@ -34,26 +37,28 @@ local REQUEST_INSTANT = 2 -- µs, or "" for Redis TIME
 local REQUEST_DEADLINE = 3 -- µs of Redis's clock after which the request is not decided, or ""
 local REQUEST_UNDO_AFTER = 4 -- µs after which the reply carries its undo log, or ""
 local REQUEST_ITEMS = 5 -- the number of items
-local ITEM_FIELDS = 8
-local ITEM_BASE = 1 -- the counter's key
-local ITEM_ALGORITHM = 2
-local ITEM_WINDOW = 3 -- µs (see ALG_CALENDAR_WINDOW)
-local ITEM_LIMIT = 4
-local ITEM_BURST = 5
-local ITEM_HITS = 6
-local ITEM_FLAGS = 7 -- sum of FLAG_*
-local ITEM_GROUP = 8 -- quota group, 0 for none; in MODE_RESERVE, -g for a group g that
-                     -- another node found over: judged, not consumed (regroup in reserve.go)
+local ITEM_FIELDS = 4
+local ITEM_KEY = 1 -- the descriptor's key (engine.DescriptorKey): its counters' hash
+-- the rule: RULE_PATTERN's fields, 'code|window|limit|burst|id': its
+-- algorithm, its window in µs (see ALG_CALENDAR_WINDOW), its limit and
+-- burst, and its ID (the counter's field in the hash). Parsed once per
+-- library load and kept (a calendar window's changes with its bounds).
+local ITEM_RULE = 2
+local RULE_PATTERN = '^(%d+)|([%d:]+)|(%d+)|(%d+)|(.*)$'
+local ITEM_HITS = 3
+-- sum of FLAG_* and OPTS_GROUP times the quota group (0 for none; in
+-- MODE_RESERVE, -g for a group g that another node found over: judged,
+-- not consumed; regroup in reserve.go)
+local ITEM_OPTS = 4
+local OPTS_GROUP = 16
 local FLAG_REFUND = 1
 local FLAG_SHADOW = 2
 local FLAG_COUNT_DENIED = 4
 local FLAG_DENIED = 8 -- MODE_CHARGE: the item was judged denied
 
--- Modes: the whole request, its keys read one by one (several cluster
--- slots); the whole request, its keys read with one MGET (one node or one
--- slot); this node's part of a request spread over cluster nodes (reserve).
+-- Modes: the whole request; this node's part of a request spread over
+-- cluster nodes (reserve).
 local MODE_FINAL = 'F'
-local MODE_FINAL_MGET = 'M'
 local MODE_RESERVE = 'R'
 -- After a cluster node's reservation was released: charge the count-denied
 -- items (hits that count whether or not admitted) as the denied request
@@ -61,8 +66,7 @@ local MODE_RESERVE = 'R'
 local MODE_CHARGE = 'C'
 -- A dry run (engine.Peek): judge the request and consume nothing (only
 -- what normalization changes is written, as by any decision); the statuses
--- give each limit's remaining and reset before the request. Keys are read
--- one by one.
+-- give each limit's remaining and reset before the request.
 local MODE_PEEK = 'P'
 
 -- decide.lua's reply, per request: REPLY_HEAD fields (the verdict, one of
@@ -93,9 +97,9 @@ local REPLY_ITEM_CHARGED = -1
 local TB_MAX_AHEAD = 1125899906842624
 
 -- release.lua's operations (the undo log written by decide.lua):
-local UNDO_WINDOW = 'W' -- key start window span delta: take delta hits off the window
-                        -- that started at start (or, a window later, off the previous one)
-local UNDO_TAT = 'T' -- key delta: token bucket TAT += delta µs
+local UNDO_WINDOW = 'W' -- key id start window span delta: take delta hits off the
+                        -- window that started at start (or, a window later, off the previous one)
+local UNDO_TAT = 'T' -- key id delta: token bucket TAT += delta µs
 local UNDO_ZREM = 'Z' -- key count members...: remove log entries
 local UNDO_ZADD = 'A' -- key window count (score member)...: put back log entries
 local UNDO_PUBLISH = 'P' -- base: announce hits given back (see freed)
@@ -104,11 +108,13 @@ local UNDO_PUBLISH = 'P' -- base: announce hits given back (see freed)
 -- before Redis gives it any (not even tonumber), so each entry point calls
 -- bind first.
 local floor, min, max, tonumber, tostring, unpack, pairs, format, match, call, pcall_redis
+local spack, sunpack
 local function bind()
   floor, min, max = math.floor, math.min, math.max
   tonumber, tostring, unpack, pairs = _G.tonumber, _G.tostring, _G.unpack, _G.pairs
   format, match = string.format, string.match
   call, pcall_redis = redis.call, redis.pcall
+  spack, sunpack = struct.pack, struct.unpack
 end
 
 -- exact floor(a / b) for non-negative integers below 2^53
@@ -176,30 +182,36 @@ local function freed(base)
   pcall_redis('PUBLISH', match(base, '^[^{]*') .. FREED_CHANNEL, base)
 end
 
--- A window counter (fixed, sliding and calendar windows) is two string
--- keys: the count key (the counter's key) holds the hits of its current
--- window, an integer that a request in the same window changes with INCRBY;
--- the window key (window_key) holds "<start>:<prev>", the start of that
--- window in µs and (sliding window) the previous window's hits, written when
--- the window changes. Both expire together. (One key holding the three
--- numbers cost Redis a third more CPU: a SET of a string built in Lua per
--- counter per request.)
-local function window_key(base)
-  return base .. WINDOW_KEY_SUFFIX
-end
+-- A counter's state in its hash field: its numbers (integers below 2^53)
+-- packed as little-endian doubles (STATE_NUMBER each; Go's
+-- math.Float64frombits reads them): a window counter (fixed, sliding and
+-- calendar windows) holds its window's start in µs and count, and a
+-- sliding window the previous window's count too; a token bucket its TAT.
+-- Packing and unpacking are one C call, where decimal text cost a format
+-- and a tonumber per number. HASH_EXPIRY holds one number.
+local STATE_NUMBER = '<d'
+local WINDOW_STATE, SLIDING_STATE = '<dd', '<ddd'
 
 -- window_read returns a window counter's start, count and previous count
--- from the values of its two keys (false: absent), or nil for no state.
-local function window_read(wv, cv)
-  if not wv then
+-- from its field's value (false: absent), or nil for no state.
+local function window_read(v)
+  if not v then
     return nil
   end
-  local start, prev = match(wv, '^(%-?%d+):(%d+)$')
-  return tonumber(start), tonumber(cv or 0), tonumber(prev)
+  if #v == 24 then
+    local start, count, prev = sunpack(SLIDING_STATE, v)
+    return start, count, prev
+  end
+  local start, count = sunpack(WINDOW_STATE, v)
+  return start, count, 0
 end
 
-local function window_value(start, prev)
-  return fmt(start) .. ':' .. fmt(prev)
+-- the field value of a window counter's state; prev only in a sliding window's
+local function window_value(start, count, prev, sliding)
+  if sliding then
+    return spack(SLIDING_STATE, start, count, prev)
+  end
+  return spack(WINDOW_STATE, start, count)
 end
 
 -- A window counter's expiry: a count weighs for span windows of w from
@@ -211,6 +223,37 @@ local function window_expiry(start, count, prev, w, span)
     return start + w
   end
   return 0
+end
+
+-- a number of a state (a TAT, the hash's expiry) from its packed value, 0
+-- for none
+local function number_read(v)
+  if not v then
+    return 0
+  end
+  local x = sunpack(STATE_NUMBER, v)
+  return x
+end
+
+-- set_field writes field id of the hash key at once (release.lua's
+-- undo), and makes the hash live at least until expires; a false value
+-- deletes the field.
+local function set_field(key, id, value, expires, now)
+  if not value then
+    call('HDEL', key, id)
+    return
+  end
+  call('HSET', key, id, value)
+  if expires > number_read(call('HGET', key, HASH_EXPIRY)) then
+    call('HSET', key, HASH_EXPIRY, spack(STATE_NUMBER, expires))
+    call('PEXPIRE', key, ttl_ms(expires, now))
+  end
+end
+
+-- the key of counter id of the hash key: a sliding log's, and what freed
+-- announces (engine.CounterKey)
+local function counter_key(key, id)
+  return key .. ':' .. id
 end
 
 -- A sliding log is a sorted set of entries scored by their instant,
