@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -418,7 +417,7 @@ func (b *batcher) setDeadlines(calls []*call, sent time.Time) {
 		if !ok {
 			continue // no reply of the node seen yet: Apply waits for one, so only a new node
 		}
-		c.req.deadline, c.req.undoAfter = strconv.FormatInt(rd, 10), strconv.FormatInt(rd-undoSpan(budget).Microseconds(), 10)
+		c.req.deadline, c.req.undoAfter = rd, rd-undoSpan(budget).Microseconds()
 	}
 }
 

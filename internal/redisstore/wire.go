@@ -194,17 +194,19 @@ type request struct {
 	instant string
 	// deadline is the instant of the node's clock (µs) past which it is not
 	// decided, undoAfter the one past which a decision carries its undo log;
-	// "" for none.
-	deadline, undoAfter string
+	// 0 for none (sent as "").
+	deadline, undoAfter int64
 	items               []wireItem
 }
 
 // wireItem is one limit of a request as decide.lua reads it.
 type wireItem struct {
 	base string // the counter's key (engine.CounterKey): the key of the hash, ':' and the field
-	key  string // the hash: the descriptor's key, a prefix of base
-	rule string // ruleArg
-	hits uint64
+	// key is the hash (the descriptor's key, a prefix of base) and rule the
+	// ruleArg, both boxed once for the arguments: items of a descriptor
+	// share their key's, requests of a rule its rule's.
+	key, rule any
+	hits      uint64
 	// flags is the sum of the flag* values; group is 0 or a quota group
 	// (in modeReserve -g: group g is over elsewhere, see regroup).
 	flags int
@@ -215,26 +217,26 @@ type wireItem struct {
 func (w *wireItem) opts() int64 { return int64(w.flags) + optsGroup*int64(w.group) }
 
 // ruleArgs caches the itemRule argument of each rule whose window does not
-// move (all but calendar windows): rules are immutable and shared by every
-// request of a config. Emptied when it holds maxRuleArgs (the rules of
-// configs since replaced stay until then).
+// move (all but calendar windows), boxed: rules are immutable and shared by
+// every request of a config. Emptied when it holds maxRuleArgs (the rules
+// of configs since replaced stay until then).
 var (
-	ruleArgs    sync.Map // *engine.Rule → string
+	ruleArgs    sync.Map // *engine.Rule → any (a string)
 	nRuleArgs   atomic.Int64
 	maxRuleArgs = int64(1 << 16)
 )
 
-// ruleArg returns the itemRule argument of rule r (rulePattern): its
-// algorithm code, window in µs (for a calendar window "b1:b2:b3:b4",
+// ruleArg returns the itemRule argument of rule r (rulePattern), boxed:
+// its algorithm code, window in µs (for a calendar window "b1:b2:b3:b4",
 // engine.Rule.CalendarBounds around at), limit, burst and ID.
-func ruleArg(r *engine.Rule, at time.Time) string {
+func ruleArg(r *engine.Rule, at time.Time) any {
 	if b, ok := r.CalendarBounds(at.UnixMicro()); ok {
 		return fmt.Sprintf("%d|%d:%d:%d:%d|%d|%d|%s", r.Code(), b[0], b[1], b[2], b[3], r.Limit, r.Burst, r.ID)
 	}
 	if v, ok := ruleArgs.Load(r); ok {
-		return v.(string)
+		return v
 	}
-	arg := fmt.Sprintf("%d|%d|%d|%d|%s", r.Code(), r.Window.Microseconds(), r.Limit, r.Burst, r.ID)
+	var arg any = fmt.Sprintf("%d|%d|%d|%d|%s", r.Code(), r.Window.Microseconds(), r.Limit, r.Burst, r.ID)
 	if nRuleArgs.Add(1) > maxRuleArgs {
 		ruleArgs.Clear()
 		nRuleArgs.Store(1)
@@ -243,16 +245,24 @@ func ruleArg(r *engine.Rule, at time.Time) string {
 	return arg
 }
 
+// modeArgs are the modes, boxed once for the arguments.
+var modeArgs = map[string]any{modeFinal: modeFinal, modeReserve: modeReserve, modeCharge: modeCharge, modePeek: modePeek}
+
 // newRequest returns the request of items, whose counters are bases[i],
 // in mode, at instant ("" for Redis TIME); at is the store's clock
 // reading, around which calendar windows are given.
 func newRequest(mode, instant string, at time.Time, items []engine.Item, bases []string) *request {
 	r := &request{mode: mode, instant: instant, items: make([]wireItem, len(items))}
+	var prevKey string
+	var prevArg any
 	for i := range items {
 		it, rule := &items[i], items[i].Rule
 		w := &r.items[i]
 		base := bases[i]
-		*w = wireItem{base: base, key: base[:len(base)-len(rule.ID)-1], rule: ruleArg(rule, at), hits: it.Hits, group: it.Group}
+		if key := base[:len(base)-len(rule.ID)-1]; i == 0 || key != prevKey {
+			prevKey, prevArg = key, key // boxed once per descriptor
+		}
+		*w = wireItem{base: base, key: prevArg, rule: ruleArg(rule, at), hits: it.Hits, group: it.Group}
 		if it.Refund {
 			w.flags |= flagRefund
 		}
@@ -269,10 +279,12 @@ func newRequest(mode, instant string, at time.Time, items []engine.Item, bases [
 // appendArgs appends the request's arguments to dst.
 func (r *request) appendArgs(dst []any) []any {
 	var head [requestHead]any
-	head[requestMode-1] = r.mode
+	head[requestMode-1] = modeArgs[r.mode]
 	head[requestInstant-1] = r.instant
-	head[requestDeadline-1] = r.deadline
-	head[requestUndoAfter-1] = r.undoAfter
+	head[requestDeadline-1], head[requestUndoAfter-1] = "", ""
+	if r.deadline != 0 {
+		head[requestDeadline-1], head[requestUndoAfter-1] = r.deadline, r.undoAfter
+	}
 	head[requestItems-1] = len(r.items)
 	dst = append(dst, head[:]...)
 	for i := range r.items {

@@ -69,7 +69,7 @@ func TestRequestEncoding(t *testing.T) {
 		bases = append(bases, engine.CounterKey("rls:", it.Desc, r))
 	}
 	req := newRequest(modeReserve, "", at, items, bases)
-	req.deadline, req.undoAfter = "1802260800010000", "1802260800005000"
+	req.deadline, req.undoAfter = 1802260800010000, 1802260800005000
 	var b strings.Builder
 	for i, a := range req.appendArgs(nil) {
 		fmt.Fprintf(&b, "%d\t%T\t%v\n", i+1, a, a)

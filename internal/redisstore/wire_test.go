@@ -110,7 +110,7 @@ func TestUnknownAlgorithmCode(t *testing.T) {
 	args := []any{2}
 	args = newRequest(modeFinal, "", time.Now(), good, []string{s.base(&good[0])}).appendArgs(args)
 	badReq := newRequest(modeFinal, "", time.Now(), bad, []string{s.base(&bad[0])})
-	badReq.items[0].rule = "9" + badReq.items[0].rule[1:]
+	badReq.items[0].rule = "9" + badReq.items[0].rule.(string)[1:]
 	args = badReq.appendArgs(args)
 	for range 2 {
 		err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()
