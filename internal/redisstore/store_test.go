@@ -647,8 +647,8 @@ func TestDenyCacheBounded(t *testing.T) {
 
 // TestMergedScripts: requests that one FCALL decides together get the
 // answers they get one FCALL each, in the same order: the function decides
-// them one after the other, each whole. Reading keys with one MGET (mode M)
-// or one GET each (mode F, for keys in several cluster slots) agrees too.
+// them one after the other, each whole, reading and writing a hash that
+// several of them share once for the call.
 func TestMergedScripts(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := func() time.Time { return storetest.T0.Add(1500 * time.Millisecond) }
