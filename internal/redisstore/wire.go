@@ -106,7 +106,8 @@ const (
 	requestUndoAfter = 4
 	requestItems     = 5
 	itemFields       = 4
-	itemKey          = 1 // the descriptor's key: the hash of its counters
+	itemKey          = 1 // the descriptor's key: the hash of its counters; sameKey for the previous item's
+	sameKey          = ""
 	itemRule         = 2 // ruleArg: code|window|limit|burst|id
 	itemHits         = 3
 	itemOpts         = 4 // flags + optsGroup × group
@@ -291,6 +292,9 @@ func (r *request) appendArgs(dst []any) []any {
 		w := &r.items[i]
 		var f [itemFields]any
 		f[itemKey-1] = w.key
+		if i > 0 && w.key == r.items[i-1].key {
+			f[itemKey-1] = sameKey // Redis reads, and Lua interns, a long key once
+		}
 		f[itemRule-1] = w.rule
 		f[itemHits-1] = w.hits
 		f[itemOpts-1] = w.opts()

@@ -27,6 +27,7 @@ func TestWireContract(t *testing.T) {
 		"REQUEST_ITEMS":       strconv.Itoa(requestItems),
 		"ITEM_FIELDS":         strconv.Itoa(itemFields),
 		"ITEM_KEY":            strconv.Itoa(itemKey),
+		"SAME_KEY":            strconv.Quote(sameKey),
 		"ITEM_RULE":           strconv.Itoa(itemRule),
 		"ITEM_HITS":           strconv.Itoa(itemHits),
 		"ITEM_OPTS":           strconv.Itoa(itemOpts),

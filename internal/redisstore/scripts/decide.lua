@@ -49,18 +49,19 @@ local c_s0, c_n0, c_p0 = {}, {}, {} -- window counters: the stored state (start 
 local c_tat, c_tat0 = {}, {}
 local nc
 local by_counter -- a request of many items: counter index by key and id (see find_counter)
+local plain -- the request's items have no flags and no group (parse)
 
 -- Hashes are read once per call and written once per call, at its end:
 -- hv[key] is the fields that the requests decided so far left (a field
 -- absent: no state), hx[key] the instant at which the hash expires (0:
 -- none). A request's hashes that the call has not read yet are gathered in
 -- mk[1..nk] and read together. A field a request changes is staged
--- (stage), and flush writes each changed hash with one HSET, and PEXPIRE
--- when its expiry grows: every counter of a descriptor in one command.
-local hv, hx
+-- (stage): its hash and field appended to wk, wf (1..nw), and flush
+-- writes each changed hash with one HSET (and PEXPIRE when its expiry
+-- grew, grew[key]): every counter of a descriptor in one command.
+local hv, hx, grew
 local mk, nk = {}, 0
-local dirty, dkeys, nd = nil, {}, 0 -- dirty[key]: the ids staged in the hash (a list), dkeys their keys
-local dnow -- dnow[key]: the instant of the latest request that staged in the hash
+local wk, wf, nw = {}, {}, 0
 
 local function need(key)
   if hv[key] == nil then
@@ -76,52 +77,54 @@ end
 -- read as its old self again if the clock stepped back).
 local function stage(key, id, value, expires)
   hv[key][id] = value
-  local d = dirty[key]
-  if not d then
-    d = {}
-    dirty[key] = d
-    nd = nd + 1
-    dkeys[nd] = key
-  end
-  d[#d + 1] = id
-  dnow[key] = now
+  nw = nw + 1
+  wk[nw], wf[nw] = key, id
   if value and expires > hx[key] then
     hx[key] = expires
-    d.expires = true
+    grew[key] = true
   end
 end
 
 -- flush writes what the call staged: per hash, one HSET of the fields set
--- and one HDEL of those deleted.
+-- and one HDEL of those deleted, at the hash's first staged field (the
+-- fields a later request staged in it are gathered from there). Expiries
+-- are relative to the last request's instant: the hash's is an instant of
+-- that clock.
 local fv, dv = {}, {}
 local function flush()
-  for j = 1, nd do
-    local key = dkeys[j]
-    local d, t = dirty[key], hv[key]
-    local m, ndel = 0, 0
-    for f = 1, #d do
-      local id = d[f]
-      local v = t[id]
-      if v then
-        fv[m + 1], fv[m + 2] = id, v
-        m = m + 2
-      else
-        ndel = ndel + 1
-        dv[ndel] = id
+  for j = 1, nw do
+    local key = wk[j]
+    if key then -- not written with an earlier entry's hash
+      local t = hv[key]
+      local m, ndel = 0, 0
+      for i = j, nw do
+        if wk[i] == key then
+          wk[i] = false
+          local id = wf[i]
+          local v = t[id]
+          if v then
+            fv[m + 1], fv[m + 2] = id, v
+            m = m + 2
+          else
+            ndel = ndel + 1
+            dv[ndel] = id
+          end
+        end
       end
-    end
-    if d.expires then
-      fv[m + 1], fv[m + 2] = HASH_EXPIRY, spack(STATE_NUMBER, hx[key])
-      m = m + 2
-    end
-    if m > 0 then
-      call('HSET', key, unpack(fv, 1, m))
-    end
-    if ndel > 0 then
-      call('HDEL', key, unpack(dv, 1, ndel))
-    end
-    if d.expires then
-      call('PEXPIRE', key, ttl_ms(hx[key], dnow[key]))
+      local g = grew[key]
+      if g then
+        fv[m + 1], fv[m + 2] = HASH_EXPIRY, spack(STATE_NUMBER, hx[key])
+        m = m + 2
+      end
+      if m > 0 then
+        call('HSET', key, unpack(fv, 1, m))
+      end
+      if ndel > 0 then
+        call('HDEL', key, unpack(dv, 1, ndel))
+      end
+      if g then
+        call('PEXPIRE', key, ttl_ms(hx[key], now))
+      end
     end
   end
 end
@@ -826,11 +829,14 @@ end
 -- parse reads the items of the request whose arguments start at argv[a]
 -- and finds their counters, each once, with the hashes they need read.
 local function parse(a)
-  n, nc, nk = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0
+  n, nc, nk, plain = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, true
   by_counter = n > 16 and {} or nil
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
     local key, r = argv[f + ITEM_KEY], rule_of(argv[f + ITEM_RULE])
+    if key == SAME_KEY then
+      key = c_key[i_ctr[k - 1]]
+    end
     local id = r.id
     local c = find_counter(key, id)
     if not c then
@@ -851,6 +857,7 @@ local function parse(a)
     if opts == '0' then
       i_refund[k], i_shadow[k], i_cd[k], i_denied[k], i_group[k] = false, false, false, false, 0
     else
+      plain = false
       opts = tonumber(opts)
       local flags = opts % OPTS_GROUP
       i_group[k] = (opts - flags) / OPTS_GROUP
@@ -900,8 +907,9 @@ local function retry(k)
 end
 
 -- judge is the judging pass: each item in order, consumed tentatively when
--- it admits (engine's judge).
+-- it admits (engine's judge). It returns whether every item admits.
 local function judge()
+  local all = true
   for k = 1, n do
     local c, hits, limit, burst = i_ctr[k], i_hits[k], i_lim[k], i_burst[k]
     local impl = c_impl[c]
@@ -910,10 +918,11 @@ local function judge()
       i_ok[k] = true
       take(k)
     else
-      i_ok[k] = false
+      i_ok[k], all = false, false
       retry(k)
     end
   end
+  return all
 end
 
 -- rule is the all-or-nothing rule (engine.Admit): it returns whether the
@@ -998,9 +1007,10 @@ end
 -- and retry µs (from the decision's instant, whatever the counter's own;
 -- RETRY_NEVER when no wait admits the item's hits).
 local function statuses(out)
+  local m = #out
   for k = 1, n do
     local c = i_ctr[k]
-    local impl, m = c_impl[c], #out
+    local impl = c_impl[c]
     if i_ok[k] then
       out[m + 1] = REPLY_ITEM_ADMITTED
     elseif i_cd[k] and not i_refund[k] then
@@ -1015,6 +1025,7 @@ local function statuses(out)
       retry = max(0, retry)
     end
     out[m + 4] = retry
+    m = m + 4
   end
 end
 
@@ -1074,12 +1085,19 @@ local function decide(a)
     for k = 1, n do
       i_ok[k], i_retry[k] = not i_denied[k], 0
     end
+  elseif plain and mode == MODE_FINAL then
+    -- No flags and no groups: the rule is that every item admits, and
+    -- nothing is charged when denied.
+    admitted = judge()
+    settle(admitted, nil)
   else
     judge()
     admitted, over = rule(mode)
     settle(admitted, over)
   end
-  charge_denied(admitted, over)
+  if not plain then
+    charge_denied(admitted, over)
+  end
   local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
   statuses(out)
   local reserve = mode == MODE_RESERVE and admitted
@@ -1121,7 +1139,7 @@ local function decide_entry(_, args)
     end
     a = a + REQUEST_HEAD + ITEM_FIELDS * items
   end
-  hv, hx, dirty, dnow, nd = {}, {}, {}, {}, 0
+  hv, hx, grew, nw = {}, {}, {}, 0
   local replies = {}
   a = 2
   for r = 1, tonumber(argv[1]) do

@@ -38,7 +38,9 @@ local REQUEST_DEADLINE = 3 -- µs of Redis's clock after which the request is no
 local REQUEST_UNDO_AFTER = 4 -- µs after which the reply carries its undo log, or ""
 local REQUEST_ITEMS = 5 -- the number of items
 local ITEM_FIELDS = 4
-local ITEM_KEY = 1 -- the descriptor's key (engine.DescriptorKey): its counters' hash
+local ITEM_KEY = 1 -- the descriptor's key (engine.DescriptorKey): its counters' hash;
+                   -- SAME_KEY for the previous item's
+local SAME_KEY = ''
 -- the rule: RULE_PATTERN's fields, 'code|window|limit|burst|id': its
 -- algorithm, its window in µs (see ALG_CALENDAR_WINDOW), its limit and
 -- burst, and its ID (the counter's field in the hash). Parsed once per
