@@ -135,7 +135,16 @@ end
 -- sliding window); with a state that has seen a later window, the counter
 -- keeps it and its instant is that window's start.
 local function window_load(c, ws, shift)
-  local start, count, prev = window_read(hv[c_key[c]][c_id[c]])
+  local v = hv[c_key[c]][c_id[c]]
+  local start, count, prev -- window_read, inline
+  if not v then
+    start = nil
+  elseif #v == 24 then
+    start, count, prev = sunpack(SLIDING_STATE, v)
+  else
+    start, count = sunpack(WINDOW_STATE, v)
+    prev = 0
+  end
   c_s0[c], c_n0[c], c_p0[c] = start or false, count, prev
   local t = now
   if not start then
@@ -160,13 +169,24 @@ local function write_window(c, w, span, undo)
   if delta < 0 then
     freed(counter_key(c_key[c], c_id[c]))
   end
-  local expires = window_expiry(start, count, prev, w, span)
+  local expires = 0 -- window_expiry and window_value, inline
+  if count > 0 then
+    expires = start + span * w
+  elseif prev > 0 then
+    expires = start + w
+  end
   if expires <= now then
     if c_s0[c] then
       stage(c_key[c], c_id[c], false, 0)
     end
   elseif start ~= c_s0[c] or count ~= c_n0[c] or prev ~= c_p0[c] then
-    stage(c_key[c], c_id[c], window_value(start, count, prev, span == 2), expires)
+    local v
+    if span == 2 then
+      v = spack(SLIDING_STATE, start, count, prev)
+    else
+      v = spack(WINDOW_STATE, start, count)
+    end
+    stage(c_key[c], c_id[c], v, expires)
   end
   if undo and delta ~= 0 then
     undo[#undo + 1] = { UNDO_WINDOW, c_key[c], c_id[c], start, w, span, delta }
@@ -204,9 +224,13 @@ end
 
 local fixed = {}
 
-function fixed.locate(c)
+-- need_hash is the locate of a counter kept in its descriptor's hash
+-- (parse inlines it).
+local function need_hash(c)
   need(c_key[c])
 end
+
+fixed.locate = need_hash
 
 function fixed.load(c)
   window_load(c, idiv(now, c_w[c]) * c_w[c], false)
@@ -258,7 +282,7 @@ local c_bounds = {}
 function calendar.locate(c)
   local b1, b2, b3, b4 = match(c_warg[c], '^(%d+):(%d+):(%d+):(%d+)$')
   c_bounds[c] = { tonumber(b1), tonumber(b2), tonumber(b3), tonumber(b4) }
-  fixed.locate(c)
+  need_hash(c)
 end
 
 -- the start of the calendar window holding t, among the bounds sent
@@ -833,12 +857,23 @@ local function parse(a)
   by_counter = n > 16 and {} or nil
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
-    local key, r = argv[f + ITEM_KEY], rule_of(argv[f + ITEM_RULE])
+    local key, arg = argv[f + ITEM_KEY], argv[f + ITEM_RULE]
+    local r = rules[arg] or rule_of(arg) -- (inline: calls cost more than the rest of an item)
     if key == SAME_KEY then
       key = c_key[i_ctr[k - 1]]
     end
     local id = r.id
-    local c = find_counter(key, id)
+    local c
+    if by_counter then
+      c = find_counter(key, id)
+    else
+      for j = 1, nc do
+        if c_id[j] == id and c_key[j] == key then
+          c = j
+          break
+        end
+      end
+    end
     if not c then
       nc = nc + 1
       c = nc
@@ -847,7 +882,15 @@ local function parse(a)
         ids[id], by_counter[key] = c, ids
       end
       c_key[c], c_id[c], c_alg[c], c_w[c], c_warg[c], c_impl[c] = key, id, r.code, r.w, r.warg, r.impl
-      r.impl.locate(c)
+      if r.impl.locate == need_hash then
+        if hv[key] == nil then -- need(key), inline
+          nk = nk + 1
+          mk[nk] = key
+          hv[key] = false
+        end
+      else
+        r.impl.locate(c)
+      end
     end
     i_ctr[k] = c
     i_lim[k], i_burst[k] = r.limit, r.burst
@@ -914,9 +957,12 @@ local function judge()
     local c, hits, limit, burst = i_ctr[k], i_hits[k], i_lim[k], i_burst[k]
     local impl = c_impl[c]
     i_retry[k] = 0
-    if i_refund[k] or impl.admits(c, hits, limit, burst) then
+    if i_refund[k] then
       i_ok[k] = true
-      take(k)
+      impl.give_back(c, hits, limit)
+    elseif impl.admits(c, hits, limit, burst) then
+      i_ok[k] = true
+      impl.consume(c, hits, limit) -- take(k), inline
     else
       i_ok[k], all = false, false
       retry(k)
@@ -1019,12 +1065,14 @@ local function statuses(out)
       out[m + 1] = REPLY_ITEM_DENIED
     end
     out[m + 2] = impl.remaining(c, i_lim[k], i_burst[k])
-    out[m + 3] = max(0, impl.reset_at(c) - now)
-    local retry = i_retry[k]
-    if retry ~= RETRY_NEVER then
-      retry = max(0, retry)
+    local reset, retry = impl.reset_at(c) - now, i_retry[k]
+    if reset < 0 then
+      reset = 0
     end
-    out[m + 4] = retry
+    if retry < 0 and retry ~= RETRY_NEVER then
+      retry = 0
+    end
+    out[m + 3], out[m + 4] = reset, retry
     m = m + 4
   end
 end
@@ -1133,7 +1181,7 @@ local function decide_entry(_, args)
     local items = tonumber(argv[a + REQUEST_ITEMS - 1])
     for k = 1, items do
       local arg = argv[a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS + ITEM_RULE - 1]
-      if not rule_of(arg) then
+      if not (rules[arg] or rule_of(arg)) then
         return redis.error_reply('rls: unknown algorithm in rule ' .. tostring(arg))
       end
     end
