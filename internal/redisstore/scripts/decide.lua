@@ -162,8 +162,12 @@ end
 -- A window counter's write: its field staged when its state changed,
 -- deleted once the state is equivalent to none (expires not after now:
 -- memstore forgets such a counter too). undo logs the request's delta. w is
--- the length of the counter's window, span the windows a count weighs for.
-local function write_window(c, w, span, undo)
+-- the length of the counter's window (default its rule's), and its
+-- section's span the windows a count weighs for. It is the write of the
+-- fixed and sliding sections.
+local function write_window(c, undo, w)
+  w = w or c_w[c]
+  local span = c_impl[c].span
   local start, count, prev = c_ws[c], c_count[c], c_prev[c]
   local delta = count - c_count0[c]
   if delta < 0 then
@@ -249,7 +253,11 @@ function fixed.give_back(c, hits)
 end
 
 function fixed.remaining(c, limit)
-  return limit - min(limit, c_count[c])
+  local count = c_count[c]
+  if count >= limit then -- limit - min(limit, count), without a call
+    return 0
+  end
+  return limit - count
 end
 
 function fixed.reset_at(c)
@@ -263,9 +271,8 @@ function fixed.retry_at(c, hits, limit)
   return c_ws[c] + c_w[c]
 end
 
-function fixed.write(c, undo)
-  write_window(c, c_w[c], 1, undo)
-end
+fixed.span = 1
+fixed.write = write_window
 
 fixed.undo = { [UNDO_WINDOW] = undo_window }
 
@@ -327,8 +334,10 @@ function calendar.retry_at(c, hits, limit)
   return calendar.reset_at(c)
 end
 
+calendar.span = 1
+
 function calendar.write(c, undo)
-  write_window(c, calendar_end(c, c_ws[c]) - c_ws[c], 1, undo)
+  write_window(c, undo, calendar_end(c, c_ws[c]) - c_ws[c])
 end
 
 calendar.undo = fixed.undo
@@ -390,9 +399,8 @@ function sliding.retry_at(c, hits, limit)
   return max(ending, min(ending + w, ending + floor(e) - 1))
 end
 
-function sliding.write(c, undo)
-  write_window(c, c_w[c], 2, undo)
-end
+sliding.span = 2
+sliding.write = write_window
 
 sliding.undo = fixed.undo
 
@@ -701,7 +709,7 @@ bucket.locate = fixed.locate
 
 function bucket.load(c)
   local stored = number_read(hv[c_key[c]][c_id[c]])
-  local tat = max(stored, now)
+  local tat = stored > now and stored or now
   c_tat[c], c_tat0[c], c_t[c], c_s0[c] = tat, tat, now, stored
 end
 
@@ -920,7 +928,8 @@ local function load()
     for f = 1, #all, 2 do
       t[all[f]] = all[f + 1]
     end
-    hv[key], hx[key] = t, number_read(t[HASH_EXPIRY])
+    local x = t[HASH_EXPIRY]
+    hv[key], hx[key] = t, x and sunpack(STATE_NUMBER, x) or 0 -- number_read, inline
   end
   for c = 1, nc do
     c_impl[c].load(c)
@@ -1108,7 +1117,11 @@ local function decide(a)
   local mode, instant = argv[head + REQUEST_MODE], argv[head + REQUEST_INSTANT]
   local deadline, undo_after = argv[head + REQUEST_DEADLINE], argv[head + REQUEST_UNDO_AFTER]
   local next_a = a + REQUEST_HEAD + ITEM_FIELDS * tonumber(argv[head + REQUEST_ITEMS])
-  now = clock(instant)
+  if instant == '' and time_now then
+    now = time_now -- clock(instant), inline: Redis TIME, read already
+  else
+    now = clock(instant)
+  end
   if deadline ~= '' and now > tonumber(deadline) then
     return { VERDICT_EXPIRED, now }, next_a
   end
