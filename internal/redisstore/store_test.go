@@ -900,3 +900,39 @@ func TestToMicroKeepsMonotonic(t *testing.T) {
 		t.Errorf("toMicro dropped the monotonic reading: %v", m)
 	}
 }
+
+// TestManyItems: a request of more items than the script scans for shared
+// counters (it keeps a map past 16), with counters shared by several of
+// its items, answers as the memory store does, request after request.
+func TestManyItems(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	mem := memstore.New(memstore.Options{Now: clock.Now, SweepEvery: time.Hour})
+	defer mem.Close()
+	red := newStore(t, Options{URL: srv.URL(), Now: clock.Now, Prefix: "many:"})
+	rules := []*engine.Rule{
+		storetest.Rule(engine.FixedWindow, 50, time.Second, 0),
+		storetest.Rule(engine.SlidingWindow, 80, time.Minute, 0),
+		storetest.Rule(engine.TokenBucket, 10, time.Second, 40),
+		storetest.Rule(engine.SlidingLog, 60, time.Minute, 0),
+	}
+	var items []engine.Item
+	for i := range 40 { // 5 descriptors × 4 rules, each counter twice
+		items = append(items, engine.Item{Desc: fmt.Sprint("d/k=", i%5), Rule: rules[(i/5)%4], Hits: uint64(1 + i%3)})
+	}
+	for step := range 12 {
+		clock.Set(clock.Now().Add(150 * time.Millisecond))
+		mr, rr := make([]engine.Result, len(items)), make([]engine.Result, len(items))
+		mok, err := mem.Apply(context.Background(), items, mr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rok, err := red.Apply(context.Background(), items, rr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mok != rok || !slices.Equal(mr, rr) {
+			t.Fatalf("step %d: memory %v %+v\nredis %v %+v", step, mok, mr, rok, rr)
+		}
+	}
+}

@@ -48,7 +48,7 @@ local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
 local c_s0, c_n0, c_p0 = {}, {}, {} -- window counters: the stored state (start false: none)
 local c_tat, c_tat0 = {}, {}
 local nc
-local by_counter -- a request of many items: counter index by key and id (see find_counter)
+local by_counter -- a request of many items: counter index by key and id (see parse)
 local plain -- the request's items have no flags and no group (parse)
 
 -- Hashes are read once per call and written once per call, at its end:
@@ -842,22 +842,6 @@ local function rule_of(arg)
   return r
 end
 
--- find_counter returns the index of the counter of field id in hash key
--- among the request's counters so far, or nil. A request of a few items
--- scans them; one of many keeps a map (by_counter) as it goes.
-local function find_counter(key, id)
-  if by_counter then
-    local ids = by_counter[key]
-    return ids and ids[id]
-  end
-  for c = 1, nc do
-    if c_id[c] == id and c_key[c] == key then
-      return c
-    end
-  end
-  return nil
-end
-
 -- parse reads the items of the request whose arguments start at argv[a]
 -- and finds their counters, each once, with the hashes they need read.
 local function parse(a)
@@ -871,9 +855,12 @@ local function parse(a)
       key = c_key[i_ctr[k - 1]]
     end
     local id = r.id
+    -- Its counter among the request's so far: a request of a few items
+    -- scans them, one of many keeps a map (by_counter) as it goes.
     local c
     if by_counter then
-      c = find_counter(key, id)
+      local ids = by_counter[key]
+      c = ids and ids[id]
     else
       for j = 1, nc do
         if c_id[j] == id and c_key[j] == key then
