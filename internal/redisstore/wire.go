@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	_ "embed"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,19 +122,6 @@ const (
 // its hash field (engine.DescriptorKey): a little-endian float64, exact
 // below 2^53.
 const stateNumber = "<d"
-
-// unpackState returns the numbers of a state packed in a hash field (for
-// tests and tools: only the scripts read states).
-func unpackState(v string) ([]int64, error) {
-	if len(v)%8 != 0 {
-		return nil, fmt.Errorf("redis: a state of %d bytes, not float64s", len(v))
-	}
-	nums := make([]int64, len(v)/8)
-	for i := range nums {
-		nums[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i:]))))
-	}
-	return nums, nil
-}
 
 // logTotal is the member of a sliding log's sorted set whose score holds
 // minus one minus the log's total hits.

@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -172,4 +174,17 @@ func TestRedisKeys(t *testing.T) {
 		}
 	}
 	golden(t, "redis-keys.golden", b.String())
+}
+
+// unpackState returns the numbers of a state packed in a hash field
+// (stateNumber each: little-endian float64s).
+func unpackState(v string) ([]int64, error) {
+	if len(v)%8 != 0 {
+		return nil, fmt.Errorf("redis: a state of %d bytes, not float64s", len(v))
+	}
+	nums := make([]int64, len(v)/8)
+	for i := range nums {
+		nums[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i:]))))
+	}
+	return nums, nil
 }

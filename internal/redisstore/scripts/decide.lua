@@ -135,16 +135,7 @@ end
 -- sliding window); with a state that has seen a later window, the counter
 -- keeps it and its instant is that window's start.
 local function window_load(c, ws, shift)
-  local v = hv[c_key[c]][c_id[c]]
-  local start, count, prev -- window_read, inline
-  if not v then
-    start = nil
-  elseif #v == 24 then
-    start, count, prev = sunpack(SLIDING_STATE, v)
-  else
-    start, count = sunpack(WINDOW_STATE, v)
-    prev = 0
-  end
+  local start, count, prev = window_read(hv[c_key[c]][c_id[c]])
   c_s0[c], c_n0[c], c_p0[c] = start or false, count, prev
   local t = now
   if not start then
@@ -173,24 +164,13 @@ local function write_window(c, undo, w)
   if delta < 0 then
     freed(counter_key(c_key[c], c_id[c]))
   end
-  local expires = 0 -- window_expiry and window_value, inline
-  if count > 0 then
-    expires = start + span * w
-  elseif prev > 0 then
-    expires = start + w
-  end
+  local expires = window_expiry(start, count, prev, w, span)
   if expires <= now then
     if c_s0[c] then
       stage(c_key[c], c_id[c], false, 0)
     end
   elseif start ~= c_s0[c] or count ~= c_n0[c] or prev ~= c_p0[c] then
-    local v
-    if span == 2 then
-      v = spack(SLIDING_STATE, start, count, prev)
-    else
-      v = spack(WINDOW_STATE, start, count)
-    end
-    stage(c_key[c], c_id[c], v, expires)
+    stage(c_key[c], c_id[c], window_value(start, count, prev, span == 2), expires)
   end
   if undo and delta ~= 0 then
     undo[#undo + 1] = { UNDO_WINDOW, c_key[c], c_id[c], start, w, span, delta }
@@ -229,7 +209,7 @@ end
 local fixed = {}
 
 -- need_hash is the locate of a counter kept in its descriptor's hash
--- (parse inlines it).
+-- (parse calls need itself for those).
 local function need_hash(c)
   need(c_key[c])
 end
@@ -850,7 +830,7 @@ local function parse(a)
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
     local key, arg = argv[f + ITEM_KEY], argv[f + ITEM_RULE]
-    local r = rules[arg] or rule_of(arg) -- (inline: calls cost more than the rest of an item)
+    local r = rules[arg] or rule_of(arg) -- the cache's hit without a call
     if key == SAME_KEY then
       key = c_key[i_ctr[k - 1]]
     end
@@ -878,11 +858,7 @@ local function parse(a)
       end
       c_key[c], c_id[c], c_alg[c], c_w[c], c_warg[c], c_impl[c] = key, id, r.code, r.w, r.warg, r.impl
       if r.impl.locate == need_hash then
-        if hv[key] == nil then -- need(key), inline
-          nk = nk + 1
-          mk[nk] = key
-          hv[key] = false
-        end
+        need(key) -- need_hash's work, one call less
       else
         r.impl.locate(c)
       end
@@ -915,8 +891,7 @@ local function load()
     for f = 1, #all, 2 do
       t[all[f]] = all[f + 1]
     end
-    local x = t[HASH_EXPIRY]
-    hv[key], hx[key] = t, x and sunpack(STATE_NUMBER, x) or 0 -- number_read, inline
+    hv[key], hx[key] = t, number_read(t[HASH_EXPIRY])
   end
   for c = 1, nc do
     c_impl[c].load(c)
@@ -953,12 +928,9 @@ local function judge()
     local c, hits, limit, burst = i_ctr[k], i_hits[k], i_lim[k], i_burst[k]
     local impl = c_impl[c]
     i_retry[k] = 0
-    if i_refund[k] then
+    if i_refund[k] or impl.admits(c, hits, limit, burst) then
       i_ok[k] = true
-      impl.give_back(c, hits, limit)
-    elseif impl.admits(c, hits, limit, burst) then
-      i_ok[k] = true
-      impl.consume(c, hits, limit) -- take(k), inline
+      take(k)
     else
       i_ok[k], all = false, false
       retry(k)

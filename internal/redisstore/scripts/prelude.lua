@@ -195,8 +195,7 @@ local STATE_NUMBER = '<d'
 local WINDOW_STATE, SLIDING_STATE = '<dd', '<ddd'
 
 -- window_read returns a window counter's start, count and previous count
--- from its field's value (false: absent), or nil for no state
--- (decide.lua's window_load has it inline).
+-- from its field's value (false: absent), or nil for no state.
 local function window_read(v)
   if not v then
     return nil
