@@ -150,9 +150,9 @@ func rulesWithShortFor(t *testing.T, d string, alerts ...string) []byte {
 	if err := yaml.Unmarshal(b, &f); err != nil {
 		t.Fatalf("%s: %v", alertRules, err)
 	}
-	todo := map[string]bool{}
+	unshortened := map[string]bool{}
 	for _, a := range alerts {
-		todo[a] = true
+		unshortened[a] = true
 	}
 	groups, _ := f["groups"].([]any)
 	for _, g := range groups {
@@ -160,18 +160,18 @@ func rulesWithShortFor(t *testing.T, d string, alerts ...string) []byte {
 		for _, r := range rules {
 			rule := r.(map[string]any)
 			name, _ := rule["alert"].(string)
-			if !todo[name] {
+			if !unshortened[name] {
 				continue
 			}
 			if _, ok := rule["for"]; !ok {
 				t.Fatalf("%s: %s has no for: to shorten", alertRules, name)
 			}
 			rule["for"] = d
-			delete(todo, name)
+			delete(unshortened, name)
 		}
 	}
-	if len(todo) > 0 {
-		t.Fatalf("%s: no alerts %v", alertRules, todo)
+	if len(unshortened) > 0 {
+		t.Fatalf("%s: no alerts %v", alertRules, unshortened)
 	}
 	out, err := yaml.Marshal(f)
 	if err != nil {

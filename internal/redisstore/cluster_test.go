@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -270,29 +268,8 @@ func TestClusterDifferential(t *testing.T) {
 				it.Group = 1
 			}
 		}
-		got := make([]engine.Result, len(items))
-		want := make([]engine.Result, len(items))
-		if os.Getenv("RLS_DEBUG") != "" {
-			t.Logf("step %d T0+%s items %s", step, clock.Now().Sub(storetest.T0), describe(items))
-		}
-		gok, err := cl.Apply(context.Background(), items, got)
-		if err != nil {
-			t.Fatalf("step %d: cluster: %v", step, err)
-		}
-		cl.releasing.Wait()
-		wok, err := mem.Apply(context.Background(), items, want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !gok {
+		if !decideBoth(t, step, seed, clock.Now().Sub(storetest.T0), cl, cl.releasing.Wait, mem, items) {
 			denied++
-		}
-		if os.Getenv("RLS_DEBUG") != "" {
-			t.Logf("  -> cluster %v %+v\n     memory %v %+v", gok, got, wok, want)
-		}
-		if gok != wok || !slices.Equal(got, want) {
-			t.Fatalf("step %d (seed %d) at T0+%s: cluster %v %+v\nmemory %v %+v\nitems %s",
-				step, seed, clock.Now().Sub(storetest.T0), gok, got, wok, want, describe(items))
 		}
 	}
 	t.Logf("%d of %d requests denied, %d releases", denied, steps, cl.Stats().Releases)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -278,33 +277,9 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 		if perSecond > 0 && perSecond < len(items) {
 			split++
 		}
-		got := make([]engine.Result, len(items))
-		want := make([]engine.Result, len(items))
-		if os.Getenv("RLS_DEBUG") != "" {
-			t.Logf("step %d T0+%s items %s", step, clock.Now().Sub(storetest.T0), describe(items))
-		}
-		gok, err := s.Apply(context.Background(), items, got)
-		if err != nil {
-			t.Fatalf("step %d (seed %d): %v", step, seed, err)
-		}
-		s.releasing.Wait()
-		s.perSecond.releasing.Wait()
-		wok, err := mem.Apply(context.Background(), items, want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !gok {
+		settle := func() { s.releasing.Wait(); s.perSecond.releasing.Wait() }
+		if !decideBoth(t, step, seed, clock.Now().Sub(storetest.T0), s, settle, mem, items) {
 			denied++
-		}
-		if os.Getenv("RLS_DEBUG") != "" {
-			t.Logf("  -> redis %v %+v\n  memory %v %+v", gok, got, wok, want)
-		}
-		for i := range got {
-			got[i].Cached = false // a cached denial is Redis's own answer (TestDifferential)
-		}
-		if gok != wok || !slices.Equal(got, want) {
-			t.Fatalf("step %d (seed %d) at T0+%s: redis %v %+v\nmemory %v %+v\nitems %s",
-				step, seed, clock.Now().Sub(storetest.T0), gok, got, wok, want, describe(items))
 		}
 	}
 	st := s.Stats()

@@ -922,17 +922,41 @@ func TestManyItems(t *testing.T) {
 	}
 	for step := range 12 {
 		clock.Set(clock.Now().Add(150 * time.Millisecond))
-		mr, rr := make([]engine.Result, len(items)), make([]engine.Result, len(items))
-		mok, err := mem.Apply(context.Background(), items, mr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rok, err := red.Apply(context.Background(), items, rr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if mok != rok || !slices.Equal(mr, rr) {
-			t.Fatalf("step %d: memory %v %+v\nredis %v %+v", step, mok, mr, rok, rr)
-		}
+		decideBoth(t, step, 0, clock.Now().Sub(storetest.T0), red, nil, mem, items)
 	}
+}
+
+// decideBoth decides items on store (then waits for settle, its releases;
+// nil for none) and on mem at the same instant, T0+at, and fails the test
+// unless both answer alike, Cached aside (a cached denial is Redis's own
+// answer, see TestDifferential). It returns store's verdict. RLS_DEBUG=1
+// logs each step.
+func decideBoth(t *testing.T, step int, seed uint64, at time.Duration, store engine.Store, settle func(), mem engine.Store, items []engine.Item) bool {
+	t.Helper()
+	debug := os.Getenv("RLS_DEBUG") != ""
+	if debug {
+		t.Logf("step %d T0+%s items %s", step, at, describe(items))
+	}
+	got, want := make([]engine.Result, len(items)), make([]engine.Result, len(items))
+	gok, err := store.Apply(context.Background(), items, got)
+	if err != nil {
+		t.Fatalf("step %d (seed %d): %v", step, seed, err)
+	}
+	if settle != nil {
+		settle()
+	}
+	wok, err := mem.Apply(context.Background(), items, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if debug {
+		t.Logf("  -> store %v %+v\n  memory %v %+v", gok, got, wok, want)
+	}
+	for i := range got {
+		got[i].Cached = false
+	}
+	if gok != wok || !slices.Equal(got, want) {
+		t.Fatalf("step %d (seed %d) at T0+%s: store %v %+v\nmemory %v %+v\nitems %s", step, seed, at, gok, got, wok, want, describe(items))
+	}
+	return gok
 }
