@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/rlsproject/rls/internal/daemon"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
@@ -109,7 +110,11 @@ func (s *settings) answers() Answers {
 // a Redis store with the denial cache, its local cache's gauges), its
 // answer rules, and the log of the variables rls ignores.
 func (s *settings) start(p daemon.Parts) (daemon.Hooks, error) {
-	if rs, ok := p.Store.(*redisstore.Store); ok {
+	store := p.Store
+	if w, ok := store.(interface{ Inner() engine.Store }); ok {
+		store = w.Inner() // the leased limits' store, around Redis's
+	}
+	if rs, ok := store.(*redisstore.Store); ok {
 		if _, on := rs.DenyCacheStats(); on {
 			p.Registry.MustRegister(localCacheCollectors(rs)...)
 		}

@@ -26,6 +26,7 @@ type jsonLimit struct {
 	Burst           *uint32  `json:"burst,omitempty"`
 	Shadow          bool     `json:"shadow,omitempty"`
 	CountDenied     bool     `json:"count_denied_hits,omitempty"`
+	Lease           bool     `json:"lease,omitempty"`
 	Calendar        string   `json:"calendar_time_zone,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
 	Line            int      `json:"line"`
@@ -218,7 +219,7 @@ func (d *dumper) descriptor(n *Descriptor, ind string) bool {
 		key string
 		on  bool
 	}{
-		{"wildcard", n.Wildcard}, {"shadow_mode", n.ShadowMode}, {"quota_mode", n.QuotaMode}, {"count_denied_hits", n.CountDeniedHits},
+		{"wildcard", n.Wildcard}, {"shadow_mode", n.ShadowMode}, {"quota_mode", n.QuotaMode}, {"count_denied_hits", n.CountDeniedHits}, {"lease", n.Lease},
 		{"detailed_metric", n.DetailedMetric}, {"value_to_metric", n.ValueToMetric}, {"share_threshold", n.ShareThreshold},
 	} {
 		ok = ok && (!flag.on || d.field(ind, flag.key, true, false))
@@ -240,7 +241,7 @@ func quote(s string) string {
 func dumpLimit(l *Limit) jsonLimit {
 	jl := jsonLimit{
 		Index: l.Index, ID: l.ID(), Label: l.Label, Name: l.Name, Unlimited: l.Unlimited,
-		Shadow: l.Shadow, CountDenied: l.CountDeniedHits, Calendar: calendarZone(l), Replaces: l.Replaces, Line: l.Line, Column: l.Column,
+		Shadow: l.Shadow, CountDenied: l.CountDeniedHits, Lease: l.Rule != nil && l.Rule.Lease, Calendar: calendarZone(l), Replaces: l.Replaces, Line: l.Line, Column: l.Column,
 	}
 	if l.Unlimited {
 		return jl

@@ -104,6 +104,7 @@ type limitFields struct {
 	spec                        engine.Spec
 	unit, rpu, alg, burst, mult strictyaml.Field // absent when not given
 	calendar, zone              strictyaml.Field
+	lease                       strictyaml.Field // the limit's own lease, when given
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
 	countDenied                 bool // the limit's own count_denied_hits
@@ -128,6 +129,8 @@ func (g *limitFields) at(name string) strictyaml.Field {
 		return g.calendar
 	case "time_zone":
 		return g.zone
+	case "lease":
+		return g.lease
 	}
 	return strictyaml.Field{}
 }
@@ -177,6 +180,7 @@ func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
 		return false // reported
 	}
 	g.spec.Name = l.Name
+	g.spec.Lease = g.spec.Lease || l.Descriptor.Lease
 	if g.zone.Given() {
 		g.spec.TimeZoneSet = true
 		if g.calendar.Given() {
@@ -268,6 +272,11 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			if given {
 				g.zone = f
 			}
+		case "lease":
+			if given {
+				g.lease = f
+			}
+			g.spec.Lease = p.Bool(f.Value, f.Key)
 		default:
 			p.misplaced(f, levelLimit)
 		}

@@ -169,6 +169,8 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 			d.ShadowMode = p.Bool(f.Value, f.Key)
 		case "count_denied_hits":
 			d.CountDeniedHits = p.Bool(f.Value, f.Key)
+		case "lease":
+			d.Lease = p.Bool(f.Value, f.Key)
 		case "quota_mode":
 			d.QuotaMode = p.Bool(f.Value, f.Key)
 		case "detailed_metric":

@@ -78,6 +78,8 @@ type Descriptor struct {
 	// CountDeniedHits (count_denied_hits) makes every limit of the node
 	// count a request's hits whether or not it is admitted.
 	CountDeniedHits bool
+	// Lease (lease: true) leases every limit of the node (engine.Rule.Lease).
+	Lease bool
 	// DetailedMetric, ValueToMetric: accepted for compatibility; they only
 	// affect envoyproxy/ratelimit's stats names.
 	DetailedMetric bool

@@ -75,9 +75,9 @@ var (
 	levelKeys = [...][]string{
 		levelDomain: {"domain", "descriptors", "http_descriptors"},
 		levelDescriptor: {"key", "value", "descriptors", "rate_limit", "rate_limits", "shadow_mode", "quota_mode",
-			"detailed_metric", "value_to_metric", "share_threshold", "metadata", "count_denied_hits"},
+			"detailed_metric", "value_to_metric", "share_threshold", "metadata", "count_denied_hits", "lease"},
 		levelLimit: {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
-			"unit_multiplier", "shadow_mode", "count_denied_hits", "calendar", "time_zone"},
+			"unit_multiplier", "shadow_mode", "count_denied_hits", "calendar", "time_zone", "lease"},
 	}
 	levelWhere = [...]string{
 		levelDomain:     "at the top of a document",

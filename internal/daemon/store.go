@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/lease"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/redisstore"
 )
@@ -40,7 +41,13 @@ func newStore(ctx context.Context, c Store, name string, reg prometheus.Register
 		log.Warn("Redis does not answer yet", "error", err)
 	}
 	reg.MustRegister(s.Collectors()...)
-	return s, func() { s.Close() }, nil
+	// Leased limits are decided from slices of the shared counters.
+	leased := lease.New(s, lease.Options{StoreTimeout: s.DecisionTimeout(), Logger: log})
+	reg.MustRegister(leased.Collectors()...)
+	return leased, func() {
+		leased.Close() // gives back the slices' unused hits, to s
+		s.Close()
+	}, nil
 }
 
 // redisLogger adapts go-redis's logging to slog.

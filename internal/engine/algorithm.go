@@ -82,12 +82,13 @@ type algorithm interface {
 	// expiry returns the instant from which st is equivalent to the zero
 	// State: a store may forget it then. 0 means it already is.
 	expiry(r *Rule, st *State) int64
-	// capacity, quotaWindow, denialCoversMoreHits, stateSizeVaries and
-	// calendarBounds answer Rule's methods of the same names.
+	// capacity, quotaWindow, denialCoversMoreHits, stateSizeVaries,
+	// leasable and calendarBounds answer Rule's methods of the same names.
 	capacity(r *Rule) uint64
 	quotaWindow(r *Rule, end time.Time) time.Duration
 	denialCoversMoreHits() bool
 	stateSizeVaries() bool
+	leasable() bool
 	calendarBounds(r *Rule, at int64) ([4]int64, bool)
 }
 

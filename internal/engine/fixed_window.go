@@ -79,6 +79,7 @@ func (fixedWindow) capacity(r *Rule) uint64                          { return li
 // A denial's retry instant is the window's end whatever the hits.
 func (fixedWindow) denialCoversMoreHits() bool { return true }
 func (fixedWindow) stateSizeVaries() bool      { return false }
+func (fixedWindow) leasable() bool             { return true }
 
 func (fixedWindow) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

@@ -33,6 +33,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	specs := []Spec{
 		{Unit: Second, Multiplier: 1, Limit: 10},
+		{Unit: Second, Multiplier: 1, Limit: 10, Lease: true}, // the same counter: a lease is not part of it
 		{Unit: Minute, Multiplier: 5, Limit: 10},
 		{Algorithm: SlidingWindow, Unit: Hour, Multiplier: 1, Limit: 240},
 		{Algorithm: SlidingLog, Unit: Minute, Multiplier: 1, Limit: 5, Name: "burst"},

@@ -30,6 +30,10 @@ type Spec struct {
 	TimeZoneSet bool
 	// Name, when set, is part of the counter's identity.
 	Name string
+	// Lease lets a store decide the limit from pre-paid slices of its
+	// counter (Rule.Lease); only for the algorithms that allow it
+	// (LeasableAlgorithms).
+	Lease bool
 }
 
 // SpecError is a problem of one field of a Spec: Field is its config name
@@ -94,6 +98,14 @@ type Rule struct {
 	// algorithm, window and name are; it contains no '{' or '}' outside the
 	// name part. See key.go.
 	ID string
+	// Lease: a store that shares counters between processes may take a
+	// pre-paid slice of this limit's counter (hits counted in the store
+	// when taken) and decide from it in process, never admitting more than
+	// the limit (internal/lease). It is not part of the counter's
+	// identity: leased and unleased rules of the same limit share one
+	// counter. Only for algorithms whose hits a slice can hold (fixed and
+	// calendar windows, token buckets).
+	Lease bool
 }
 
 // Compile checks s and builds its rule. On problems it returns them all
@@ -130,6 +142,11 @@ func Compile(s Spec) (*Rule, []SpecError) {
 	if s.Calendar {
 		r.alg = compileCalendar(&s, r, &errs)
 	}
+	if s.Lease && !r.alg.leasable() {
+		errs.add("lease", true, "lease: true is for algorithms %s; not %s, whose counter a slice cannot be taken from",
+			LeasableAlgorithms(), r.alg.name())
+	}
+	r.Lease = s.Lease
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -197,6 +214,22 @@ func (r *Rule) CalendarBounds(at int64) (bounds [4]int64, ok bool) {
 
 // window returns the rule's window in microseconds (≥ 1 for a valid rule).
 func (r *Rule) window() int64 { return r.Window.Microseconds() }
+
+// LeasableAlgorithms names the algorithms that Spec.Lease allows, as
+// configs write them.
+func LeasableAlgorithms() string {
+	var names []string
+	for _, a := range algorithms {
+		switch _, isForm := a.(form); {
+		case isForm || !a.leasable():
+		case a.name() == FixedWindow:
+			names = append(names, FixedWindow+" (calendar: true too)")
+		default:
+			names = append(names, a.name())
+		}
+	}
+	return strings.Join(names, " and ")
+}
 
 // AlgorithmNames returns the names a Spec may give, joined by "|".
 func AlgorithmNames() string {

@@ -127,6 +127,7 @@ func (slidingLog) denialCoversMoreHits() bool                       { return fal
 
 // The log grows and shrinks with the consumptions in its window.
 func (slidingLog) stateSizeVaries() bool { return true }
+func (slidingLog) leasable() bool        { return false }
 
 func (slidingLog) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

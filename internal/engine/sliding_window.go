@@ -116,6 +116,7 @@ func (slidingWindow) quotaWindow(r *Rule, end time.Time) time.Duration { return 
 func (slidingWindow) capacity(r *Rule) uint64                          { return limitCapacity(r) }
 func (slidingWindow) denialCoversMoreHits() bool                       { return false }
 func (slidingWindow) stateSizeVaries() bool                            { return false }
+func (slidingWindow) leasable() bool                                   { return false }
 
 func (slidingWindow) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

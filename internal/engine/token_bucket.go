@@ -172,6 +172,7 @@ func (tokenBucket) capacity(r *Rule) uint64 {
 
 func (tokenBucket) denialCoversMoreHits() bool { return false }
 func (tokenBucket) stateSizeVaries() bool      { return false }
+func (tokenBucket) leasable() bool             { return true }
 
 func (tokenBucket) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

@@ -59,7 +59,7 @@ func rules() []rule {
 		engine     = own("internal/engine")
 		config     = own("internal/config")
 		service    = own("internal/service")
-		stores     = own("internal/memstore", "internal/redisstore")
+		stores     = own("internal/memstore", "internal/redisstore", "internal/lease")
 		transports = own("internal/envoyrls", "internal/authz", "internal/httpapi")
 		// The package of the envoyproxy/ratelimit mode (issue 22): nothing
 		// in the core may import it, from the day it exists.

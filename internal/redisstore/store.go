@@ -390,6 +390,10 @@ func nodeOptions(client redis.UniversalClient, ro redis.Options) func(addr strin
 	}
 }
 
+// DecisionTimeout is how long Redis has to decide a request once it is
+// sent (Options.Timeout): past it the request decides nothing.
+func (s *Store) DecisionTimeout() time.Duration { return s.opts.Timeout }
+
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	st := Stats{

@@ -1,0 +1,220 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/memstore"
+)
+
+// sim runs several lease stores ("processes") over one shared inner store
+// on a test clock. Their takes and give-backs wait in a queue, run when
+// the test says, in any order; the sweeper runs when the test says. A task
+// run later than storeTimeout after it was queued is refused by the inner
+// store, as Redis refuses a request past its deadline.
+type sim struct {
+	t     *testing.T
+	clock *storetest.Clock
+	inner engine.Store
+	procs []*simProc
+	all   []*Store // every process started
+	// queuedAt is when the task being run was queued (see deadlined).
+	queuedAt time.Time
+}
+
+type simProc struct {
+	s     *Store
+	tasks []simTask
+}
+
+type simTask struct {
+	at time.Time
+	f  func()
+}
+
+const simStoreTimeout = 20 * time.Millisecond
+
+// deadlined is the inner store as the processes see it: a call made by a
+// task queued longer ago than simStoreTimeout decides nothing.
+type deadlined struct{ sim *sim }
+
+var errSimExpired = errors.New("sim: past its deadline")
+
+func (d deadlined) expired() bool {
+	return !d.sim.queuedAt.IsZero() && d.sim.clock.Now().Sub(d.sim.queuedAt) > simStoreTimeout
+}
+
+func (d deadlined) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if d.expired() {
+		return false, errSimExpired
+	}
+	return d.sim.inner.Apply(ctx, items, results)
+}
+
+func (d deadlined) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	return d.sim.inner.Peek(ctx, items, results)
+}
+
+func newSim(t *testing.T, inner engine.Store, clock *storetest.Clock, procs int) *sim {
+	m := &sim{t: t, clock: clock, inner: inner}
+	for range procs {
+		m.procs = append(m.procs, m.start())
+	}
+	return m
+}
+
+// start makes a process: a Store with no sweeper of its own, whose tasks
+// queue.
+func (m *sim) start() *simProc {
+	p := &simProc{}
+	p.s = newStore(deadlined{m}, Options{Now: m.clock.Now, StoreTimeout: simStoreTimeout, Hold: 100 * time.Millisecond, Quiet: 30 * time.Millisecond}, false)
+	p.s.run = func(f func()) { p.tasks = append(p.tasks, simTask{at: m.clock.Now(), f: f}) }
+	m.all = append(m.all, p.s)
+	return p
+}
+
+// runTasks runs n of p's queued tasks (all when n < 0), picked by r.
+func (m *sim) runTasks(p *simProc, r *rand.Rand, n int) {
+	for n != 0 && len(p.tasks) > 0 {
+		i := r.IntN(len(p.tasks))
+		task := p.tasks[i]
+		p.tasks = append(p.tasks[:i], p.tasks[i+1:]...)
+		m.queuedAt = task.at
+		task.f()
+		m.queuedAt = time.Time{}
+		n--
+	}
+}
+
+// seed returns the seed of a randomized test: RLS_SEED, or a new one.
+func seed(t *testing.T) uint64 {
+	if v := os.Getenv("RLS_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("RLS_SEED=%q: %v", v, err)
+		}
+		return n
+	}
+	return rand.Uint64()
+}
+
+// TestNeverOverAdmits replays random sequences of requests of random hits
+// from several processes sharing a store, with their takes and give-backs
+// run in random order and late, processes killed (their slices lost) or
+// stopped (given back), sweeps and window ends, and checks them against an
+// exact model: in every window, the hits admitted on each limit are at
+// most its limit, and the store counted every one of them. A leased limit
+// shares its descriptor with an unleased one, so requests on both are
+// all-or-nothing across the slice and the store; some count denied hits.
+func TestNeverOverAdmits(t *testing.T) {
+	s := seed(t)
+	var all Stats
+	for run := range 100 {
+		runSeed := s + uint64(run)
+		t.Run(fmt.Sprint(runSeed), func(t *testing.T) {
+			clock := storetest.NewClock(storetest.T0)
+			inner := memstore.New(memstore.Options{Now: clock.Now})
+			t.Cleanup(func() { inner.Close() })
+			st := checkModel(t, runSeed, inner, clock, 3000)
+			all.SlicesTaken += st.SlicesTaken
+			all.HitsLocal += st.HitsLocal
+			all.HitsGivenBack += st.HitsGivenBack
+			all.HitsLost += st.HitsLost
+		})
+	}
+	t.Logf("seeds %d to %d: %d slices taken, %d hits admitted from slices, %d given back, %d lost", s, s+99, all.SlicesTaken, all.HitsLocal, all.HitsGivenBack, all.HitsLost)
+	if all.HitsLocal == 0 || all.HitsGivenBack == 0 || all.HitsLost == 0 {
+		t.Errorf("seed %d: the sequences decided nothing from slices, gave nothing back or lost nothing: they test too little of leases", s)
+	}
+}
+
+// checkModel runs one random sequence of steps on inner (see
+// TestNeverOverAdmits) and returns the processes' stats, summed.
+func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.Clock, steps int) Stats {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 0x1ea5e))
+	const limit = 200
+	leased := engine.MustCompile(engine.Spec{Unit: engine.Second, Multiplier: 1, Limit: limit, Lease: true})
+	other := engine.MustCompile(engine.Spec{Unit: engine.Minute, Multiplier: 1, Limit: 3000})
+	m := newSim(t, inner, clock, 2+r.IntN(3))
+	window := func(rule *engine.Rule, at time.Time) int64 { return at.UnixMicro() / rule.Window.Microseconds() }
+	admitted := map[[2]int64]uint64{} // (limit, window) → hits admitted
+	var items [2]engine.Item
+	var results [2]engine.Result
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d (RLS_SEED=%d replays it): %s", seed, seed, fmt.Sprintf(format, args...))
+	}
+	for step := range steps {
+		pi := r.IntN(len(m.procs))
+		p := m.procs[pi]
+		switch x := r.IntN(100); {
+		case x < 60: // a request
+			hits := uint64(1 + r.IntN(4))
+			its := items[:1]
+			its[0] = engine.Item{Desc: "d", Rule: leased, Hits: hits, CountDenied: r.IntN(10) == 0}
+			if r.IntN(4) == 0 {
+				its = items[:2]
+				its[1] = engine.Item{Desc: "d", Rule: other, Hits: 1}
+			}
+			ok, err := p.s.Apply(context.Background(), its, results[:len(its)])
+			if err != nil {
+				fail("step %d: %v", step, err)
+			}
+			if ok {
+				now := clock.Now()
+				for _, it := range its {
+					k := [2]int64{int64(it.Rule.Limit), window(it.Rule, now)}
+					admitted[k] += it.Hits
+					if admitted[k] > uint64(it.Rule.Limit) {
+						fail("step %d: %d hits admitted in window %d of the limit of %d", step, admitted[k], k[1], it.Rule.Limit)
+					}
+				}
+			}
+		case x < 80: // some of its takes and give-backs happen
+			m.runTasks(p, r, 1+r.IntN(3))
+		case x < 90: // time passes: often a little, for steps close to a window's end
+			span := 100_000
+			if r.IntN(2) == 0 {
+				span = 5_000
+			}
+			clock.Set(clock.Now().Add(time.Duration(r.IntN(span)) * time.Microsecond))
+		case x < 99:
+			p.s.sweep(clock.Now())
+		case r.IntN(2) == 0: // killed: what it holds and has queued is lost
+			m.procs[pi] = m.start()
+		default: // stopped: it gives back what it holds
+			m.runTasks(p, r, -1)
+			p.s.Close()
+			m.procs[pi] = m.start()
+		}
+		// The store counted at least what was admitted in this window.
+		now := clock.Now()
+		look := [1]engine.Item{{Desc: "d", Rule: leased}}
+		var res [1]engine.Result
+		if _, err := inner.Peek(context.Background(), look[:], res[:]); err != nil {
+			fail("step %d: peek: %v", step, err)
+		}
+		counted := uint64(limit) - res[0].Remaining
+		if got := admitted[[2]int64{limit, window(leased, now)}]; counted < got && res[0].Remaining > 0 {
+			fail("step %d: the store counts %d hits in this window, %d were admitted", step, counted, got)
+		}
+	}
+	var st Stats
+	for _, s := range m.all {
+		x := s.Stats()
+		st.SlicesTaken += x.SlicesTaken
+		st.HitsLocal += x.HitsLocal
+		st.HitsGivenBack += x.HitsGivenBack
+		st.HitsLost += x.HitsLost
+	}
+	return st
+}
