@@ -259,7 +259,10 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		c.seen += it.Hits
 		c.lastHit = now
 		if !grouped && !it.Refund && s.reserve(c, it.Hits, now) {
+			// Answered from the slice as it is now: its window, and what it
+			// holds (never more than remains across processes).
 			held[i] = c
+			results[i] = engine.Result{Admitted: true, Remaining: c.left, Reset: max(c.reset.Sub(now), 0)}
 		} else {
 			rest++
 		}
@@ -280,13 +283,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	}
 	var local uint64
 	for i, c := range held {
-		if c == nil {
-			continue
-		}
-		c.mu.Lock()
-		results[i] = engine.Result{Admitted: true, Remaining: c.left, Reset: max(c.reset.Sub(now), 0)}
-		c.mu.Unlock()
-		if admitted || items[i].CountDenied {
+		if c != nil && (admitted || items[i].CountDenied) {
 			local += items[i].Hits
 		}
 	}

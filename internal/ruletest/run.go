@@ -130,6 +130,11 @@ func statusText(st *service.Status) string {
 	if st.Never {
 		s += " (never passes)"
 	}
+	if st.Limit.Rule != nil && st.Limit.Rule.Lease {
+		// Decided here as on any store; on Redis the same verdicts, from
+		// slices, with remaining what the slice holds.
+		s += " (leased)"
+	}
 	return s
 }
 

@@ -136,6 +136,26 @@ type LimitExplanation struct {
 	// State is the counter now, and this limit's verdict on the request,
 	// for the limits that count (enforced and shadow).
 	State *LimitState `json:"state,omitempty"`
+	// Lease: the limit is leased (lease: true). Slice is what this process
+	// holds of the counter, on a store that leases (Redis); absent when it
+	// holds nothing.
+	Lease bool              `json:"lease,omitempty"`
+	Slice *SliceExplanation `json:"slice,omitempty"`
+}
+
+// SliceExplanation is this process's slice of a leased limit's counter:
+// Held hits, counted in the store and not yet admitted, that it may admit
+// without asking the store for ValidFor more (Go duration syntax). The
+// state's remaining counts them.
+type SliceExplanation struct {
+	Held     uint64 `json:"held"`
+	ValidFor string `json:"valid_for"`
+}
+
+// holder is what a store that leases implements (internal/lease): the
+// slice it holds of a counter.
+type holder interface {
+	Held(desc string, rule *engine.Rule, now time.Time) (uint64, time.Duration)
 }
 
 // PolicyExplanation is a limit's advertised policy: Quota hits per
@@ -299,6 +319,11 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 						de.Code = OverLimit.String()
 					}
 				}
+				if h, ok := s.store.(holder); ok && l.Rule.Lease {
+					if held, left := h.Held(sc.items[k].Desc, l.Rule, time.Now()); held > 0 {
+						le.Slice = &SliceExplanation{Held: held, ValidFor: left.String()}
+					}
+				}
 				k++
 			}
 			de.Limits = append(de.Limits, le)
@@ -333,6 +358,7 @@ func explainLimit(dom *config.Domain, l *config.Limit) LimitExplanation {
 		r := l.Rule
 		le.RequestsPerUnit, le.Unit, le.UnitMultiplier = r.Limit, r.Unit.String(), r.Multiplier
 		le.Window, le.Algorithm, le.Burst = r.Window.String(), r.Algorithm(), r.Burst
+		le.Lease = r.Lease
 	}
 	return le
 }

@@ -1,0 +1,195 @@
+package lease
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/redisstore"
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+// process is one rls process on a shared Redis: its own Redis store
+// (connections, pipelines) and lease store.
+type process struct {
+	redis *redisstore.Store
+	lease *Store
+}
+
+func startProcess(t *testing.T, opts redisstore.Options, sweeper bool) *process {
+	t.Helper()
+	rs, err := redisstore.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rs.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{redis: rs, lease: newStore(rs, Options{StoreTimeout: rs.DecisionTimeout()}, sweeper)}
+	t.Cleanup(func() {
+		p.lease.Close()
+		rs.Close()
+	})
+	return p
+}
+
+// tally counts the hits admitted per window, by the window's end as each
+// answer gives it (now + Reset, to the nearest window end).
+type tally struct {
+	mu     sync.Mutex
+	window time.Duration
+	hits   map[int64]uint64 // by window end, µs
+	local  map[int64]uint64
+	off    map[int64]time.Duration // the farthest end from a whole window
+}
+
+func newTally(window time.Duration) *tally {
+	return &tally{window: window, hits: map[int64]uint64{}, local: map[int64]uint64{}, off: map[int64]time.Duration{}}
+}
+
+func (ta *tally) add(now time.Time, r *engine.Result, hits uint64, local bool) {
+	end := now.Add(r.Reset).Round(ta.window)
+	k := end.UnixMicro()
+	ta.mu.Lock()
+	ta.hits[k] += hits
+	if local {
+		ta.local[k] += hits
+	}
+	ta.off[k] = max(ta.off[k], end.Sub(now.Add(r.Reset)).Abs())
+	ta.mu.Unlock()
+}
+
+// drive has each process send, from workers goroutines each, a request of
+// one hit on the hot counter every gap until stop closes, and counts the
+// admitted ones in ta.
+func drive(t *testing.T, ps []*process, workers int, gap time.Duration, rule *engine.Rule, ta *tally, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		for range workers {
+			wg.Go(func() {
+				items := []engine.Item{{Desc: "hot/tenant=t1", Rule: rule, Hits: 1}}
+				results := make([]engine.Result, 1)
+				tick := time.NewTicker(gap)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					now := time.Now()
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					ok, err := p.lease.Apply(ctx, items, results)
+					cancel()
+					if err != nil {
+						t.Errorf("apply: %v", err)
+						return
+					}
+					if ok {
+						ta.add(now, &results[0], 1, false)
+					}
+				}
+			})
+		}
+	}
+	return &wg
+}
+
+// checkWindows checks the windows that the run covered whole: at most the
+// limit admitted in each, and at least min of it.
+func checkWindows(t *testing.T, ta *tally, from, to time.Time, limit uint64, min float64) {
+	t.Helper()
+	whole := 0
+	for end, hits := range ta.hits {
+		e := time.UnixMicro(end)
+		if hits > limit {
+			t.Errorf("window ending %s: %d hits admitted, more than the limit %d (%d from slices, ends off by %s at most)", e.Format("15:04:05.000"), hits, limit, ta.local[end], ta.off[end])
+		}
+		if e.Add(-ta.window).Before(from) || e.After(to) {
+			continue // not whole in the run
+		}
+		whole++
+		t.Logf("window ending %s: %d of %d admitted (%.1f%%), %d from slices, ends off by %s at most", e.Format("15:04:05.000"), hits, limit, 100*float64(hits)/float64(limit), ta.local[end], ta.off[end])
+		if float64(hits) < min*float64(limit) {
+			t.Errorf("window ending %s: %d hits admitted, less than %.0f%% of the limit %d", e.Format("15:04:05.000"), hits, 100*min, limit)
+		}
+	}
+	if whole < 2 {
+		t.Errorf("only %d whole windows in the run", whole)
+	}
+}
+
+// hotRun runs two processes against opts' Redis for a few windows of a
+// leased limit, demand about five times the limit, and checks every
+// window.
+func hotRun(t *testing.T, opts redisstore.Options) {
+	const limit = 2000
+	rule := engine.MustCompile(engine.Spec{Unit: engine.Second, Multiplier: 1, Limit: limit, Lease: true})
+	ps := []*process{startProcess(t, opts, true), startProcess(t, opts, true)}
+	ta := newTally(time.Second)
+	stop := make(chan struct{})
+	from := time.Now()
+	wg := drive(t, ps, 4, 800*time.Microsecond, rule, ta, stop)
+	time.Sleep(3500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	checkWindows(t, ta, from, time.Now(), limit, 0.9)
+	for i, p := range ps {
+		ls, rs := p.lease.Stats(), p.redis.Stats()
+		t.Logf("process %d: %d slices (%d hits) taken, %d hits admitted from them, %d given back, %d lost; %d Redis scripts",
+			i, ls.SlicesTaken, ls.HitsTaken, ls.HitsLocal, ls.HitsGivenBack, ls.HitsLost, rs.Scripts)
+		if ls.HitsLocal == 0 {
+			t.Errorf("process %d admitted no hit from a slice", i)
+		}
+	}
+}
+
+// TestHotKeyTwoProcesses: two processes on one Redis, a hot leased limit
+// asked five times over: each window admits at most the limit, exactly,
+// and at least 90% of it.
+func TestHotKeyTwoProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	hotRun(t, redisstore.Options{URL: srv.URL(), Timeout: 20 * time.Millisecond})
+}
+
+// TestHotKeyTwoProcessesCluster is TestHotKeyTwoProcesses on a Redis
+// Cluster of three masters.
+func TestHotKeyTwoProcessesCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	hotRun(t, redisstore.Options{ClusterSeeds: c.Seeds(), Timeout: 20 * time.Millisecond})
+}
+
+// TestKilledProcessLosesOnlyItsSlice: of two processes on a hot leased
+// limit, one dies mid-window holding a slice (nothing given back). The
+// window it dies in still admits at most the limit; the next windows,
+// the other process alone admits at least 90% of it: what the dead one
+// held was lost until its window ended, no longer.
+func TestKilledProcessLosesOnlyItsSlice(t *testing.T) {
+	const limit = 2000
+	srv := redistest.Start(t)
+	opts := redisstore.Options{URL: srv.URL(), Timeout: 20 * time.Millisecond}
+	rule := engine.MustCompile(engine.Spec{Unit: engine.Second, Multiplier: 1, Limit: limit, Lease: true})
+	// The victim has no sweeper: it never gives back, as a killed process.
+	victim, survivor := startProcess(t, opts, false), startProcess(t, opts, true)
+	ta := newTally(time.Second)
+	stopVictim, stopSurvivor := make(chan struct{}), make(chan struct{})
+	// Start just after a window starts, kill half a window in.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+	wv := drive(t, []*process{victim}, 4, 800*time.Microsecond, rule, ta, stopVictim)
+	ws := drive(t, []*process{survivor}, 4, 800*time.Microsecond, rule, ta, stopSurvivor)
+	time.Sleep(500 * time.Millisecond)
+	victim.lease.closed.Store(true) // takes nothing more: killed
+	close(stopVictim)
+	wv.Wait()
+	held, _ := victim.lease.Held("hot/tenant=t1", rule, time.Now())
+	t.Logf("the victim dies holding %d hits", held)
+	after := time.Now()
+	time.Sleep(2600 * time.Millisecond)
+	close(stopSurvivor)
+	ws.Wait()
+	checkWindows(t, ta, after, time.Now(), limit, 0.9)
+}
