@@ -86,7 +86,7 @@ func TestParseBad(t *testing.T) {
 		{"missing_unit.yaml", "missing_unit.yaml:5:7: descriptor \"user\": unit is required (one of second|minute|hour|day|week|month|year), or unlimited: true"},
 		{"multiple_errors.yaml", "multiple_errors.yaml:4:24: descriptor \"user\": unit \"fortnight\" is not one of second|minute|hour|day|week|month|year\n" +
 			"multiple_errors.yaml:6:51: descriptor \"ip\": requests_per_unit must not be negative, got -5\n" +
-			"multiple_errors.yaml:7:5: descriptor \"ip\": unknown key \"shadow\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits)\n" +
+			"multiple_errors.yaml:7:5: descriptor \"ip\": unknown key \"shadow\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits, lease)\n" +
 			"multiple_errors.yaml:8:10: descriptor has empty key"},
 		{"negative_rpu.yaml", "negative_rpu.yaml:4:51: descriptor \"user\": requests_per_unit must not be negative, got -1"},
 		{"not_mapping.yaml", "not_mapping.yaml:1:1: a document must be a mapping with domain: and descriptors:, got a list"},
@@ -112,7 +112,7 @@ func TestParseBad(t *testing.T) {
 		{"unit_on_descriptor.yaml", "unit_on_descriptor.yaml:4:5: descriptor \"user\": key \"unit\" is not allowed in a descriptor (it belongs in a rate_limit)\n" +
 			"unit_on_descriptor.yaml:5:5: descriptor \"user\": key \"requests_per_unit\" is not allowed in a descriptor (it belongs in a rate_limit)"},
 		{"unknown_anchor.yaml", "unknown_anchor.yaml:4:17: invalid YAML: unknown anchor 'per_second' referenced"},
-		{"unknown_key.yaml", "unknown_key.yaml:4:5: descriptor \"user\": unknown key \"colour\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits)"},
+		{"unknown_key.yaml", "unknown_key.yaml:4:5: descriptor \"user\": unknown key \"colour\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits, lease)"},
 		{"unlimited_in_list.yaml", "unlimited_in_list.yaml:6:10: descriptor \"user\": an unlimited limit must be the only limit of its descriptor"},
 		{"unlimited_with_unit.yaml", "unlimited_with_unit.yaml:7:7: descriptor \"user=admin\": should not specify rate limit unit when unlimited\n" +
 			"unlimited_with_unit.yaml:9:7: descriptor \"user=admin\": should not specify algorithm when unlimited"},
@@ -604,6 +604,49 @@ descriptors:
 		{"{unit: day, requests_per_unit: 1, time_zone: UTC}", "time_zone is only for calendar: true limits"},
 	} {
 		_, err := Parse("bad.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: "+bad.yaml+"\n"))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want an error containing %q", bad.yaml, err, bad.want)
+		}
+	}
+}
+
+// lease: true leases a limit, or every limit of its descriptor; the
+// algorithms whose counters a slice cannot be taken from are refused at
+// the key that asks, naming the ones that can.
+func TestLease(t *testing.T) {
+	cfg, err := Parse("lease.yaml", []byte(`
+domain: d
+descriptors:
+  - key: tenant
+    lease: true
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: day, requests_per_unit: 1000, calendar: true}
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, algorithm: token_bucket, lease: true}
+      - {unit: minute, requests_per_unit: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key   string
+		lease []bool
+	}{{"tenant", []bool{true, true}}, {"user", []bool{true, false}}} {
+		ls := cfg.Domain("d").Match([]Entry{{Key: c.key, Value: "x"}}).Limits
+		for i, l := range ls {
+			if l.Rule.Lease != c.lease[i] {
+				t.Errorf("%s limit %d: Lease %v, want %v", c.key, i, l.Rule.Lease, c.lease[i])
+			}
+		}
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, lease: true}", "4:81: descriptor \"k\": lease: true is for algorithms fixed_window (calendar: true too) and token_bucket; not sliding_window"},
+		{"lease: true\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_log}", "not sliding_log"},
+		{"rate_limit: {unit: second, requests_per_unit: 1, lease: 3}", "lease"},
+	} {
+		_, err := Parse("bad.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    "+bad.yaml+"\n"))
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want an error containing %q", bad.yaml, err, bad.want)
 		}

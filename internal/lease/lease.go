@@ -97,9 +97,10 @@ type counter struct {
 	desc string
 	rule *engine.Rule
 
-	left  uint64    // unused hits held
-	until time.Time // the slice may be spent before this instant
-	reset time.Time // the counter's reset as the store last said it (Result.Reset)
+	left       uint64    // unused hits held
+	until      time.Time // the slice may be spent before this instant
+	sliceReset time.Time // the counter's reset as its slice's take said it: what the slice's answers report
+	reset      time.Time // the counter's reset as the store last said it (Result.Reset)
 
 	gone     bool // forgotten by the store (sweep): no longer used
 	lastHit  time.Time
@@ -262,7 +263,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 			// Answered from the slice as it is now: its window, and what it
 			// holds (never more than remains across processes).
 			held[i] = c
-			results[i] = engine.Result{Admitted: true, Remaining: c.left, Reset: max(c.reset.Sub(now), 0)}
+			results[i] = engine.Result{Admitted: true, Remaining: c.left, Reset: max(c.sliceReset.Sub(now), 0)}
 		} else {
 			rest++
 		}
@@ -586,6 +587,9 @@ func (s *Store) take(c *counter, size uint64) {
 		until = minTime(until, c.until)
 	} else if c.left > 0 {
 		s.expire(c, now)
+	}
+	if c.left == 0 {
+		c.sliceReset = c.reset // the window of this take (a merged slice keeps its own)
 	}
 	c.left += size
 	c.until, c.lastSize = until, size
