@@ -202,3 +202,50 @@ func TestKilledProcessLosesOnlyItsSlice(t *testing.T) {
 	ws.Wait()
 	checkWindows(t, ta, after, time.Now(), limit, 0.9)
 }
+
+// TestRedisSilentSpendsOnlyTheSlice: while Redis does not answer, a
+// process goes on admitting from the slice it holds, never more: exactly
+// the hits it held, then every request fails as without lease.
+func TestRedisSilentSpendsOnlyTheSlice(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartFaultProxy(t, srv.Addr())
+	p := startProcess(t, redisstore.Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: 20 * time.Millisecond}, true)
+	rule := engine.MustCompile(engine.Spec{Unit: engine.Hour, Multiplier: 1, Limit: 1_000_000, Lease: true})
+	items := []engine.Item{{Desc: "hot/tenant=t1", Rule: rule, Hits: 1}}
+	results := make([]engine.Result, 1)
+	apply := func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		return p.lease.Apply(ctx, items, results)
+	}
+	for range 300 {
+		if ok, err := apply(); !ok || err != nil {
+			t.Fatalf("before the fault: %v, %v", ok, err)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	// Wait for the take in flight, if any, then cut Redis off.
+	time.Sleep(50 * time.Millisecond)
+	proxy.SetBlackHole(true)
+	held, _ := p.lease.Held("hot/tenant=t1", rule, time.Now())
+	if held == 0 {
+		t.Fatal("no slice held when Redis went silent")
+	}
+	admitted := uint64(0)
+	for range held + 10 {
+		ok, err := apply()
+		if err != nil {
+			break
+		}
+		if !ok {
+			t.Fatalf("denied while Redis is silent, after %d admitted", admitted)
+		}
+		admitted++
+	}
+	if admitted != held {
+		t.Errorf("Redis silent: %d admitted, want exactly the %d held", admitted, held)
+	}
+	proxy.SetBlackHole(false)
+	proxy.Heal()
+	t.Logf("held %d when Redis went silent; admitted %d meanwhile", held, admitted)
+}
