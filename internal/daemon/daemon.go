@@ -18,6 +18,7 @@ import (
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 )
@@ -127,7 +128,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	}
 
 	rls := envoyrls.New(s.svc)
-	s.grpc, s.health = newGRPCServer(l, s.svc, rls, tlsSource, cfg.Plugins.GRPCTLS)
+	quota := rlqs.New(s.svc, rlqs.Options{StoreTimeout: cfg.Store.Redis.Timeout})
+	s.grpc, s.health = newGRPCServer(l, s.svc, rls, quota, tlsSource, cfg.Plugins.GRPCTLS)
 	s.http = s.newHTTPServer(rls)
 	undo = append(undo, s.stopExtras)
 	for _, x := range cfg.Plugins.Listeners {

@@ -22,6 +22,7 @@ import (
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 )
@@ -34,7 +35,7 @@ func (t TLS) tlsOn() (grpcTLS, httpTLS bool) {
 // newGRPCServer returns the gRPC server with every service registered, and
 // its health server. tlsSource is nil when l serves no TLS; tlsHook, when
 // not nil, changes the TLS config (Plugins.GRPCTLS).
-func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, tlsSource *tlsfiles.Source, tlsHook func(*tls.Config) *tls.Config) (*grpc.Server, *health.Server) {
+func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quota *rlqs.Server, tlsSource *tlsfiles.Source, tlsHook func(*tls.Config) *tls.Config) (*grpc.Server, *health.Server) {
 	// rls's codec: descriptor values need not be UTF-8 (Envoy copies header bytes)
 	gopts := append(grpcserver.Options(l.GRPC), envoyrls.ServerCodec())
 	if on, _ := l.TLS.tlsOn(); on {
@@ -47,6 +48,7 @@ func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, tlsS
 	gs := grpc.NewServer(gopts...)
 	rls.Register(gs)
 	authz.New(svc, l.TrustedProxies).Register(gs)
+	quota.Register(gs)
 	hs := health.NewServer()
 	// Not serving until followReadiness has asked the service (its first
 	// question may wait for a store that does not answer); grpc-go's

@@ -60,7 +60,7 @@ func rules() []rule {
 		config     = own("internal/config")
 		service    = own("internal/service")
 		stores     = own("internal/memstore", "internal/redisstore", "internal/lease")
-		transports = own("internal/envoyrls", "internal/authz", "internal/httpapi")
+		transports = own("internal/envoyrls", "internal/authz", "internal/httpapi", "internal/rlqs")
 		// The package of the envoyproxy/ratelimit mode (issue 22): nothing
 		// in the core may import it, from the day it exists.
 		compat = own("internal/compat/...")
