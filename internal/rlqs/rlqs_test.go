@@ -15,6 +15,8 @@ import (
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/redisstore"
+	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -29,23 +31,30 @@ descriptors:
 `
 
 // processes returns n rls "processes" (services with an RLQS server each)
-// sharing one store on clock, with a limit of limit a minute on
+// sharing one memory store on clock, with a limit of limit a minute on
 // model=gpt.
 func processes(t *testing.T, n int, limit int, clock *storetest.Clock) ([]*Server, engine.Store) {
+	t.Helper()
+	store := memstore.New(memstore.Options{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	return processesOn(t, n, limit, clock, func() engine.Store { return store }), store
+}
+
+// processesOn is processes on the stores that store returns, one per
+// process.
+func processesOn(t *testing.T, n int, limit int, clock *storetest.Clock, store func() engine.Store) []*Server {
 	t.Helper()
 	cfg, err := config.Parse("llm.yaml", []byte(fmt.Sprintf(testConfig, limit)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := memstore.New(memstore.Options{Now: clock.Now})
-	t.Cleanup(func() { store.Close() })
 	var out []*Server
 	for range n {
-		svc := service.New(service.Options{Store: store})
+		svc := service.New(service.Options{Store: store()})
 		svc.SetConfig(cfg)
 		out = append(out, New(svc, Options{Now: clock.Now}))
 	}
-	return out, store
+	return out
 }
 
 // seed returns the seed of a randomized test: RLS_SEED, or a new one.
@@ -69,16 +78,40 @@ func seed(t *testing.T) uint64 {
 // descriptor sees the RLQS use. Demand is random (seeded).
 func TestThreeEnvoysTwoProcesses(t *testing.T) {
 	for _, demand := range []float64{3, 1.2} {
-		t.Run(fmt.Sprintf("demand %.1f × the limit", demand), func(t *testing.T) { threeEnvoys(t, demand) })
+		t.Run(fmt.Sprintf("demand %.1f × the limit", demand), func(t *testing.T) {
+			clock := storetest.NewClock(storetest.T0)
+			servers, store := processes(t, 2, limit, clock)
+			threeEnvoys(t, demand, clock, servers, store)
+		})
 	}
 }
 
-func threeEnvoys(t *testing.T, demand float64) {
-	const limit = 6000 // a minute: 100 a second
+// TestThreeEnvoysTwoProcessesOnRedis is TestThreeEnvoysTwoProcesses with
+// each process on a Redis store of its own, on one Redis (at the test
+// clock: the scripts decide at its instants).
+func TestThreeEnvoysTwoProcessesOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	var first *redisstore.Store
+	servers := processesOn(t, 2, limit, clock, func() engine.Store {
+		rs, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clock.Now, Prefix: "rlqs:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		if first == nil {
+			first = rs
+		}
+		return rs
+	})
+	threeEnvoys(t, 3, clock, servers, first)
+}
+
+const limit = 6000 // a minute: 100 a second
+
+func threeEnvoys(t *testing.T, demand float64, clock *storetest.Clock, servers []*Server, store engine.Store) {
 	s := seed(t)
 	r := rand.New(rand.NewPCG(s, 7))
-	clock := storetest.NewClock(storetest.T0)
-	servers, store := processes(t, 2, limit, clock)
 	ctx := context.Background()
 	envoys := []*envoy{
 		newEnvoy(servers[0], 200*time.Millisecond, clock.Now()),
