@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -94,18 +92,6 @@ func (m *sim) runTasks(p *simProc, r *rand.Rand, n int) {
 	}
 }
 
-// seed returns the seed of a randomized test: RLS_SEED, or a new one.
-func seed(t *testing.T) uint64 {
-	if v := os.Getenv("RLS_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("RLS_SEED=%q: %v", v, err)
-		}
-		return n
-	}
-	return rand.Uint64()
-}
-
 // TestNeverOverAdmits replays random sequences of requests of random hits
 // from several processes sharing a store, with their takes and give-backs
 // run in random order and late, processes killed (their slices lost) or
@@ -115,7 +101,7 @@ func seed(t *testing.T) uint64 {
 // shares its descriptor with an unleased one, so requests on both are
 // all-or-nothing across the slice and the store; some count denied hits.
 func TestNeverOverAdmits(t *testing.T) {
-	s := seed(t)
+	s := storetest.Seed(t)
 	var all Stats
 	for run := range 100 {
 		runSeed := s + uint64(run)
@@ -151,7 +137,7 @@ func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.
 	var results [2]engine.Result
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf("seed %d (RLS_SEED=%d replays it): %s", seed, seed, fmt.Sprintf(format, args...))
+		t.Fatalf("seed %d (RLS_TEST_SEED=%d replays it): %s", seed, seed, fmt.Sprintf(format, args...))
 	}
 	for step := range steps {
 		pi := r.IntN(len(m.procs))

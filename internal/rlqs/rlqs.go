@@ -105,8 +105,9 @@ func (s *Server) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Strea
 		return status.Errorf(codes.ResourceExhausted, "rls serves %d RLQS streams at most", MaxStreams)
 	}
 	ctx := stream.Context()
+	// A stream that ends leaves its grants counted until their windows
+	// end: its client may still be spending them.
 	ss := s.NewSession()
-	defer ss.Close(context.WithoutCancel(ctx))
 	for {
 		reports, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -150,14 +151,10 @@ type bucket struct {
 	grantEnd   time.Time     // the end of the window the grant was counted in (conservative)
 }
 
-// NewSession starts a stream's state. Close ends it.
+// NewSession starts a stream's state.
 func (s *Server) NewSession() *Session {
 	return &Session{s: s, buckets: make(map[string]*bucket)}
 }
-
-// Close ends the session: the grants in force stay counted (the client
-// may still be spending them) until their windows end.
-func (ss *Session) Close(context.Context) {}
 
 // Report handles one message of the stream and returns the actions to
 // send (the domain comes in the first message and holds for the stream).
@@ -243,7 +240,7 @@ func (ss *Session) report(ctx context.Context, b *bucket, u *rlqsv3.RateLimitQuo
 	// One given less than a second before the window ends lasts a second,
 	// and spills into the next window (the README's bound).
 	ttl := max(min(nominal, wholeSeconds(reset)), time.Second)
-	if n := need(b.rate, ttl); ttl < nominal && n < granted && now.Add(2*ss.s.opts.StoreTimeout+time.Millisecond).Before(now.Add(reset)) {
+	if n := need(b.rate, ttl); ttl < nominal && n < granted && ss.landsBefore(now, now.Add(reset)) {
 		ss.request(ctx, b, granted-n, true) // what it cannot spend before it expires
 		granted = n
 	}
@@ -265,12 +262,19 @@ func (ss *Session) settle(ctx context.Context, b *bucket, allowed uint64, now ti
 	b.grant = 0
 	switch {
 	case allowed < grant:
-		if now.Add(2*ss.s.opts.StoreTimeout + time.Millisecond).Before(b.grantEnd) {
+		if ss.landsBefore(now, b.grantEnd) {
 			ss.request(ctx, b, grant-allowed, true)
 		}
 	case allowed > grant:
 		ss.request(ctx, b, allowed-grant, false)
 	}
+}
+
+// landsBefore reports whether a give-back sent at now is surely decided
+// before end, the end of the window its hits were counted in: one that
+// landed in the next window would free hits of that window.
+func (ss *Session) landsBefore(now, end time.Time) bool {
+	return now.Add(2*ss.s.opts.StoreTimeout + time.Millisecond).Before(end)
 }
 
 // take asks the store for want requests of b's limits, and for less when

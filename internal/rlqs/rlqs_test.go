@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -57,18 +55,6 @@ func processesOn(t *testing.T, n int, limit int, clock *storetest.Clock, store f
 	return out
 }
 
-// seed returns the seed of a randomized test: RLS_SEED, or a new one.
-func seed(t *testing.T) uint64 {
-	if v := os.Getenv("RLS_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("RLS_SEED=%q: %v", v, err)
-		}
-		return n
-	}
-	return rand.Uint64()
-}
-
 // TestThreeEnvoysTwoProcesses: three emulated Envoys on two rls processes
 // sharing a store (one reporting every 200 ms, two every 5 s, Envoy's
 // pace today), asking 3 × and 1.2 × the limit between them: in every
@@ -110,7 +96,7 @@ func TestThreeEnvoysTwoProcessesOnRedis(t *testing.T) {
 const limit = 6000 // a minute: 100 a second
 
 func threeEnvoys(t *testing.T, demand float64, clock *storetest.Clock, servers []*Server, store engine.Store) {
-	s := seed(t)
+	s := storetest.Seed(t)
 	r := rand.New(rand.NewPCG(s, 7))
 	ctx := context.Background()
 	envoys := []*envoy{
