@@ -87,29 +87,11 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("explain: %w (rls explain --help)", err)}
 	}
-	url := f.addr
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	url = strings.TrimSuffix(url, "/") + "/debug/explain"
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	answer, err := postAdmin(ctx, "explain", f.addr, "/debug/explain", "", body)
 	if err != nil {
-		return usageError{fmt.Errorf("explain: --addr: %w", err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return exitError{checkFailed, fmt.Errorf("explain: %w", err)}
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return exitError{checkFailed, fmt.Errorf("explain: reading the answer: %w", err)}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return exitError{checkFailed, fmt.Errorf("explain: %s: %s", resp.Status, strings.TrimSpace(string(answer)))}
+		return err
 	}
 	if f.json {
 		_, err := stdout.Write(answer)
@@ -121,6 +103,39 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	writeExplanation(stdout, &ex)
 	return nil
+}
+
+// postAdmin posts body to path on rls's HTTP address addr (host:port, or
+// a URL), with the bearer token when there is one, and returns the answer
+// of a 200; other outcomes are the command's errors (usage, or exit status
+// checkFailed).
+func postAdmin(ctx context.Context, cmd, addr, path, token string, body []byte) ([]byte, error) {
+	url := addr
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	url = strings.TrimSuffix(url, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, usageError{fmt.Errorf("%s: --addr: %w", cmd, err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, exitError{checkFailed, fmt.Errorf("%s: %w", cmd, err)}
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, exitError{checkFailed, fmt.Errorf("%s: reading the answer: %w", cmd, err)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, exitError{checkFailed, fmt.Errorf("%s: %s: %s", cmd, resp.Status, strings.TrimSpace(string(answer)))}
+	}
+	return answer, nil
 }
 
 // body builds the JSON body of the arguments DOMAIN [DESCRIPTOR...].

@@ -18,6 +18,7 @@ import (
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/tracing"
 )
 
 // usageError is a bad command line; it exits 2.
@@ -71,6 +72,7 @@ type serveFlags struct {
 	perSecondURL, perSecondCluster                                   string
 	compatMode                                                       string // --compat: "" or envoy-ratelimit
 	referenceStats                                                   bool
+	otlpInsecure                                                     bool
 }
 
 // sentinelFlags are the flags of one Redis behind Sentinel.
@@ -132,6 +134,7 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses (`mode`): off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both; /auth and ext_authz always send both")
 	fs.StringVar(&f.mem, "memory-limit", formatBytes(c.Store.Memory.MaxBytes), "bound on the memory store's counters (`size`), in bytes or with KiB, MiB, GiB (KB, MB, GB: powers of 1000); the counters closest to expiry are evicted first")
 	fs.BoolVar(&r.DenyCache, "deny-cache", r.DenyCache, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
+	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token that lets clients off loopback use /admin/reset (read again when it changes); without it only loopback clients may")
 	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
 	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
 	fs.DurationVar(&l.ShutdownTimeout, "shutdown-timeout", l.ShutdownTimeout, "how long SIGTERM waits for in-flight requests before closing the connections")
@@ -149,9 +152,12 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&l.GRPC.MaxConnectionAge, "grpc-max-connection-age", l.GRPC.MaxConnectionAge, "ask a gRPC client to reconnect (GOAWAY) once its connection is this old, so that connections spread over replicas")
 	fs.DurationVar(&l.GRPC.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", l.GRPC.MaxConnectionAgeGrace, "after --grpc-max-connection-age, how long requests in flight have before the connection is closed")
 	fs.IntVar(&c.Service.MaxValueSeries, "metrics-max-values", c.Service.MaxValueSeries, "bound on the distinct per-value `series` of one limit in rls_descriptor_decisions_total (descriptors with detailed_metric or value_to_metric); further values are counted in descriptor=\""+service.OtherSeries+"\"")
+	fs.StringVar(&c.Tracing.Endpoint, "otlp-endpoint", "", "export traces to the OTLP receiver at `host:port` (or an http:// or https:// URL), over gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says http/protobuf; empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT, else tracing off")
+	fs.BoolVar(&f.otlpInsecure, "otlp-insecure", false, "send traces to a host:port --otlp-endpoint in plain text (true) or over TLS (false); unset: plain text to a loopback address, TLS elsewhere")
 	fs.StringVar(&f.level, "log-level", "info", "least `level` logged: debug, info, warn or error")
 	fs.StringVar(&c.Logging.Format, "log-format", c.Logging.Format, "log `format`: text or json")
 	fs.StringVar(&f.compatMode, "compat", "", "`mode`: envoy-ratelimit takes every setting from envoyproxy/ratelimit's environment variables (HOST, PORT, GRPC_PORT, CONFIG_TYPE, REDIS_URL, ...) instead of rls's flags, as when rls is started as ratelimit; see docs/migrating-from-envoy-ratelimit.md")
+	fs.BoolVar(&c.Service.ShadowAll, "shadow", false, "every limit in shadow mode: counted, denials in rls_shadow_denials_total, nothing denied (rls_shadow_mode is 1)")
 	fs.BoolVar(&c.Service.CountDeniedHits, "count-denied-hits", false, "every limit's hits count even when the request is denied, as envoyproxy/ratelimit counts them (default: a denied request consumes nothing)")
 	fs.BoolVar(&f.referenceStats, "reference-stats", false, "also export envoyproxy/ratelimit's per-limit stats on /metrics, as its Prometheus mapping names them (ratelimit_service_rate_limit_*{domain,key1,key2})")
 	return fs, f
@@ -196,6 +202,11 @@ func parseServeFlags(args, env []string, stdout io.Writer) (daemon.Config, error
 		if err := check(bad); err != nil {
 			return daemon.Config{}, err
 		}
+	}
+	insecureSet := false
+	fs.Visit(func(fl *flag.Flag) { insecureSet = insecureSet || fl.Name == "otlp-insecure" })
+	if err := f.tracing(env, insecureSet, bad); err != nil {
+		return daemon.Config{}, err
 	}
 	c := &f.cfg
 	if f.referenceStats {
@@ -384,6 +395,74 @@ func (f *serveFlags) logging(bad func(string, error) error) error {
 	}
 	if c.Format != "text" && c.Format != "json" {
 		return bad("log-format", fmt.Errorf("%q is not one of text|json", c.Format))
+	}
+	return nil
+}
+
+// tracing checks the flags of tracing and reads the standard OTEL_
+// variables of env that say whether and where spans go (the SDK reads the
+// others itself, from the process's environment: see internal/tracing).
+// insecureSet says whether --otlp-insecure was given (or RLS_OTLP_INSECURE).
+func (f *serveFlags) tracing(env []string, insecureSet bool, bad func(string, error) error) error {
+	t := &f.cfg.Tracing
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	if strings.EqualFold(strings.TrimSpace(vars["OTEL_SDK_DISABLED"]), "true") {
+		*t = tracing.Config{}
+		return nil
+	}
+	// first returns the first of the variables names that is set (not
+	// empty), and its name.
+	first := func(names ...string) (string, string) {
+		for _, n := range names {
+			if v := vars[n]; v != "" {
+				return v, n
+			}
+		}
+		return "", ""
+	}
+	fromEnv := t.Endpoint == ""
+	if fromEnv {
+		t.Endpoint = vars["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+		t.BaseEndpoint = vars["OTEL_EXPORTER_OTLP_ENDPOINT"]
+	}
+	if !t.On() {
+		return nil
+	}
+	if v, name := first("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"); v != "" {
+		p, err := tracing.ParseProtocol(v)
+		if err != nil {
+			return usageError{fmt.Errorf("%s: %w", name, err)}
+		}
+		t.Protocol = p
+	}
+	switch v, name := first("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"); {
+	case insecureSet:
+		t.TLS = tracing.TLSOn
+		if f.otlpInsecure {
+			t.TLS = tracing.TLSOff
+		}
+	case v != "":
+		insecure, err := strconv.ParseBool(v)
+		if err != nil {
+			return usageError{fmt.Errorf("%s=%q: not true or false", name, v)}
+		}
+		t.TLS = tracing.TLSOn
+		if insecure {
+			t.TLS = tracing.TLSOff
+		}
+	}
+	t.ServiceName = vars["OTEL_SERVICE_NAME"]
+	if err := t.Check(); err != nil {
+		if fromEnv {
+			_, name := first("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+			return usageError{fmt.Errorf("%s: %w", name, err)}
+		}
+		return bad("otlp-endpoint", err)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ var commands = []command{
 	{"validate", "validate PATH...", "check config files or directories, change nothing; exit 1 and one path:line:col line per problem", validateDetails},
 	{"check", "check [flags] DOMAIN DESCRIPTOR...", "ask a running rls over one gRPC connection, one line per answer; exit 1 when an answer is OVER_LIMIT", checkDetails},
 	{"explain", "explain [flags] DOMAIN [DESCRIPTOR...]", "ask a running rls what each descriptor matches (or why not), its limits and their state, consuming nothing", explainDetails},
+	{"reset", "reset [flags] DOMAIN DESCRIPTOR...", "ask a running rls to clear the counters of the limits the descriptors match (POST /admin/reset)", resetDetails},
 	{"test", "test CONFIG TESTFILE...", "run the cases of TESTFILEs against CONFIG on a virtual clock; PASS or FAIL per case, exit 1 on a failure", testDetails},
 	{"healthcheck", "healthcheck [URL]", "exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200, for container health checks", nil},
 	{"version", "version", "print the version, commit and Go version (also rls --version)", nil},
@@ -102,12 +103,12 @@ var serveFlagGroups = []struct {
 	flags []string
 }{
 	{"Config", []string{"config", "watch", "config-max-file-bytes", "config-max-total-bytes"}},
-	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints"}},
+	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints", "admin-token-file"}},
 	{"Store", []string{"store", "memory-limit", "store-timeout", "on-store-error", "redis-url", "redis-cluster", "redis-sentinel", "redis-sentinel-user", "redis-sentinel-password", "redis-prefix", "redis-ca", "redis-cert", "redis-key", "redis-tls-skip-hostname", "redis-pool-size",
 		"redis-per-second-url", "redis-per-second-cluster", "redis-per-second-sentinel", "redis-per-second-sentinel-user", "redis-per-second-sentinel-password", "deny-cache"}},
-	{"Answers and metrics", []string{"response-headers", "metrics-max-values"}},
+	{"Answers and metrics", []string{"response-headers", "shadow", "metrics-max-values"}},
 	{"Bounds on what clients hold", []string{"http-max-connections", "http-read-timeout", "http-write-timeout", "http-idle-timeout", "grpc-max-streams", "grpc-max-connection-age", "grpc-max-connection-age-grace"}},
-	{"Process", []string{"shutdown-timeout", "log-level", "log-format"}},
+	{"Process", []string{"shutdown-timeout", "log-level", "log-format", "otlp-endpoint", "otlp-insecure"}},
 	{"envoyproxy/ratelimit", []string{"compat", "count-denied-hits", "reference-stats"}},
 }
 

@@ -5,6 +5,7 @@
 //	rls validate PATH...
 //	rls check [flags] DOMAIN DESCRIPTOR...
 //	rls explain [flags] DOMAIN [DESCRIPTOR...]
+//	rls reset [flags] DOMAIN DESCRIPTOR...
 //	rls test CONFIG TESTFILE...
 //	rls healthcheck [URL]
 //	rls version
@@ -69,6 +70,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return check(ctx, args, stdout)
 	case "explain":
 		return explain(ctx, args, stdout)
+	case "reset":
+		return reset(ctx, args, stdout)
 	case "test":
 		return ruleTest(args, stdout)
 	case "version":

@@ -1,6 +1,8 @@
 package compat
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,12 +14,14 @@ import (
 	"strings"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/rlsproject/rls/internal/daemon"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/tlsfiles"
+	"github.com/rlsproject/rls/internal/tracing"
 	"github.com/rlsproject/rls/internal/xdsconfig"
 )
 
@@ -58,6 +62,14 @@ type settings struct {
 	limitHeaders          bool
 	limitHeaderNames      LimitHeaderNames
 	nearLimitRatio        float64
+
+	// Tracing.
+	tracingOn    bool
+	tracing      tracing.Config // endpoint, protocol, service; TLS and sampler built by a check
+	samplingRate float64
+	// otlpInsecure is OTEL_EXPORTER_OTLP_TRACES_INSECURE, else
+	// OTEL_EXPORTER_OTLP_INSECURE; otlpInsecureName its name.
+	otlpInsecure, otlpInsecureName string
 
 	// Redis.
 	cacheKeyPrefix           string
@@ -135,6 +147,9 @@ func (s *settings) table() []row {
 	prom := func() bool { return s.usePrometheus }
 	headers := func() bool { return s.limitHeaders }
 	perSecond := func() bool { return s.redisPerSecondOn }
+	tracingOn := func() bool { return s.tracingOn }
+	tracingOff := func() bool { return !s.tracingOn }
+	const noTracing = "TRACING_ENABLED is not true: no spans are exported"
 	const noStatsd = "rls has no statsd sink"
 	rows := []row{
 		// Listeners and logging.
@@ -283,12 +298,93 @@ func (s *settings) table() []row {
 		// effect: they are not logged.
 		{name: "REDIS_PERSECOND_*", when: perSecond, ignored: "ignored as its REDIS_ twin is (store timeout, pipelining, pool)"},
 		{name: "MEMCACHE_*", ignored: "the memcache backend is not supported"},
-		{name: "TRACING_*", ignored: "rls does not export traces"},
-		{name: "OTEL_*", ignored: "rls does not export traces"},
+
+		// Tracing (src/trace/trace.go): OTLP over HTTP unless
+		// TRACING_EXPORTER_PROTOCOL says grpc, to the OTEL_EXPORTER_OTLP_
+		// endpoint or the exporter's default (localhost, TLS); the
+		// exporter reads its other OTEL_EXPORTER_OTLP_* variables itself.
+		{name: "TRACING_ENABLED", def: "false", read: flag(&s.tracingOn)},
+		{name: "TRACING_EXPORTER_PROTOCOL", def: "http", when: tracingOn, read: func(v string) (err error) {
+			if s.tracing.Protocol, err = tracing.ParseProtocol(v); err != nil {
+				return &badValue{v, "not http or grpc"}
+			}
+			return nil
+		}},
+		{name: "TRACING_SERVICE_NAME", def: "RateLimit", when: tracingOn, read: text(&s.tracing.ServiceName)},
+		{name: "TRACING_SERVICE_NAMESPACE", when: tracingOn, read: text(&s.tracing.ServiceNamespace)},
+		{name: "TRACING_SERVICE_INSTANCE_ID", when: tracingOn, read: text(&s.tracing.ServiceInstanceID)},
+		{name: "TRACING_SAMPLING_RATE", def: "1", when: tracingOn, read: number(&s.samplingRate)},
+		{name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", when: tracingOn, read: text(&s.tracing.Endpoint)},
+		{name: "OTEL_EXPORTER_OTLP_ENDPOINT", when: tracingOn, read: text(&s.tracing.BaseEndpoint)},
+		{name: "OTEL_EXPORTER_OTLP_INSECURE", when: tracingOn, read: s.readInsecure("OTEL_EXPORTER_OTLP_INSECURE")},
+		{name: "OTEL_EXPORTER_OTLP_TRACES_INSECURE", when: tracingOn, read: s.readInsecure("OTEL_EXPORTER_OTLP_TRACES_INSECURE")},
+		{when: tracingOn, check: s.tracingConfig},
+		{name: "TRACING_*", when: tracingOff, ignored: noTracing},
+		{name: "OTEL_*", when: tracingOff, ignored: noTracing},
 
 		// Read last, once everything else is known to be good.
 		{name: "MERGE_DOMAIN_CONFIG", def: "false", read: flag(&s.mergeDomainConfig)},
 	}...)
+}
+
+// tracingConfig completes the tracing settings that the rows read: the
+// exporter's default endpoint when no variable names one, TLS unless an
+// OTEL_EXPORTER_OTLP_*INSECURE variable says true (the exporter's
+// defaults), the sampler of TRACING_SAMPLING_RATE (a share of trace ids,
+// whatever the caller decided, as the reference samples), and a random
+// service.instance.id when TRACING_SERVICE_INSTANCE_ID is unset.
+func (s *settings) tracingConfig() error {
+	t := &s.tracing
+	if !t.On() {
+		t.Endpoint = "localhost:4317"
+		if t.Protocol == tracing.HTTP {
+			t.Endpoint = "localhost:4318"
+		}
+	}
+	t.TLS = tracing.TLSOn
+	if s.otlpInsecure != "" {
+		insecure, err := strconv.ParseBool(s.otlpInsecure)
+		if err != nil {
+			return &envError{s.otlpInsecureName, s.otlpInsecure, "not true or false"}
+		}
+		if insecure {
+			t.TLS = tracing.TLSOff
+		}
+	}
+	if err := t.Check(); err != nil {
+		name, v := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", t.Endpoint
+		if v == "" {
+			name, v = "OTEL_EXPORTER_OTLP_ENDPOINT", t.BaseEndpoint
+		}
+		return &envError{name, v, "not host:port or an http:// or https:// URL"}
+	}
+	t.Sampler = sdktrace.TraceIDRatioBased(s.samplingRate)
+	if t.ServiceInstanceID == "" {
+		t.ServiceInstanceID = randomUUID()
+	}
+	return nil
+}
+
+// readInsecure reads the variable name, one of OTEL_EXPORTER_OTLP_INSECURE
+// and its TRACES_ twin (read after it, so that it wins when set).
+func (s *settings) readInsecure(name string) func(string) error {
+	return func(v string) error {
+		if v != "" {
+			s.otlpInsecure, s.otlpInsecureName = v, name
+		}
+		return nil
+	}
+}
+
+// randomUUID returns a random (version 4) UUID, as the reference names an
+// instance that TRACING_SERVICE_INSTANCE_ID does not.
+func randomUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // redisRows are the rows of one Redis: the variables prefix + SOCKET_TYPE,

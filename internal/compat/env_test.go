@@ -13,6 +13,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/daemon"
 	"github.com/rlsproject/rls/internal/testpki"
+	"github.com/rlsproject/rls/internal/tracing"
 )
 
 // fromEnv reads env (NAME=value items), failing the test on an error, and
@@ -50,7 +51,7 @@ func TestCompatFromEnvMapping(t *testing.T) {
 		"CACHE_KEY_PREFIX=eg:", "LOCAL_CACHE_SIZE_IN_BYTES=1048576", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true",
 		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "SHADOW_MODE=true", "QUOTA_MODE=true",
 		"RESPONSE_DYNAMIC_METADATA=true", "LOG_LEVEL=debug", "LOG_FORMAT=json", "RUNTIME_ROOT=/srv", "RUNTIME_SUBDIRECTORY=rl",
-		"MERGE_DOMAIN_CONFIG=true", "NEAR_LIMIT_RATIO=0.5", "REDIS_POOL_SIZE=7", "EXPIRATION_JITTER_MAX_SECONDS=60", "TRACING_ENABLED=true")
+		"MERGE_DOMAIN_CONFIG=true", "NEAR_LIMIT_RATIO=0.5", "REDIS_POOL_SIZE=7", "EXPIRATION_JITTER_MAX_SECONDS=60", "TRACING_SERVICE_NAME=rl")
 	answers := s.answers()
 	for _, c := range []struct {
 		what      string
@@ -79,7 +80,8 @@ func TestCompatFromEnvMapping(t *testing.T) {
 		{"merge domains", o.Files.Limits.Parse.MergeDomains, true},
 		{"xDS", isXDS(o), false},
 		{"prometheus", listenerAddr(o, "PROMETHEUS_ADDR"), ""},
-		{"ignored", strings.Join(s.ignored, "|"), "EXPIRATION_JITTER_MAX_SECONDS: " + ignoredWhy("EXPIRATION_JITTER_MAX_SECONDS") + "|TRACING_ENABLED: rls does not export traces"},
+		{"ignored", strings.Join(s.ignored, "|"), "EXPIRATION_JITTER_MAX_SECONDS: " + ignoredWhy("EXPIRATION_JITTER_MAX_SECONDS") + "|TRACING_SERVICE_NAME: " + ignoredWhy("TRACING_*")},
+		{"tracing", o.Tracing.On(), false},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
@@ -93,6 +95,60 @@ func TestCompatFromEnvMapping(t *testing.T) {
 	s, o = fromEnv(t, "REDIS_TYPE=CLUSTER", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=a:1,b:2", "USE_PROMETHEUS=true")
 	if strings.Join(o.Store.Redis.ClusterSeeds, ",") != "a:1,b:2" || listenerAddr(o, "PROMETHEUS_ADDR") != ":9090" || s.promPath != "/metrics" {
 		t.Errorf("cluster %v, prometheus %q %q", o.Store.Redis.ClusterSeeds, listenerAddr(o, "PROMETHEUS_ADDR"), s.promPath)
+	}
+}
+
+// TRACING_ENABLED=true exports spans as the reference does: OTLP over HTTP
+// to the exporter's default endpoint with TLS, unless the variables say
+// otherwise; with it unset, the TRACING_ and OTEL_ variables are ignored.
+func TestCompatTracing(t *testing.T) {
+	_, o := fromEnv(t, "TRACING_ENABLED=true")
+	tr := o.Tracing
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"on", tr.On(), true},
+		{"endpoint", tr.Endpoint, "localhost:4318"},
+		{"protocol", tr.Protocol, tracing.HTTP},
+		{"TLS", tr.TLS, tracing.TLSOn},
+		{"service", tr.ServiceName, "RateLimit"},
+		{"instance id is a UUID", len(tr.ServiceInstanceID) == 36 && strings.Count(tr.ServiceInstanceID, "-") == 4, true},
+		{"sampler", tr.Sampler.Description(), "TraceIDRatioBased{1}"},
+	} {
+		if c.got != c.want {
+			t.Errorf("TRACING_ENABLED=true: %s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+
+	s, o := fromEnv(t, "TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=GRPC", "OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4317",
+		"TRACING_SAMPLING_RATE=0.25", "TRACING_SERVICE_NAME=rl", "TRACING_SERVICE_NAMESPACE=gw", "TRACING_SERVICE_INSTANCE_ID=rl-0",
+		"OTEL_EXPORTER_OTLP_INSECURE=true", "OTEL_EXPORTER_OTLP_HEADERS=a=b")
+	tr = o.Tracing
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"endpoint", tr.Endpoint + " " + tr.BaseEndpoint, " http://collector:4317"},
+		{"protocol", tr.Protocol, tracing.GRPC},
+		{"TLS", tr.TLS, tracing.TLSOff},
+		{"service", tr.ServiceName + " " + tr.ServiceNamespace + " " + tr.ServiceInstanceID, "rl gw rl-0"},
+		{"sampler", tr.Sampler.Description(), "TraceIDRatioBased{0.25}"},
+		// The exporter reads the other OTEL_EXPORTER_OTLP_ variables.
+		{"ignored", strings.Join(s.ignored, "|"), ""},
+	} {
+		if c.got != c.want {
+			t.Errorf("TRACING_ENABLED=true with settings: %s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+
+	s, o = fromEnv(t, "OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4317", "TRACING_SAMPLING_RATE=0.5")
+	if o.Tracing.On() {
+		t.Errorf("TRACING_ENABLED unset: tracing %+v, want off", o.Tracing)
+	}
+	want := "OTEL_EXPORTER_OTLP_ENDPOINT: " + ignoredWhy("OTEL_*") + "|TRACING_SAMPLING_RATE: " + ignoredWhy("TRACING_*")
+	if got := strings.Join(s.ignored, "|"); got != want {
+		t.Errorf("TRACING_ENABLED unset: ignored %q, want %q", got, want)
 	}
 }
 
@@ -124,6 +180,10 @@ func TestCompatRefusedVariables(t *testing.T) {
 		{"LOG_LEVEL=loud", `LOG_LEVEL="loud"`},
 		{"NEAR_LIMIT_RATIO=2", `NEAR_LIMIT_RATIO="2"`},
 		{"GRPC_SERVER_USE_TLS=true", `needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY`},
+		{"TRACING_ENABLED=true TRACING_EXPORTER_PROTOCOL=thrift", `TRACING_EXPORTER_PROTOCOL="thrift": not http or grpc`},
+		{"TRACING_ENABLED=true OTEL_EXPORTER_OTLP_ENDPOINT=collector", `OTEL_EXPORTER_OTLP_ENDPOINT="collector": not host:port or an http:// or https:// URL`},
+		{"TRACING_ENABLED=true OTEL_EXPORTER_OTLP_TRACES_INSECURE=maybe", `OTEL_EXPORTER_OTLP_TRACES_INSECURE="maybe": not true or false`},
+		{"TRACING_ENABLED=true TRACING_SAMPLING_RATE=half", `TRACING_SAMPLING_RATE="half"`},
 	} {
 		env := strings.Fields(tc.env)
 		if strings.HasPrefix(tc.env, "CONFIG_GRPC") {

@@ -84,6 +84,10 @@ func (s *settings) config() daemon.Config {
 	c.Service.QuotaAll = s.quotaMode
 	c.Service.Headers = service.HeadersOff
 
+	if s.tracingOn {
+		c.Tracing = s.tracing
+	}
+
 	c.Plugins.Start = s.start
 	c.Plugins.Listeners = append(c.Plugins.Listeners, daemon.Listener{
 		Name: "DEBUG_HOST:DEBUG_PORT", Addr: net.JoinHostPort(s.debugHost, s.debugPort), Handler: debugHandler,

@@ -21,6 +21,7 @@ import (
 	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
+	"github.com/rlsproject/rls/internal/tracing"
 )
 
 // Config is a server's whole configuration: sections that each part of the
@@ -39,6 +40,9 @@ type Config struct {
 	// line calls the config.
 	Files   Files
 	Logging Logging
+	// Tracing says whether and where spans are exported (OTLP); the zero
+	// value is tracing off.
+	Tracing tracing.Config
 	// Names name the front end's settings in New's errors.
 	Names   Names
 	Plugins Plugins
@@ -59,6 +63,9 @@ type Listeners struct {
 	TrustedProxies []netip.Prefix
 	// Debug says who may use /debug/.
 	Debug httpapi.DebugAccess
+	// AdminTokenFile, when set, is a file whose bearer token lets clients
+	// off loopback use /admin/ (--admin-token-file).
+	AdminTokenFile string
 	// HTTP bounds the HTTP listener's clients. HTTP.MaxConnections 0
 	// means half the process's open-file limit (RLIMIT_NOFILE), at least
 	// 16 and at most 10,000, leaving the rest to gRPC and Redis.
@@ -116,6 +123,8 @@ type Service struct {
 	CountDeniedHits bool
 	// QuotaAll treats every descriptor as a quota_mode one.
 	QuotaAll bool
+	// ShadowAll puts every limit in shadow mode (--shadow).
+	ShadowAll bool
 	// MaxValueSeries bounds the per-value series of one limit.
 	MaxValueSeries int
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
+	"github.com/rlsproject/rls/internal/tracing"
 )
 
 // Server is a started server: its store, its service and its listeners,
@@ -34,9 +35,11 @@ type Server struct {
 	svc        *service.Service
 	source     Source
 	closeStore func()
+	tracing    *tracing.Provider // nil: tracing off
 	grpc       *grpc.Server
 	health     *health.Server
 	http       *httpapi.Server
+	adminToken *httpapi.TokenFile // nil: admin endpoints for loopback only
 	grpcAddr   net.Addr
 	httpAddr   net.Addr
 	extras     []*extraServer
@@ -77,9 +80,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		}
 	}()
 
+	if s.tracing, err = tracing.Start(ctx, cfg.Tracing, log); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.stopTracing)
+	tracer := s.tracing.Tracer()
+
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store, closeStore, err := newStore(ctx, cfg.Store, cfg.Names.redis(), s.reg, log)
+	storeCfg := cfg.Store
+	storeCfg.Redis.Tracer = tracer
+	store, closeStore, err := newStore(ctx, storeCfg, cfg.Names.redis(), s.reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -98,11 +109,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		Headers:         cfg.Service.Headers,
 		CountDeniedHits: cfg.Service.CountDeniedHits,
 		QuotaAll:        cfg.Service.QuotaAll,
+		ShadowAll:       cfg.Service.ShadowAll,
 		MaxValueSeries:  cfg.Service.MaxValueSeries,
 		Registry:        s.reg,
 		Logger:          log,
 		Observers:       hooks.Observers,
 		AnswerRules:     hooks.AnswerRules,
+		Tracer:          tracer,
+		StoreName:       string(cfg.Store.Kind),
 	})
 	if initial != nil {
 		s.svc.Reload(func() (*config.Config, error) { return initial, nil })
@@ -126,10 +140,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 			return nil, err
 		}
 	}
+	if l.AdminTokenFile != "" {
+		if s.adminToken, err = httpapi.NewTokenFile(l.AdminTokenFile); err != nil {
+			return nil, err
+		}
+	}
 
 	rls := envoyrls.New(s.svc)
-	quota := rlqs.New(s.svc, rlqs.Options{StoreTimeout: cfg.Store.Redis.Timeout})
-	s.grpc, s.health = newGRPCServer(l, s.svc, rls, quota, tlsSource, cfg.Plugins.GRPCTLS)
+	quota := rlqs.New(s.svc, rlqs.Options{StoreTimeout: cfg.Store.Redis.Timeout, Tracer: tracer})
+	s.reg.MustRegister(quota.Collectors()...)
+	s.grpc, s.health = newGRPCServer(l, s.svc, rls, quota, tlsSource, cfg.Plugins.GRPCTLS, s.tracing)
 	s.http = s.newHTTPServer(rls)
 	undo = append(undo, s.stopExtras)
 	for _, x := range cfg.Plugins.Listeners {
@@ -149,6 +169,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	log.Info("serving", "grpc", s.grpcAddr.String(), "http", s.httpAddr.String(), "tls_grpc", grpcTLS, "tls_http", httpTLS,
 		"http_max_connections", l.HTTP.MaxConnections, "grpc_max_streams", l.GRPC.MaxStreams,
 		"store", string(cfg.Store.Kind), "config", cfg.Files.Path, "domains", len(initial.Domains()))
+	if s.tracing != nil {
+		log.Info("tracing", "endpoint", s.tracing.Endpoint(), "protocol", cfg.Tracing.Protocol.String())
+	}
 	return s, nil
 }
 
@@ -186,7 +209,21 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	s.drain()
 	s.stopExtras()
+	s.stopTracing()
 	return err
+}
+
+// stopTracing sends the spans still buffered (for 5 s at most: a receiver
+// that does not answer must not hold the shutdown) and stops the exporter.
+func (s *Server) stopTracing() {
+	if s.tracing == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tracing.Shutdown(ctx); err != nil {
+		s.log.Warn("tracing: spans not sent at shutdown", "error", err)
+	}
 }
 
 // drain stops taking new work, finishes what is in flight within the

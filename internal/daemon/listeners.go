@@ -9,9 +9,13 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -25,6 +29,7 @@ import (
 	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
+	"github.com/rlsproject/rls/internal/tracing"
 )
 
 // tlsOn reports whether the gRPC and the HTTP listener serve TLS.
@@ -34,10 +39,14 @@ func (t TLS) tlsOn() (grpcTLS, httpTLS bool) {
 
 // newGRPCServer returns the gRPC server with every service registered, and
 // its health server. tlsSource is nil when l serves no TLS; tlsHook, when
-// not nil, changes the TLS config (Plugins.GRPCTLS).
-func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quota *rlqs.Server, tlsSource *tlsfiles.Source, tlsHook func(*tls.Config) *tls.Config) (*grpc.Server, *health.Server) {
+// not nil, changes the TLS config (Plugins.GRPCTLS); tp, when not nil,
+// makes the server spans of the decisions.
+func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quota *rlqs.Server, tlsSource *tlsfiles.Source, tlsHook func(*tls.Config) *tls.Config, tp *tracing.Provider) (*grpc.Server, *health.Server) {
 	// rls's codec: descriptor values need not be UTF-8 (Envoy copies header bytes)
 	gopts := append(grpcserver.Options(l.GRPC), envoyrls.ServerCodec())
+	gopts = append(gopts, tp.ServerOptions(
+		[]string{rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, authv3.Authorization_Check_FullMethodName},
+		[]string{rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName})...)
 	if on, _ := l.TLS.tlsOn(); on {
 		cfg := tlsSource.Config()
 		if tlsHook != nil {
@@ -63,14 +72,28 @@ func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quot
 // behind /healthcheck.
 func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
 	api := httpapi.New(httpapi.Options{
-		Service:  s.svc,
-		JSON:     rls.JSON(),
-		Gatherer: s.reg,
-		Debug:    s.cfg.Listeners.Debug,
-		Auth:     httpapi.AuthOptions{TrustedProxies: s.cfg.Listeners.TrustedProxies},
-		Logger:   s.log,
+		Service:    s.svc,
+		JSON:       rls.JSON(),
+		Gatherer:   s.reg,
+		Debug:      s.cfg.Listeners.Debug,
+		Auth:       httpapi.AuthOptions{TrustedProxies: s.cfg.Listeners.TrustedProxies},
+		AdminToken: s.adminToken,
+		Logger:     s.log,
 	})
-	return httpapi.NewServer(s.withHealthcheck(api), s.cfg.Listeners.HTTP, s.log, s.reg)
+	return httpapi.NewServer(s.withHealthcheck(s.tracing.Handler(api, decisionRoute)), s.cfg.Listeners.HTTP, s.log, s.reg)
+}
+
+// decisionRoute is the route of an HTTP request that asks for a decision,
+// whose server span tracing makes: POST /json, /auth/{domain}; "" for the
+// others (health, metrics, debug).
+func decisionRoute(r *http.Request) string {
+	switch {
+	case r.URL.Path == "/json":
+		return "/json"
+	case strings.HasPrefix(r.URL.Path, "/auth/"):
+		return "/auth/{domain}"
+	}
+	return ""
 }
 
 // withHealthcheck serves GET /healthcheck in front of next: 200 "OK" while

@@ -47,6 +47,21 @@ func (r *reference) decide(ctx context.Context, f func(time.Time, []engine.Item,
 	return f(r.now(), items, states, results), nil
 }
 
+// Reset implements engine.Resetter.
+func (r *reference) Reset(_ context.Context, items []engine.Item) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for i := range items {
+		k := [2]string{items[i].Desc, items[i].Rule.ID}
+		if r.states[k] != nil {
+			n++
+		}
+		delete(r.states, k)
+	}
+	return n, nil
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
 		return &reference{now: now, states: make(map[[2]string]*engine.State)}

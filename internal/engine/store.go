@@ -100,3 +100,13 @@ type Store interface {
 	Apply(ctx context.Context, items []Item, results []Result) (admitted bool, err error)
 	Peek(ctx context.Context, items []Item, results []Result) (admitted bool, err error)
 }
+
+// Resetter is a Store whose counters can be cleared (POST /admin/reset):
+// Reset forgets the state of each item's counter (Desc, Rule.ID), whatever
+// its algorithm (a window's count, a bucket's level, a log), as if it had
+// never been used, and returns how many of them held state. Hits, Refund
+// and the other fields of the items are ignored. Errors as Apply's: on
+// error some counters may have been cleared.
+type Resetter interface {
+	Reset(ctx context.Context, items []Item) (cleared int, err error)
+}

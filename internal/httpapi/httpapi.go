@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/httpdesc"
@@ -69,12 +70,18 @@ type Options struct {
 	// Explain answers POST /debug/explain; nil means Service when it
 	// implements Explainer (else the endpoint is not mounted).
 	Explain Explainer
-	Logger  *slog.Logger
+	// Reset answers POST /admin/reset; nil means Service when it
+	// implements Resetter (else the endpoint is not mounted).
+	Reset Resetter
+	// AdminToken, when set, lets clients that are not on a loopback
+	// address use the admin endpoints with its bearer token.
+	AdminToken *TokenFile
+	Logger     *slog.Logger
 }
 
 // New returns the HTTP handler of DESIGN §3.
 func New(opts Options) http.Handler {
-	h := &handler{Options: opts}
+	h := &handler{Options: opts, refused: &rate.Sometimes{Interval: time.Second}}
 	if h.Logger == nil {
 		h.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -94,6 +101,12 @@ func New(opts Options) http.Handler {
 	}
 	if h.Explain != nil {
 		mux.Handle("POST /debug/explain", h.debug(http.HandlerFunc(h.explain)))
+	}
+	if h.Reset == nil {
+		h.Reset, _ = opts.Service.(Resetter)
+	}
+	if h.Reset != nil {
+		mux.Handle("POST /admin/reset", h.admin(h.reset))
 	}
 	RegisterPprof(mux, h.debug)
 	return mux
@@ -118,6 +131,7 @@ func RegisterPprof(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 
 type handler struct {
 	Options
+	refused *rate.Sometimes // bounds the log of refused admin requests
 }
 
 func (h *handler) ready(w http.ResponseWriter, r *http.Request) {

@@ -52,10 +52,16 @@ type rule struct {
 // fails for a package that no row names.
 func rules() []rule {
 	var (
-		yaml       = []string{"gopkg.in/yaml.v3", "go.yaml.in/...", "sigs.k8s.io/yaml/..."}
-		grpc       = []string{"google.golang.org/grpc/..."}
-		redis      = []string{"github.com/redis/..."}
-		envoy      = []string{"github.com/envoyproxy/..."}
+		yaml  = []string{"gopkg.in/yaml.v3", "go.yaml.in/...", "sigs.k8s.io/yaml/..."}
+		grpc  = []string{"google.golang.org/grpc/..."}
+		redis = []string{"github.com/redis/..."}
+		envoy = []string{"github.com/envoyproxy/..."}
+		// OpenTelemetry: its API (a trace.Tracer, spans) may be used where
+		// spans are made; its SDK and exporters only by internal/tracing,
+		// which the running server wires in.
+		otel       = []string{"go.opentelemetry.io/..."}
+		otelSDK    = []string{"go.opentelemetry.io/otel/sdk/...", "go.opentelemetry.io/otel/exporters/..."}
+		tracing    = own("internal/tracing")
 		engine     = own("internal/engine")
 		config     = own("internal/config")
 		service    = own("internal/service")
@@ -68,13 +74,13 @@ func rules() []rule {
 		// build its Config; nothing below it imports it.
 		daemon      = own("internal/daemon/...")
 		testSupport = own("internal/servetest", "internal/redistest", "internal/proctest", "internal/testpki",
-			"internal/engine/storetest", "internal/xdsconfig/xdstest", "internal/layering")
+			"internal/engine/storetest", "internal/xdsconfig/xdstest", "internal/layering", "internal/tracing/otlptest")
 	)
 	return []rule{
 		{
 			what:      "the engine (compiled rules, algorithms, the Store interface)",
 			pkgs:      own("internal/engine/..."),
-			notDepend: slices.Concat(own("..."), yaml, envoy, grpc, redis, []string{"net/http"}),
+			notDepend: slices.Concat(own("..."), yaml, envoy, grpc, redis, otel, []string{"net/http"}),
 			except:    own("internal/engine/..."), // its own sub-packages (storetest imports engine)
 		},
 		{
@@ -91,12 +97,12 @@ func rules() []rule {
 		{
 			what:      "a store",
 			pkgs:      stores,
-			notDepend: slices.Concat(transports, service, config, compat, daemon),
+			notDepend: slices.Concat(transports, service, config, compat, daemon, tracing, otelSDK),
 		},
 		{
 			what:      "the service",
 			pkgs:      service,
-			notDepend: slices.Concat(redis, grpc, stores, transports, compat, daemon),
+			notDepend: slices.Concat(redis, grpc, stores, transports, compat, daemon, tracing, otelSDK),
 			// The Prometheus client brings net/http: the rule is about the
 			// service's own code.
 			notImport: []string{"net/http"},
@@ -105,7 +111,14 @@ func rules() []rule {
 			what:      "a transport (protocol adapter)",
 			pkgs:      transports,
 			notImport: engine,
-			notDepend: slices.Concat(stores, compat, daemon),
+			notDepend: slices.Concat(stores, compat, daemon, tracing, otelSDK),
+		},
+		{
+			what: "tracing (the OpenTelemetry SDK, the OTLP exporter, the server spans of the listeners)",
+			pkgs: tracing,
+			// It knows nothing of rate limiting: the service, stores and
+			// transports make their own spans with its tracer.
+			notDepend: slices.Concat(engine, config, service, stores, transports, compat, daemon),
 		},
 		{
 			what:      "the running server (the typed Config, its store, service, listeners and config source)",

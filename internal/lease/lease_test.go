@@ -174,3 +174,28 @@ func TestSliceEndsWithItsWindow(t *testing.T) {
 		t.Errorf("the new window counts %d, want 50 admitted + %d held", got, held)
 	}
 }
+
+// A reset drops the process's slice of the counter as well as the
+// store's count: the limit starts afresh, with nothing held here.
+func TestResetDropsTheSlice(t *testing.T) {
+	p := newOneProcess(t)
+	rule := engine.MustCompile(engine.Spec{Unit: engine.Minute, Multiplier: 1, Limit: 1000, Lease: true})
+	if got := p.apply(t, rule, 500, 50*time.Microsecond); got != 500 {
+		t.Fatalf("admitted %d of 500", got)
+	}
+	if held, _ := p.s.Held("d", rule, p.clock.Now()); held == 0 {
+		t.Fatalf("no slice held after 500 requests")
+	}
+	n, err := p.s.Reset(context.Background(), []engine.Item{{Desc: "d", Rule: rule}})
+	if err != nil || n != 1 {
+		t.Fatalf("Reset = %d, %v; want 1 counter cleared", n, err)
+	}
+	if held, _ := p.s.Held("d", rule, p.clock.Now()); held != 0 || p.s.Stats().HitsHeld != 0 {
+		t.Errorf("holds %d hits (stats %+v) after the reset", held, p.s.Stats())
+	}
+	// The window admits its whole limit again, and no more: the old
+	// slice's hits are not spent on top.
+	if got := p.apply(t, rule, 1100, 50*time.Microsecond); got != 1000 {
+		t.Errorf("after the reset the window admitted %d of 1100 requests, want its limit 1000", got)
+	}
+}

@@ -3,7 +3,6 @@ package lease_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,17 +35,7 @@ descriptors:
     lease: true
     rate_limit: {unit: second, requests_per_unit: %d}
 `, limit)
-	bin := proctest.RLSBinary(t)
-	var procs []*proctest.Served
-	for i := range 2 {
-		p, err := proctest.Serve(proctest.Options{Name: fmt.Sprintf("rls-%d", i), Log: filepath.Join(t.TempDir(), "rls.log")}, bin, cfg,
-			"--store", "redis", "--redis-url", srv.URL(), "--log-level", "warn", "--watch=false")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Stop() })
-		procs = append(procs, p)
-	}
+	procs := proctest.ServeN(t, 2, cfg, "--store", "redis", "--redis-url", srv.URL(), "--log-level", "warn", "--watch=false")
 	var mu sync.Mutex
 	perSecond := map[int64]int{}
 	send := func(p *proctest.Served, stop <-chan struct{}, wg *sync.WaitGroup) {

@@ -482,3 +482,36 @@ func (s *Store) Stats() (counters int, bytes int64) {
 
 // Ping reports the store as ready; memory is always there.
 func (s *Store) Ping(context.Context) error { return nil }
+
+var _ engine.Resetter = (*Store)(nil)
+
+// Reset implements engine.Resetter: each item's counter expires now.
+func (s *Store) Reset(ctx context.Context, items []engine.Item) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	c := applyCall{items: items, hashes: make([]uint64, len(items))}
+	c.order = c.hash(s.seed, nil)
+	t := s.now().UnixMicro()
+	for _, i := range c.order {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range c.order {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	cleared := 0
+	for i := range items {
+		ent := c.shard(s, i).find(c.hashes[i], items[i].Desc)
+		if ent == nil {
+			continue
+		}
+		if j := counterIndex(ent, items[i].Rule.ID); j >= 0 && ent.counters[j].expires > t {
+			ent.counters[j].st, ent.counters[j].expires = engine.State{}, 0
+			ent.resize = true
+			cleared++
+		}
+	}
+	return cleared, nil
+}

@@ -393,3 +393,22 @@ func prune(dir, keep string) {
 		os.Remove(b.path + ".lock")
 	}
 }
+
+// ServeN runs n rls processes (Serve, the RLSBinary) with the config yaml
+// and args for a test, named rls-0, rls-1… with their logs in the test's
+// temporary directory; it fails the test when one does not start, and the
+// test's end stops them.
+func ServeN(tb testing.TB, n int, yaml string, args ...string) []*Served {
+	tb.Helper()
+	bin := RLSBinary(tb)
+	procs := make([]*Served, 0, n)
+	for i := range n {
+		p, err := Serve(Options{Name: fmt.Sprintf("rls-%d", i), Log: filepath.Join(tb.TempDir(), "rls.log")}, bin, yaml, args...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { p.Stop() })
+		procs = append(procs, p)
+	}
+	return procs
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // batcher sends the decisions of concurrent requests together: each of its
@@ -101,7 +102,8 @@ const (
 
 type call struct {
 	ctx   context.Context
-	node  string // the node's address, for its clock and links ("" on a single node)
+	span  trace.Span // the caller's trip, nil when untraced
+	node  string     // the node's address, for its clock and links ("" on a single node)
 	keys  []string
 	req   *request
 	done  chan struct{} // closed when answered
@@ -154,14 +156,15 @@ var errClosed = errors.New("redis store closed")
 var errNoReply = errors.New("redis: no reply within the store timeout")
 
 // do decides one request on node (keys: a key of it, for routing) and
-// returns the script's reply to it.
-func (b *batcher) do(ctx context.Context, node string, keys []string, req *request) (reply, error) {
+// returns the script's reply to it; span, when not nil, is told when the
+// request is sent.
+func (b *batcher) do(ctx context.Context, node string, keys []string, req *request, span trace.Span) (reply, error) {
 	select {
 	case <-b.stop: // a closed store: a free queue slot must not win the select below
 		return reply{}, errClosed
 	default:
 	}
-	c := &call{ctx: ctx, node: node, keys: keys, req: req, done: make(chan struct{})}
+	c := &call{ctx: ctx, span: span, node: node, keys: keys, req: req, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -264,6 +267,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	}
 	sent := time.Now()
 	b.setDeadlines(calls, sent)
+	markSent(calls, sent)
 	// The callers stop waiting at their deadline plus grace. The timer gets
 	// its own copy of the calls: Stop does not wait for a timer that has
 	// fired, and the worker clears and refills its batch once send returns.
@@ -329,6 +333,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 				sc := &scripts[i]
 				if sc.calls = unanswered(sc.calls); len(sc.calls) > 0 {
 					b.setDeadlines(sc.calls, sent)
+					markSent(sc.calls, sent)
 					sc.args = scriptArgs(sc.calls)
 					resend = append(resend, i)
 				}

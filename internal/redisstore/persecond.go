@@ -36,7 +36,7 @@ func newPerSecond(opts Options) (*Store, error) {
 	ps.Prefix, ps.Timeout, ps.Now = opts.Prefix, opts.Timeout, opts.Now
 	ps.DenyCache, ps.DenyCacheSize = opts.DenyCache, opts.DenyCacheSize
 	ps.MaxBatch, ps.PerScript, ps.Workers, ps.minPipelineBound = opts.MaxBatch, opts.PerScript, opts.Workers, opts.minPipelineBound
-	ps.Logger = opts.Logger.With("redis", "per-second")
+	ps.Logger, ps.Tracer = opts.Logger.With("redis", "per-second"), opts.Tracer
 	s, err := New(ps)
 	if err != nil {
 		return nil, fmt.Errorf("per-second Redis: %w", err)
@@ -100,6 +100,7 @@ func (s *Store) applySplit(ctx context.Context, items []engine.Item, results []e
 			}
 		}
 		s.cacheHits.Add(1)
+		s.cacheHit(ctx)
 		return false, nil
 	}
 	if _, ok := ctx.Deadline(); !ok {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/rlsproject/rls/internal/engine"
@@ -87,6 +88,9 @@ type Options struct {
 	// Workers is the number of pipelines in flight at once (default 4).
 	// Fewer workers put more decisions in each round trip.
 	Workers int
+	// Tracer, when not nil, makes a span of each trip to Redis that a
+	// recorded span led to (tracing.go); nil makes none, at no cost.
+	Tracer trace.Tracer
 
 	// minPipelineBound, for tests on a starved machine: the least time a
 	// pipeline's replies are waited for (default 100 ms; see pipelineBound).
@@ -459,6 +463,7 @@ func (s *Store) apply(ctx context.Context, items []engine.Item, results []engine
 		var denied bool
 		if denied, epoch = s.cache.deny(items, bases, results, sent); denied {
 			s.cacheHits.Add(1)
+			s.cacheHit(ctx)
 			return false, nil
 		}
 	}
@@ -549,10 +554,18 @@ func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine
 // send runs the decide function on req (all on node) and writes its
 // results; out, when not nil, gets the whole reply.
 func (s *Store) send(ctx context.Context, node string, req *request, results []engine.Result, out *reply) (bool, error) {
+	if s.traced(ctx) {
+		return s.sendTraced(ctx, node, req, results, out)
+	}
+	return s.sendSpan(ctx, node, req, results, out, nil)
+}
+
+// sendSpan is send, its trip recorded in span (nil: none).
+func (s *Store) sendSpan(ctx context.Context, node string, req *request, results []engine.Result, out *reply, span trace.Span) (bool, error) {
 	if err := s.links.up(ctx, node); err != nil {
 		return false, err // nothing sent
 	}
-	rep, err := s.b.do(ctx, node, []string{req.items[0].base}, req)
+	rep, err := s.b.do(ctx, node, []string{req.items[0].base}, req, span)
 	if err != nil {
 		return false, err
 	}

@@ -33,6 +33,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -74,6 +75,9 @@ type Options struct {
 	// unused requests are given back only while that surely lands in the
 	// window they were counted in.
 	StoreTimeout time.Duration
+	// Tracer, when not nil, makes a span of each report (tracing.go); nil
+	// makes none.
+	Tracer trace.Tracer
 }
 
 // Server is the RLQS service. Safe for concurrent use.
@@ -82,6 +86,7 @@ type Server struct {
 	svc     *service.Service
 	opts    Options
 	streams chan struct{} // a token per stream served
+	metrics *metrics
 }
 
 // New returns the service answering from svc's config and store.
@@ -89,7 +94,9 @@ func New(svc *service.Service, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Server{svc: svc, opts: opts, streams: make(chan struct{}, MaxStreams)}
+	s := &Server{svc: svc, opts: opts, streams: make(chan struct{}, MaxStreams)}
+	s.metrics = newMetrics(func() float64 { return float64(len(s.streams)) })
+	return s
 }
 
 // Register registers the service on gs.
@@ -108,6 +115,7 @@ func (s *Server) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Strea
 	// A stream that ends leaves its grants counted until their windows
 	// end: its client may still be spending them.
 	ss := s.NewSession()
+	defer ss.end()
 	for {
 		reports, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -116,7 +124,12 @@ func (s *Server) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Strea
 		if err != nil {
 			return err
 		}
-		resp, err := ss.Report(ctx, reports)
+		var resp *rlqsv3.RateLimitQuotaResponse
+		if s.opts.Tracer != nil {
+			resp, err = s.reportTraced(ctx, ss, reports)
+		} else {
+			resp, err = ss.Report(ctx, reports)
+		}
 		if err != nil {
 			return err
 		}
@@ -149,11 +162,21 @@ type bucket struct {
 	rate       float64       // requests per second the client sees (allowed + denied)
 	grant      uint64        // requests of the assignment in force, counted in the store
 	grantEnd   time.Time     // the end of the window the grant was counted in (conservative)
+	// tokenBucketSent: the last action sent was a token bucket.
+	tokenBucketSent bool
 }
 
 // NewSession starts a stream's state.
 func (s *Server) NewSession() *Session {
 	return &Session{s: s, buckets: make(map[string]*bucket)}
+}
+
+// end forgets the session's buckets (their grants stay counted).
+func (ss *Session) end() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.s.metrics.buckets.Sub(float64(len(ss.buckets)))
+	clear(ss.buckets)
 }
 
 // Report handles one message of the stream and returns the actions to
@@ -185,16 +208,37 @@ func (ss *Session) Report(ctx context.Context, r *rlqsv3.RateLimitQuotaUsageRepo
 			}
 			b = &bucket{id: id, interval: DefaultInterval}
 			ss.buckets[key] = b
+			ss.s.metrics.buckets.Inc()
 		}
-		if action := ss.report(ctx, b, u, now); action != nil {
-			resp.BucketAction = append(resp.BucketAction, action)
-		}
+		ss.s.metrics.allowed.Add(float64(u.GetNumRequestsAllowed()))
+		ss.s.metrics.denied.Add(float64(u.GetNumRequestsDenied()))
+		resp.BucketAction = append(resp.BucketAction, ss.report(ctx, b, u, now)...)
 	}
 	return resp, nil
 }
 
-// report reconciles a bucket's usage and returns its next action.
-func (ss *Session) report(ctx context.Context, b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+// report reconciles a bucket's usage and returns its next actions.
+func (ss *Session) report(ctx context.Context, b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
+	next := ss.nextAction(ctx, b, u, now)
+	tokenBucket := next.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil
+	replacing := tokenBucket && b.tokenBucketSent
+	b.tokenBucketSent = tokenBucket
+	if replacing {
+		// Envoy does not start a token bucket that replaces another one
+		// full: it keeps the one in force when the two are equal, and some
+		// versions start the new one with the old one's ratio of tokens
+		// left (an emptied bucket's successor starts empty). A blanket rule
+		// first, in the same response, drops the old bucket: Envoy applies
+		// a response's actions in order and publishes them together, so
+		// no request sees it, and the grant starts full.
+		return []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+			assignment(b.id, time.Second, blanket(typev3.RateLimitStrategy_DENY_ALL)), next}
+	}
+	return []*rlqsv3.RateLimitQuotaResponse_BucketAction{next}
+}
+
+// nextAction reconciles a bucket's usage and returns its next action.
+func (ss *Session) nextAction(ctx context.Context, b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	cfg := ss.s.svc.Config()
 	wasLimited := b.limited
 	if cfg != b.cfg {
@@ -221,9 +265,11 @@ func (ss *Session) report(ctx context.Context, b *bucket, u *rlqsv3.RateLimitQuo
 	if !b.limited {
 		if wasLimited {
 			ss.settle(ctx, b, u.GetNumRequestsAllowed(), now)
+			ss.s.metrics.sent[actionAbandon].Inc()
 			return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
 				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
 		}
+		ss.s.metrics.sent[actionAllowAll].Inc()
 		return assignment(b.id, unlimitedTTL, blanket(typev3.RateLimitStrategy_ALLOW_ALL))
 	}
 	ss.settle(ctx, b, u.GetNumRequestsAllowed(), now)
@@ -234,6 +280,7 @@ func (ss *Session) report(ctx context.Context, b *bucket, u *rlqsv3.RateLimitQuo
 	nominal := max(wholeSeconds(b.interval+b.interval/2), time.Second)
 	granted, reset := ss.take(ctx, b, need(b.rate, nominal))
 	if granted == 0 {
+		ss.s.metrics.sent[actionDenyAll].Inc()
 		return assignment(b.id, max(wholeSecondsUp(reset), time.Second), blanket(typev3.RateLimitStrategy_DENY_ALL))
 	}
 	// A grant is spent within its window: its assignment ends by then.
@@ -245,6 +292,8 @@ func (ss *Session) report(ctx context.Context, b *bucket, u *rlqsv3.RateLimitQuo
 		granted = n
 	}
 	b.grant, b.grantEnd = granted, now.Add(reset)
+	ss.s.metrics.sent[actionTokenBucket].Inc()
+	ss.s.metrics.granted.Add(float64(granted))
 	return assignment(b.id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 		MaxTokens:     uint32(min(granted, math.MaxUint32)),
 		TokensPerFill: wrapperspb.UInt32(1),
@@ -263,10 +312,16 @@ func (ss *Session) settle(ctx context.Context, b *bucket, allowed uint64, now ti
 	switch {
 	case allowed < grant:
 		if ss.landsBefore(now, b.grantEnd) {
-			ss.request(ctx, b, grant-allowed, true)
+			if _, err := ss.request(ctx, b, grant-allowed, true); err == nil {
+				ss.s.metrics.givenBack.Add(float64(grant - allowed))
+			}
 		}
 	case allowed > grant:
-		ss.request(ctx, b, allowed-grant, false)
+		over := allowed - grant
+		ss.s.metrics.overuse.Add(float64(over))
+		if resp, err := ss.request(ctx, b, over, false); err != nil || resp.Code != service.OK {
+			ss.s.metrics.overuseNot.Add(float64(over))
+		}
 	}
 }
 

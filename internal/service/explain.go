@@ -256,7 +256,7 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 	sc := new(scratch)
 	replaced, _ := sc.resolve(dom, req)
 	resp := newResponse(len(req.Descriptors))
-	sc.buildItems(req, resp, replaced, s.countDenied, s.quotaAll)
+	sc.buildItems(req, resp, replaced, s.all)
 	results := make([]engine.Result, len(sc.items))
 	if len(sc.items) > 0 {
 		admitted, err := s.store.Peek(ctx, sc.items, results)
@@ -298,7 +298,7 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 			case unlimitedUse:
 				le.Applies = "unlimited"
 			case enforcedUse:
-				if l.Shadow {
+				if s.all.shadowed(l) {
 					le.Applies = "shadow"
 				}
 				// buildItems made the items of the enforced limits in
@@ -315,7 +315,7 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 				if results != nil {
 					r := &results[k]
 					le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset.String(), Admits: r.Admitted, Never: r.Never}
-					if !r.Admitted && !l.Shadow {
+					if !r.Admitted && !s.all.shadowed(l) {
 						de.Code = OverLimit.String()
 					}
 				}

@@ -20,6 +20,8 @@ import (
 type metrics struct {
 	decisions      *prometheus.CounterVec // domain, limit, result
 	shadowDenials  *prometheus.CounterVec // domain, limit
+	resets         prometheus.Counter     // Reset calls that cleared
+	resetCounters  prometheus.Counter     // counters they cleared
 	valueDecisions *prometheus.CounterVec // domain, limit, descriptor, result
 	requests       *prometheus.CounterVec // code
 	storeLatency   *prometheus.HistogramVec
@@ -53,7 +55,14 @@ const OtherSeries = series.Other
 
 // newMetrics returns the service's metrics, registered in reg when it is
 // not nil; maxValues (more than 0) bounds each limit's per-value series.
-func newMetrics(reg prometheus.Registerer, maxValues int) *metrics {
+func newMetrics(reg prometheus.Registerer, maxValues int, shadowAll bool) *metrics {
+	shadowMode := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rls_shadow_mode",
+		Help: "1 when --shadow puts every limit in shadow mode (nothing is denied), else 0.",
+	})
+	if shadowAll {
+		shadowMode.Set(1)
+	}
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rls_decisions_total",
@@ -63,6 +72,14 @@ func newMetrics(reg prometheus.Registerer, maxValues int) *metrics {
 			Name: "rls_shadow_denials_total",
 			Help: "Hits that a shadow-mode limit would have denied.",
 		}, []string{"domain", "limit"}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rls_resets_total",
+			Help: "Resets of counters (POST /admin/reset, rls reset) that reached the store.",
+		}),
+		resetCounters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rls_reset_counters_total",
+			Help: "Counters that resets cleared (those that held state).",
+		}),
 		valueDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rls_descriptor_decisions_total",
 			Help: "Verdicts on limits whose descriptor asks for per-value series (detailed_metric: the request's values at every level; value_to_metric: at that level), by domain, limit, descriptor (the path with those values) and result; beyond --metrics-max-values values per limit, in descriptor=\"" + OtherSeries + "\".",
@@ -102,7 +119,7 @@ func newMetrics(reg prometheus.Registerer, maxValues int) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.shadowDenials, m.valueDecisions, m.requests, m.storeLatency, m.storeErrors,
+		reg.MustRegister(shadowMode, m.resets, m.resetCounters, m.decisions, m.shadowDenials, m.valueDecisions, m.requests, m.storeLatency, m.storeErrors,
 			m.reloadOK, m.reloadTime, m.reloads, m.domains, m.limits)
 	}
 	m.storeOK = m.storeLatency.WithLabelValues("ok")

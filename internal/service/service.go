@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/rlsproject/rls/internal/config"
@@ -92,11 +93,22 @@ type Options struct {
 	// QuotaAll treats every descriptor as a quota_mode one: a request is
 	// denied only when all its descriptors are over.
 	QuotaAll bool
+	// ShadowAll puts every limit in shadow mode (--shadow): counted, and
+	// its denials in rls_shadow_denials_total, never denying. Answers keep
+	// the limits' headers (as envoyproxy/ratelimit's SHADOW_MODE does).
+	ShadowAll bool
 	// Observers are told of every config and decision (hooks.go).
 	Observers []Observer
 	// AnswerRules are the last steps on every decided answer, in order
 	// (hooks.go).
 	AnswerRules []AnswerRule
+
+	// Tracer, when not nil, makes the spans of each decision (tracing.go):
+	// children of the span that ctx carries, the store's spans theirs. nil
+	// makes none, at no cost.
+	Tracer trace.Tracer
+	// StoreName names the store in the spans (rls.store): memory or redis.
+	StoreName string
 }
 
 // Service answers rate-limit requests against the current config and a
@@ -104,7 +116,7 @@ type Options struct {
 type Service struct {
 	store        engine.Store
 	storeDoesIO  bool
-	countDenied  bool
+	all          allLimits
 	onStoreError StoreErrorPolicy
 	headers      HeaderMode
 	now          func() time.Time
@@ -115,9 +127,10 @@ type Service struct {
 	dm           *domainMetrics
 	current      atomic.Pointer[loaded]
 	scratch      sync.Pool // *scratch
-	quotaAll     bool
 	observers    []Observer
 	rules        []AnswerRule
+	tracer       trace.Tracer // nil: no spans
+	storeName    string
 }
 
 // loaded is a config with what the service derives from it once.
@@ -139,14 +152,14 @@ func New(opts Options) *Service {
 	s := &Service{
 		store:        opts.Store,
 		storeDoesIO:  opts.StoreDoesIO,
-		countDenied:  opts.CountDeniedHits,
+		all:          allLimits{countDenied: opts.CountDeniedHits, quota: opts.QuotaAll, shadow: opts.ShadowAll},
 		onStoreError: opts.OnStoreError,
 		headers:      opts.Headers,
 		now:          opts.Now,
 		log:          opts.Logger,
 		errLog:       rate.Sometimes{Interval: 10 * time.Second},
 		neverLog:     rate.Sometimes{Interval: 10 * time.Second},
-		m:            newMetrics(opts.Registry, maxValues),
+		m:            newMetrics(opts.Registry, maxValues, opts.ShadowAll),
 		dm:           newDomainMetrics(opts.Registry),
 	}
 	if s.log == nil {
@@ -155,7 +168,8 @@ func New(opts Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.quotaAll, s.observers, s.rules = opts.QuotaAll, opts.Observers, opts.AnswerRules
+	s.observers, s.rules = opts.Observers, opts.AnswerRules
+	s.tracer, s.storeName = opts.Tracer, opts.StoreName
 	s.scratch.New = func() any { return new(scratch) }
 	return s
 }
@@ -253,10 +267,19 @@ func (s *Service) check(ctx context.Context, req *Request, headers HeaderMode) (
 	return s.decide(ctx, req, headers)
 }
 
-// decide answers a valid request, in phases: resolve each descriptor's
-// limits, build the store's items, apply them in one store call, and turn
-// the results into statuses and headers.
+// decide answers a valid request, in a span when the service traces.
 func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) (*Response, error) {
+	if s.tracer != nil {
+		return s.decideTraced(ctx, req, headers)
+	}
+	return s.decideIn(ctx, req, headers, false)
+}
+
+// decideIn answers a valid request, in phases: resolve each descriptor's
+// limits, build the store's items, apply them in one store call, and turn
+// the results into statuses and headers. traced makes spans of the
+// matching and the store call.
+func (s *Service) decideIn(ctx context.Context, req *Request, headers HeaderMode, traced bool) (*Response, error) {
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
 
@@ -277,11 +300,17 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		return resp, nil
 	}
 
-	replaced, unmatched := sc.resolve(dom, req)
+	var replaced map[string]bool
+	var unmatched int
+	if traced {
+		replaced, unmatched = s.matchTraced(ctx, sc, dom, req)
+	} else {
+		replaced, unmatched = sc.resolve(dom, req)
+	}
 	if unmatched > 0 {
 		cur.domains[dom.Name].countUnmatched(unmatched)
 	}
-	sc.buildItems(req, resp, replaced, s.countDenied, s.quotaAll)
+	sc.buildItems(req, resp, replaced, s.all)
 	items := sc.items
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
@@ -293,7 +322,13 @@ func (s *Service) decide(ctx context.Context, req *Request, headers HeaderMode) 
 		sc.results = make([]engine.Result, len(items))
 	}
 	results := sc.results[:len(items)]
-	admitted, err := s.apply(ctx, items, results)
+	var admitted bool
+	var err error
+	if traced {
+		admitted, err = s.applyTraced(ctx, items, results)
+	} else {
+		admitted, err = s.apply(ctx, items, results)
+	}
 	if err != nil {
 		return s.storeFailed(req, resp, sc, headers, err)
 	}
@@ -357,9 +392,8 @@ func (sc *scratch) resolve(dom *config.Domain, req *Request) (replaced map[strin
 // buildItems turns the resolved limits of req into sc.items, one per limit
 // that counts (not replaced, not unlimited), with sc.owner[i] the index of
 // item i's descriptor, and gives unlimited descriptors their status.
-// countDenied makes every item count its hits when denied; with allQuota
-// every descriptor is a quota_mode one.
-func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool, countDenied, allQuota bool) {
+// all says what the server's switches make of every limit.
+func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool, all allLimits) {
 	items := sc.items[:0]
 	owner := sc.owner[:0]
 	limits := sc.limits[:0]
@@ -388,15 +422,15 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				sc.spans = append(sc.spans, [2]int{start, len(sc.key)})
 			}
 			var group int32
-			if allQuota || (node != nil && node.QuotaMode) {
+			if all.quota || (node != nil && node.QuotaMode) {
 				group = int32(i + 1)
 			}
 			items = append(items, engine.Item{
 				Rule:        l.Rule,
 				Hits:        req.hits(d),
 				Refund:      d.Refund,
-				Shadow:      l.Shadow,
-				CountDenied: (countDenied || l.CountDeniedHits) && !d.Refund,
+				Shadow:      all.shadowed(l),
+				CountDenied: (all.countDenied || l.CountDeniedHits) && !d.Refund,
 				Group:       group,
 			})
 			owner = append(owner, i)
@@ -454,6 +488,8 @@ func useOf(l *config.Limit, replaced map[string]bool) limitUse {
 	return enforcedUse
 }
 
+// apply asks the store to judge items into results, timed and bounded
+// when the store does I/O.
 func (s *Service) apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
 	if !s.storeDoesIO {
 		return s.store.Apply(ctx, items, results)
@@ -522,6 +558,15 @@ func (s *Service) storeFailed(req *Request, resp *Response, sc *scratch, headers
 func (p StoreErrorPolicy) String() string {
 	return [...]string{"error", "allow", "deny"}[p]
 }
+
+// allLimits is what the server's switches make of every limit: count
+// denied hits (--count-denied-hits), quota mode (QUOTA_MODE), shadow mode
+// (--shadow).
+type allLimits struct{ countDenied, quota, shadow bool }
+
+// shadowed reports whether l is judged in shadow mode: its own
+// shadow_mode, or --shadow.
+func (a allLimits) shadowed(l *config.Limit) bool { return l.Shadow || a.shadow }
 
 // fillStatuses turns the store's results for sc.items into one status per
 // descriptor and counts the verdicts.

@@ -500,30 +500,7 @@ func TestCheckHTTP(t *testing.T) {
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {
-	cfg, err := config.Parse("test.yaml", []byte(`
-domain: api
-descriptors:
-  - key: remote_address
-    rate_limits:
-      - {unit: second, requests_per_unit: 1000000000}
-      - {unit: minute, requests_per_unit: 1000000000}
-      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{})
-	defer ms.Close()
-	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry()})
-	svc.SetConfig(cfg)
-	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1")}}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDecisions(b, Options{})
 }
 
 func TestAnswerMargin(t *testing.T) {
@@ -536,6 +513,40 @@ func TestAnswerMargin(t *testing.T) {
 	} {
 		if got := answerMargin(tc.left); got != tc.want {
 			t.Errorf("answerMargin(%s) = %s, want %s", tc.left, got, tc.want)
+		}
+	}
+}
+
+// --shadow (ShadowAll): every limit judged and counted, nothing denied;
+// what would have been denied is counted in rls_shadow_denials_total, and
+// rls_shadow_mode reads 1.
+func TestShadowAll(t *testing.T) {
+	f := newFixture(t, Options{ShadowAll: true})
+	ip := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1")}}
+	for i := range 5 {
+		resp := f.check(t, ip)
+		if resp.Code != OK {
+			t.Fatalf("request %d under --shadow: %v, want OK", i, resp.Code)
+		}
+	}
+	// 3 a second: the 4th and 5th would have been denied.
+	if got := testutil.ToFloat64(f.svc.m.shadowDenials.WithLabelValues("api", "remote_address/1s")); got != 2 {
+		t.Errorf("rls_shadow_denials_total{limit=remote_address/1s} = %v, want 2", got)
+	}
+	ex, err := f.svc.Explain(context.Background(), ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ex.Descriptors[0].Limits[0].Applies; got != "shadow" {
+		t.Errorf("explain under --shadow: applies %q, want shadow", got)
+	}
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "rls_shadow_mode" && mf.GetMetric()[0].GetGauge().GetValue() != 1 {
+			t.Errorf("rls_shadow_mode = %v, want 1", mf.GetMetric()[0].GetGauge().GetValue())
 		}
 	}
 }

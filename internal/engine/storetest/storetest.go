@@ -131,6 +131,64 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("ExpiredStateForgotten", func(t *testing.T) { testExpired(t, newStore) })
 	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, newStore) })
 	t.Run("ConcurrentExactlyTheLimit", func(t *testing.T) { testConcurrent(t, newStore) })
+	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
+}
+
+// testReset: Reset clears every counter of the items, whatever the
+// algorithm, and says how many held state; other counters keep theirs.
+// Every store of rls implements engine.Resetter.
+func testReset(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	r, ok := s.(engine.Resetter)
+	if !ok {
+		t.Fatalf("%T does not implement engine.Resetter", s)
+	}
+	rules := []*engine.Rule{
+		Rule(engine.FixedWindow, 2, time.Minute, 0),
+		Rule(engine.SlidingWindow, 3, time.Hour, 0),
+		Rule(engine.SlidingLog, 4, time.Minute, 0),
+		Rule(engine.TokenBucket, 2, time.Minute, 2),
+		Rule(engine.FixedWindow, 5, time.Second, 0), // a per-second Redis's
+		CalendarRule(engine.Day, 6, time.UTC),
+	}
+	reset, kept := uniqueDesc(t, "ip=1"), uniqueDesc(t, "ip=2")
+	items := func(desc string) []engine.Item {
+		var out []engine.Item
+		for _, l := range rules {
+			out = append(out, engine.Item{Desc: desc, Rule: l, Hits: 1})
+		}
+		return out
+	}
+	for _, desc := range []string{reset, kept} {
+		for _, it := range items(desc) {
+			for range it.Rule.Limit {
+				if ok, _ := apply(t, s, []engine.Item{it}); !ok {
+					t.Fatalf("%s: setup hit denied", it.Rule.ID)
+				}
+			}
+		}
+	}
+	n, err := r.Reset(context.Background(), items(reset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(rules) {
+		t.Errorf("Reset of %d used counters cleared %d", len(rules), n)
+	}
+	for _, it := range items(reset) {
+		if ok, res := apply(t, s, []engine.Item{it}); !ok || res[0].Remaining != uint64(it.Rule.Limit)-1 {
+			t.Errorf("%s after Reset: admitted %v remaining %d, want true remaining %d", it.Rule.ID, ok, res[0].Remaining, it.Rule.Limit-1)
+		}
+	}
+	for _, it := range items(kept) {
+		if ok, _ := apply(t, s, []engine.Item{it}); ok {
+			t.Errorf("%s of another descriptor admitted after a Reset: its counter was cleared too", it.Rule.ID)
+		}
+	}
+	if n, err := r.Reset(context.Background(), items(uniqueDesc(t, "ip=3"))); err != nil || n != 0 {
+		t.Errorf("Reset of counters never used: %d, %v; want 0, nil", n, err)
+	}
 }
 
 // step is one single-item request of a timeline.
