@@ -17,6 +17,10 @@ type State struct {
 	Prev  uint64     // hits in the window before Start (sliding window)
 	TAT   int64      // theoretical arrival time (token bucket)
 	Log   []LogEntry // the logged hits, oldest first (sliding log)
+	// A limit with a penalty (penalty.go): the blocks earned since the
+	// ladder last started over, and the end of the last one.
+	Strikes      uint32
+	BlockedUntil int64
 }
 
 // LogEntry is hits logged at one instant by a sliding log.

@@ -47,13 +47,46 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 		}
 	}
 	chargeDenied(t, items, states, results, times, admitted, over)
+	strike(t, items, states, results, times)
 	for i := range items {
 		it, st, r, tc := &items[i], states[i], &results[i], times[i]
-		alg := it.Rule.alg
-		r.Remaining = alg.remaining(it.Rule, st, tc)
-		r.Reset = micros(alg.resetAt(it.Rule, st, tc) - t)
+		r.Remaining, r.Reset = status(it.Rule, st, tc, t)
 	}
 	return admitted
+}
+
+// status returns the remaining hits and the time to the reset of the
+// counter st, at its instant tc, as of the decision's instant t: none
+// remain while it is blocked, and it resets no earlier than the block's
+// end.
+func status(rule *Rule, st *State, tc, t int64) (uint64, time.Duration) {
+	reset := rule.alg.resetAt(rule, st, tc)
+	if rule.blocked(st, tc) {
+		return 0, micros(max(reset, st.BlockedUntil) - t)
+	}
+	return rule.alg.remaining(rule, st, tc), micros(reset - t)
+}
+
+// strike records a strike on the counter of each penalized item that its
+// counter denied (not its block, not a refund), once per counter and
+// request: the request's later items on a counter struck find it blocked.
+// The item's retry is then no earlier than the block's end. A strike is
+// kept whatever the request's outcome, as a charge of denied hits is.
+func strike(t int64, items []Item, states []*State, results []Result, times []int64) {
+	for i := range items {
+		it, r := &items[i], &results[i]
+		if r.Admitted || r.Blocked || it.Refund || !it.Rule.Penalized() {
+			continue
+		}
+		st, tc := states[i], times[i]
+		if it.Rule.blocked(st, tc) {
+			continue // struck by an earlier item on the same counter
+		}
+		it.Rule.strike(st, tc)
+		if !r.Never {
+			r.RetryAfter = max(r.RetryAfter, micros(st.BlockedUntil-t))
+		}
+	}
 }
 
 // Peek judges a request as Evaluate would at now, and changes no state: a
@@ -84,10 +117,7 @@ func Peek(now time.Time, items []Item, states []*State, results []Result) bool {
 	admitted, _ := Admit(items, results)
 	for i := range items {
 		it, r, tc := &items[i], &results[i], times[i]
-		alg := it.Rule.alg
-		st := &snaps[firstOf(ptrs, i)]
-		r.Remaining = alg.remaining(it.Rule, st, tc)
-		r.Reset = micros(alg.resetAt(it.Rule, st, tc) - t)
+		r.Remaining, r.Reset = status(it.Rule, &snaps[firstOf(ptrs, i)], tc, t)
 	}
 	return admitted
 }
@@ -109,6 +139,7 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 		alg := it.Rule.alg
 		if j := firstOf(states, i); j == i {
 			times[i] = alg.normalize(it.Rule, st, t)
+			it.Rule.forgive(st, times[i])
 			snaps[i] = *st
 		} else {
 			times[i] = times[j]
@@ -116,10 +147,14 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 		tc := times[i]
 		r := &results[i]
 		*r = Result{}
-		if it.Refund || alg.admits(it.Rule, st, tc, it.Hits) {
+		switch {
+		case !it.Refund && it.Rule.blocked(st, tc):
+			r.Blocked = true
+			retryBlocked(alg, it, st, tc, t, r)
+		case it.Refund || alg.admits(it.Rule, st, tc, it.Hits):
 			r.Admitted = true
 			take(alg, it, st, tc)
-		} else {
+		default:
 			retry(alg, it, st, tc, t, r)
 		}
 	}
@@ -132,6 +167,20 @@ func retry(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
 		r.Never, r.RetryAfter = true, 0
 	} else {
 		r.Never, r.RetryAfter = false, micros(at-t)
+	}
+}
+
+// retryBlocked writes into r when the item that its counter's block
+// denied could pass: at the block's end, or later when the count would
+// still deny it then (a client that waits so long is not struck again).
+func retryBlocked(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
+	if alg.admits(it.Rule, st, tc, it.Hits) {
+		r.RetryAfter = micros(st.BlockedUntil - t)
+		return
+	}
+	retry(alg, it, st, tc, t, r)
+	if !r.Never {
+		r.RetryAfter = max(r.RetryAfter, micros(st.BlockedUntil-t))
 	}
 }
 
@@ -149,12 +198,12 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 		}
 		alg := it.Rule.alg
 		st, tc := states[i], times[i]
-		if !r.Admitted {
+		if !r.Admitted && !r.Blocked { // none remained in a block
 			r.RemainingBeforeCharge = alg.remaining(it.Rule, st, tc)
 		}
 		alg.consume(it.Rule, st, tc, it.Hits)
 		switch {
-		case r.Admitted:
+		case r.Admitted, r.Blocked: // a block's end does not move
 		case alg.admits(it.Rule, st, tc, it.Hits):
 			// Denied only by hits the request took back: it passes now.
 			r.Never, r.RetryAfter = false, 0

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/keys.golden from what the code builds")
@@ -34,6 +35,7 @@ func TestKeyLayout(t *testing.T) {
 	specs := []Spec{
 		{Unit: Second, Multiplier: 1, Limit: 10},
 		{Unit: Second, Multiplier: 1, Limit: 10, Lease: true}, // the same counter: a lease is not part of it
+		{Unit: Second, Multiplier: 1, Limit: 10, Penalty: []time.Duration{time.Minute}}, // the same counter: nor is a penalty
 		{Unit: Minute, Multiplier: 5, Limit: 10},
 		{Algorithm: SlidingWindow, Unit: Hour, Multiplier: 1, Limit: 240},
 		{Algorithm: SlidingLog, Unit: Minute, Multiplier: 1, Limit: 5, Name: "burst"},

@@ -34,6 +34,13 @@ type Spec struct {
 	// counter (Rule.Lease); only for the algorithms that allow it
 	// (LeasableAlgorithms).
 	Lease bool
+	// Penalty is the ladder of blocks that the limit's denials earn
+	// (penalty.go); PenaltyReset the quiet time after a block after which
+	// the ladder starts over (default DefaultPenaltyReset; PenaltyResetSet
+	// says whether one was given).
+	Penalty         []time.Duration
+	PenaltyReset    time.Duration
+	PenaltyResetSet bool
 }
 
 // SpecError is a problem of one field of a Spec: Field is its config name
@@ -106,6 +113,13 @@ type Rule struct {
 	// counter. Only for algorithms whose hits a slice can hold (fixed and
 	// calendar windows, token buckets).
 	Lease bool
+	// Penalty, when not empty, blocks the counter after each denial by
+	// its limit for the next duration of the ladder (the last one again
+	// once the ladder is climbed); PenaltyReset is how long after a block's
+	// end without a denial the ladder starts over. Not part of the
+	// counter's identity. See penalty.go.
+	Penalty      []time.Duration
+	PenaltyReset time.Duration
 }
 
 // Compile checks s and builds its rule. On problems it returns them all
@@ -147,6 +161,7 @@ func Compile(s Spec) (*Rule, []SpecError) {
 			LeasableAlgorithms(), r.alg.name())
 	}
 	r.Lease = s.Lease
+	compilePenalty(&s, r, &errs)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -189,7 +204,7 @@ func (r *Rule) QuotaWindow(end time.Time) time.Duration { return r.alg.quotaWind
 
 // Expiry returns the instant from which st is equivalent to the zero State
 // under r: a store may forget it then. 0 means it already is.
-func (r *Rule) Expiry(st *State) int64 { return r.alg.expiry(r, st) }
+func (r *Rule) Expiry(st *State) int64 { return max(r.alg.expiry(r, st), r.penaltyExpiry(st)) }
 
 // DenialCoversMoreHits reports whether a denial of some hits under r until
 // an instant is a denial of more hits until the same instant, with the same

@@ -73,6 +73,11 @@ type Result struct {
 	// Cached marks a denial answered from a denial cache without a round
 	// trip to the store.
 	Cached bool
+	// Blocked marks a denial by the block that a penalty put on the
+	// counter (penalty.go), not by its count: RetryAfter is the block's end,
+	// or later when the count would still deny then; RemainingBeforeCharge
+	// is 0.
+	Blocked bool
 }
 
 // Store keeps counters and decides requests.

@@ -346,7 +346,7 @@ func (c *applyCall) load(t int64) {
 func (c *applyCall) settle(s *Store, t int64) {
 	for i, ent := range c.entries {
 		ctr := &ent.counters[c.indexes[i]]
-		ctr.expires = ctr.rule.Expiry(&ctr.st)
+		ctr.expires = ctr.rule.Settle(&ctr.st, t)
 		ctr.touched = true
 	}
 	for i, ent := range c.entries {

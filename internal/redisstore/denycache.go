@@ -88,10 +88,11 @@ func newDenyCache(max int) *denyCache {
 
 // cacheable reports whether an item's denial may stand for later requests:
 // a shadow item never denies, a quota item denies only with its group, a
-// refund always admits, and a count-denied item takes its hits even when
-// denied (Redis must count them).
+// refund always admits, a count-denied item takes its hits even when
+// denied (Redis must count them), and a penalized item's denials are
+// strikes (Redis must record them).
 func cacheable(it *engine.Item) bool {
-	return !it.Shadow && !it.Refund && !it.CountDenied && it.Group == 0 && it.Hits > 0
+	return !it.Shadow && !it.Refund && !it.CountDenied && it.Group == 0 && it.Hits > 0 && !it.Rule.Penalized()
 }
 
 // deny answers the request from the cache when every one of its items is

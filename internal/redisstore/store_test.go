@@ -129,6 +129,18 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 	for _, rpu := range []uint32{1, 3, 10} {
 		limits = append(limits, storetest.CalendarRule(engine.Day, rpu, time.UTC))
 	}
+	// Penalized copies of a quarter of them, each its own counter.
+	steps := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+	for i, l := range limits {
+		if rng.IntN(4) != 0 || l.Calendar != nil {
+			continue
+		}
+		p := *l
+		p.Penalty = steps[:1+rng.IntN(len(steps))]
+		p.PenaltyReset = []time.Duration{10 * time.Second, time.Minute, time.Hour}[rng.IntN(3)]
+		p.ID += fmt.Sprintf(":pen%d", i)
+		limits = append(limits, &p)
+	}
 	descs := []string{"d/a=1", "d/a=2", "d/b=1", "d/c=x"}
 	if hot {
 		// Limits of 0, 1 and 3 (a quarter of them shared by 3 and 10).
@@ -140,8 +152,8 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 		}
 		limits, descs = small, descs[:2]
 	}
-	const steps = 3000
-	for step := range steps {
+	const nsteps = 3000
+	for step := range nsteps {
 		d := time.Duration(rng.ExpFloat64() * float64(200*time.Millisecond))
 		if rng.IntN(15) == 0 {
 			d = -d // the clock steps back: every store holds its counters where they were
@@ -203,13 +215,13 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 	if hot && red.Stats().CacheHits == 0 {
 		t.Error("the denial cache answered no request: the comparison did not cover it")
 	}
-	t.Logf("answered from the denial cache: %d of %d", red.Stats().CacheHits, steps)
+	t.Logf("answered from the denial cache: %d of %d", red.Stats().CacheHits, nsteps)
 }
 
 func describe(items []engine.Item) string {
 	var b strings.Builder
 	for _, it := range items {
-		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d hits %d refund %v shadow %v count denied %v group %d", it.Desc, it.Rule.Algorithm(), it.Rule.Limit, it.Rule.Window, it.Rule.Burst, it.Hits, it.Refund, it.Shadow, it.CountDenied, it.Group)
+		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d penalty %v/%s hits %d refund %v shadow %v count denied %v group %d", it.Desc, it.Rule.Algorithm(), it.Rule.Limit, it.Rule.Window, it.Rule.Burst, it.Rule.Penalty, it.Rule.PenaltyReset, it.Hits, it.Refund, it.Shadow, it.CountDenied, it.Group)
 	}
 	return b.String()
 }

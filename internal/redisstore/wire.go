@@ -106,7 +106,7 @@ const (
 	itemFields       = 4
 	itemKey          = 1 // the descriptor's key: the hash of its counters; sameKey for the previous item's
 	sameKey          = ""
-	itemRule         = 2 // ruleArg: code|window|limit|burst|id
+	itemRule         = 2 // ruleArg: code|window|limit|burst|penalty|id
 	itemHits         = 3
 	itemOpts         = 4 // flags + optsGroup × group
 	optsGroup        = 16
@@ -115,7 +115,7 @@ const (
 	flagCountDenied  = 4
 	flagDenied       = 8
 	// rulePattern is the Lua pattern that reads an item's rule argument.
-	rulePattern = `^(%d+)|([%d:]+)|(%d+)|(%d+)|(.*)$`
+	rulePattern = `^(%d+)|([%d:]+)|(%d+)|(%d+)|([%d:]*)|(.*)$`
 )
 
 // stateNumber is how the scripts pack each number of a counter's state in
@@ -155,6 +155,10 @@ const (
 	replyItemDenied   = 0
 	replyItemAdmitted = 1
 	replyItemCharged  = -1
+	// replyItemBlocked: denied by its counter's penalty block
+	// (engine.Result.Blocked); replyItemBlockedCharged: and charged.
+	replyItemBlocked        = 2
+	replyItemBlockedCharged = 3
 )
 
 // tbMaxAhead is the bound of a token bucket's TAT ahead of now, the
@@ -214,15 +218,16 @@ var (
 
 // ruleArg returns the itemRule argument of rule r (rulePattern), boxed:
 // its algorithm code, window in µs (for a calendar window "b1:b2:b3:b4",
-// engine.Rule.CalendarBounds around at), limit, burst and ID.
+// engine.Rule.CalendarBounds around at), limit, burst, penalty
+// (engine.Rule.PenaltyArg) and ID.
 func ruleArg(r *engine.Rule, at time.Time) any {
 	if b, ok := r.CalendarBounds(at.UnixMicro()); ok {
-		return fmt.Sprintf("%d|%d:%d:%d:%d|%d|%d|%s", r.Code(), b[0], b[1], b[2], b[3], r.Limit, r.Burst, r.ID)
+		return fmt.Sprintf("%d|%d:%d:%d:%d|%d|%d|%s|%s", r.Code(), b[0], b[1], b[2], b[3], r.Limit, r.Burst, r.PenaltyArg(), r.ID)
 	}
 	if v, ok := ruleArgs.Load(r); ok {
 		return v
 	}
-	var arg any = fmt.Sprintf("%d|%d|%d|%d|%s", r.Code(), r.Window.Microseconds(), r.Limit, r.Burst, r.ID)
+	var arg any = fmt.Sprintf("%d|%d|%d|%d|%s|%s", r.Code(), r.Window.Microseconds(), r.Limit, r.Burst, r.PenaltyArg(), r.ID)
 	if nRuleArgs.Add(1) > maxRuleArgs {
 		ruleArgs.Clear()
 		nRuleArgs.Store(1)
@@ -416,6 +421,8 @@ func (r *reply) results(results []engine.Result) (bool, error) {
 		case v == replyItemAdmitted:
 			res.Admitted = true
 		case v == replyItemDenied:
+		case v == replyItemBlocked, v == replyItemBlockedCharged:
+			res.Blocked = true
 		case v <= replyItemCharged:
 			res.RemainingBeforeCharge = uint64(replyItemCharged - v)
 		default:

@@ -66,6 +66,14 @@ func Rule(alg string, rpu uint32, window time.Duration, burst uint32) *engine.Ru
 	})
 }
 
+// PenaltyRule is Rule with a penalty: its ladder and reset.
+func PenaltyRule(alg string, rpu uint32, window time.Duration, ladder []time.Duration, reset time.Duration) *engine.Rule {
+	return engine.MustCompile(engine.Spec{
+		Algorithm: alg, Limit: rpu, Unit: engine.Second, Multiplier: uint32(window / time.Second),
+		Penalty: ladder, PenaltyReset: reset, PenaltyResetSet: true,
+	})
+}
+
 // Seed returns the seed of a randomized test: RLS_TEST_SEED when set (to
 // replay a failure), else a fresh one. It logs it, and the test's failure
 // messages print it too.
@@ -203,6 +211,7 @@ type step struct {
 	retry     time.Duration // checked on denied steps
 	never     bool          // a denial that no wait lifts (Result.Never): retry 0
 	before    uint64        // a denied count-denied step: remaining before its charge (else 0)
+	blocked   bool          // denied by a penalty's block (Result.Blocked)
 }
 
 type timeline struct {
@@ -212,6 +221,33 @@ type timeline struct {
 }
 
 var timelines = []timeline{
+	// Each denial by the count blocks for the next step of the ladder; the
+	// requests of a block are denied (a look too) and are no strikes; the
+	// ladder starts over after 30 minutes without one.
+	{"Penalty", PenaltyRule(engine.FixedWindow, 2, time.Minute, []time.Duration{2 * time.Minute, 10 * time.Minute}, 30*time.Minute), []step{
+		{at: 0, hits: 1, ok: true, remaining: 1, reset: 60 * sec},
+		{at: 1 * sec, hits: 1, ok: true, remaining: 0, reset: 59 * sec},
+		{at: 2 * sec, hits: 1, ok: false, remaining: 0, reset: 120 * sec, retry: 120 * sec}, // strike 1: blocked until 122s
+		{at: 70 * sec, hits: 1, ok: false, remaining: 0, reset: 52 * sec, retry: 52 * sec, blocked: true},
+		{at: 71 * sec, hits: 0, ok: false, remaining: 0, reset: 51 * sec, retry: 51 * sec, blocked: true},
+		{at: 72 * sec, hits: 1, refund: true, ok: true, remaining: 0, reset: 50 * sec}, // a refund passes
+		{at: 122 * sec, hits: 1, ok: true, remaining: 1, reset: 58 * sec},
+		{at: 123 * sec, hits: 1, ok: true, remaining: 0, reset: 57 * sec},
+		{at: 124 * sec, hits: 1, ok: false, remaining: 0, reset: 600 * sec, retry: 600 * sec}, // strike 2: 10m
+		{at: 724 * sec, hits: 1, ok: true, remaining: 1, reset: 56 * sec},
+		{at: 725 * sec, hits: 1, ok: true, remaining: 0, reset: 55 * sec},
+		{at: 726 * sec, hits: 1, ok: false, remaining: 0, reset: 600 * sec, retry: 600 * sec}, // strike 3: the last step again
+		{at: 1326*sec + 30*60*sec, hits: 1, ok: true, remaining: 1, reset: 54 * sec},
+		{at: 1327*sec + 30*60*sec, hits: 1, ok: true, remaining: 0, reset: 53 * sec},
+		{at: 1328*sec + 30*60*sec, hits: 1, ok: false, remaining: 0, reset: 120 * sec, retry: 120 * sec}, // started over: 2m
+	}},
+	// A sliding log's penalty lives beside its sorted set.
+	{"PenaltySlidingLog", PenaltyRule(engine.SlidingLog, 1, time.Minute, []time.Duration{time.Minute}, time.Hour), []step{
+		{at: 0, hits: 1, ok: true, remaining: 0, reset: 60 * sec},
+		{at: 10 * sec, hits: 1, ok: false, remaining: 0, reset: 60 * sec, retry: 60 * sec}, // blocked until 70s
+		{at: 65 * sec, hits: 1, ok: false, remaining: 0, reset: 5 * sec, retry: 5 * sec, blocked: true},
+		{at: 70 * sec, hits: 1, ok: true, remaining: 0, reset: 60 * sec},
+	}},
 	{"FixedWindow", Rule(engine.FixedWindow, 3, time.Minute, 0), []step{
 		{at: 0, hits: 1, ok: true, remaining: 2, reset: 60 * sec},
 		{at: 1 * sec, hits: 2, ok: true, remaining: 0, reset: 59 * sec},
@@ -421,6 +457,9 @@ func testTimeline(t *testing.T, newStore NewStore, tl timeline) {
 		}
 		if r.Never != st.never {
 			t.Errorf("%s never = %v, want %v", call, r.Never, st.never)
+		}
+		if r.Blocked != st.blocked {
+			t.Errorf("%s blocked = %v, want %v", call, r.Blocked, st.blocked)
 		}
 		if r.RemainingBeforeCharge != st.before {
 			t.Errorf("%s remaining before the charge = %d, want %d", call, r.RemainingBeforeCharge, st.before)

@@ -29,6 +29,9 @@ local i_ctr, i_hits, i_refund, i_shadow, i_group, i_ok, i_retry, i_cd, i_denied 
 -- i_before[k]: a denied count-denied item's remaining just before its
 -- charge (set by charge_denied, read by statuses)
 local i_before = {}
+-- i_pen[k]: the item's penalty (its rule's: reset and steps) or false;
+-- i_blocked[k]: the judging pass found its counter blocked
+local i_pen, i_blocked = {}, {}
 
 -- never is what retry_at returns for hits that no instant admits (engine's
 -- never, Result.Never): more than the limit, or the bucket, holds.
@@ -47,6 +50,10 @@ local c_key, c_id, c_base, c_alg, c_w, c_warg, c_impl, c_t = {}, {}, {}, {}, {},
 local c_ws, c_count, c_count0, c_prev = {}, {}, {}, {}
 local c_s0, c_n0, c_p0 = {}, {}, {} -- window counters: the stored state (start false: none)
 local c_tat, c_tat0 = {}, {}
+-- A penalized counter (c_pen: the penalty of its first penalized item, else
+-- false): its strikes and block end, and the field's value as loaded.
+local c_pen, c_strikes, c_until, c_pv0 = {}, {}, {}, {}
+local penal -- the request has penalized items
 local nc
 local by_counter -- a request of many items: counter index by key and id (see parse)
 local plain -- the request's items have no flags and no group (parse)
@@ -801,6 +808,23 @@ end
 -- kept (calendar windows make new ones as their bounds move).
 local rules, nrules, max_rules = {}, 0, 4096
 
+-- penalty_of returns a rule's penalty from its argument ('reset:step...',
+-- engine.Rule.PenaltyArg): { reset = µs, steps = {µs...} }, false for ''.
+local function penalty_of(arg)
+  if arg == '' then
+    return false
+  end
+  local p = { steps = {} }
+  for x in string.gmatch(arg, '%d+') do
+    if p.reset then
+      p.steps[#p.steps + 1] = tonumber(x)
+    else
+      p.reset = tonumber(x)
+    end
+  end
+  return p
+end
+
 -- rule_of returns the rule of an ITEM_RULE argument: code, w (µs; false
 -- for a calendar window), warg (the window argument), limit, burst, id and
 -- impl (its section); nil for an argument that names no known algorithm.
@@ -809,7 +833,7 @@ local function rule_of(arg)
   if r then
     return r
   end
-  local code, warg, limit, burst, id = match(arg, RULE_PATTERN)
+  local code, warg, limit, burst, pen, id = match(arg, RULE_PATTERN)
   local impl = code and algorithms[tonumber(code)]
   if not impl then
     return nil
@@ -817,7 +841,8 @@ local function rule_of(arg)
   if nrules >= max_rules then
     rules, nrules = {}, 0
   end
-  r = { code = tonumber(code), w = tonumber(warg) or false, warg = warg, limit = tonumber(limit), burst = tonumber(burst), id = id, impl = impl }
+  r = { code = tonumber(code), w = tonumber(warg) or false, warg = warg, limit = tonumber(limit), burst = tonumber(burst), id = id, impl = impl,
+        pen = penalty_of(pen) }
   rules[arg], nrules = r, nrules + 1
   return r
 end
@@ -825,7 +850,7 @@ end
 -- parse reads the items of the request whose arguments start at argv[a]
 -- and finds their counters, each once, with the hashes they need read.
 local function parse(a)
-  n, nc, nk, plain = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, true
+  n, nc, nk, plain, penal = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, true, false
   by_counter = n > 16 and {} or nil
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
@@ -856,7 +881,7 @@ local function parse(a)
         local ids = by_counter[key] or {}
         ids[id], by_counter[key] = c, ids
       end
-      c_key[c], c_id[c], c_alg[c], c_w[c], c_warg[c], c_impl[c] = key, id, r.code, r.w, r.warg, r.impl
+      c_key[c], c_id[c], c_alg[c], c_w[c], c_warg[c], c_impl[c], c_pen[c] = key, id, r.code, r.w, r.warg, r.impl, false
       if r.impl.locate == need_hash then
         need(key) -- need_hash's work, one call less
       else
@@ -864,7 +889,14 @@ local function parse(a)
       end
     end
     i_ctr[k] = c
-    i_lim[k], i_burst[k] = r.limit, r.burst
+    i_lim[k], i_burst[k], i_pen[k], i_blocked[k] = r.limit, r.burst, r.pen, false
+    if r.pen then
+      penal = true
+      if not c_pen[c] then
+        c_pen[c] = r.pen
+        need(key) -- the penalty's field, for a sliding log too
+      end
+    end
     local hits = argv[f + ITEM_HITS]
     i_hits[k] = hits == '1' and 1 or tonumber(hits)
     local opts = argv[f + ITEM_OPTS]
@@ -882,6 +914,58 @@ local function parse(a)
   end
 end
 
+---------------------------------------------------------------------------
+-- Penalties (engine/penalty.go): a denial by a penalized counter's count is
+-- a strike that blocks the counter for the next step of the ladder; a
+-- block denies without judging, and after the penalty's reset has passed
+-- since a block's end the ladder starts over.
+
+-- penalty_load reads counter c's strikes and block end, the ladder started
+-- over when the quiet time has passed at the counter's instant (forgive).
+local function penalty_load(c)
+  local v = hv[c_key[c]][c_id[c] .. PENALTY_SUFFIX] or false
+  local strikes, untl = 0, 0
+  if v then
+    untl, strikes = sunpack(WINDOW_STATE, v)
+  end
+  if strikes > 0 and c_t[c] >= untl + c_pen[c].reset then
+    strikes, untl = 0, 0
+  end
+  c_pv0[c], c_strikes[c], c_until[c] = v, strikes, untl
+end
+
+-- blocked reports whether item k's counter is blocked (engine's
+-- Rule.blocked): the item is penalized and its counter's instant is before
+-- the block's end.
+local function blocked(k)
+  local c = i_ctr[k]
+  return i_pen[k] and c_t[c] < c_until[c]
+end
+
+-- strike records a strike on the counter of each penalized item that its
+-- count denied, once per counter and request (engine's strike).
+local function strike()
+  for k = 1, n do
+    if i_pen[k] and not i_ok[k] and not i_blocked[k] and not i_refund[k] and not blocked(k) then
+      local c, steps = i_ctr[k], i_pen[k].steps
+      local s = c_strikes[c] + 1
+      c_strikes[c], c_until[c] = s, c_t[c] + steps[min(s, #steps)]
+      if i_retry[k] ~= RETRY_NEVER then
+        i_retry[k] = max(i_retry[k], c_until[c] - now)
+      end
+    end
+  end
+end
+
+-- penalty_write stages counter c's penalty field when it changed (deleted
+-- once the ladder started over).
+local function penalty_write(c)
+  local v = c_strikes[c] > 0 and spack(WINDOW_STATE, c_until[c], c_strikes[c])
+  if v ~= c_pv0[c] then
+    stage(c_key[c], c_id[c] .. PENALTY_SUFFIX, v, c_until[c] + c_pen[c].reset)
+  end
+end
+
 -- load reads the hashes gathered by parse, each with one HGETALL, and
 -- each counter's state.
 local function load()
@@ -895,6 +979,9 @@ local function load()
   end
   for c = 1, nc do
     c_impl[c].load(c)
+    if c_pen[c] then
+      penalty_load(c)
+    end
   end
 end
 
@@ -928,7 +1015,19 @@ local function judge()
     local c, hits, limit, burst = i_ctr[k], i_hits[k], i_lim[k], i_burst[k]
     local impl = c_impl[c]
     i_retry[k] = 0
-    if i_refund[k] or impl.admits(c, hits, limit, burst) then
+    if not i_refund[k] and blocked(k) then
+      -- engine's retryBlocked: the block's end, or later when the count
+      -- would still deny then
+      i_ok[k], i_blocked[k], all = false, true, false
+      if impl.admits(c, hits, limit, burst) then
+        i_retry[k] = c_until[c] - now
+      else
+        retry(k)
+        if i_retry[k] ~= RETRY_NEVER then
+          i_retry[k] = max(i_retry[k], c_until[c] - now)
+        end
+      end
+    elseif i_refund[k] or impl.admits(c, hits, limit, burst) then
       i_ok[k] = true
       take(k)
     else
@@ -1002,11 +1101,13 @@ local function charge_denied(admitted, over)
     if i_cd[k] and not i_refund[k] and not (admitted and i_ok[k] and not (over and over[i_group[k]])) then
       local c = i_ctr[k]
       local impl = c_impl[c]
-      if not i_ok[k] then
+      if i_blocked[k] then
+        i_before[k] = 0 -- none remained in a block
+      elseif not i_ok[k] then
         i_before[k] = impl.remaining(c, i_lim[k], i_burst[k])
       end
       impl.consume(c, i_hits[k], i_lim[k])
-      if not i_ok[k] then
+      if not i_ok[k] and not i_blocked[k] then -- a block's end does not move
         if impl.admits(c, i_hits[k], i_lim[k], i_burst[k]) then
           i_retry[k] = 0 -- denied only by hits the request took back
         else
@@ -1027,13 +1128,19 @@ local function statuses(out)
     local impl = c_impl[c]
     if i_ok[k] then
       out[m + 1] = REPLY_ITEM_ADMITTED
+    elseif i_blocked[k] then
+      out[m + 1] = (i_cd[k] and not i_refund[k]) and REPLY_ITEM_BLOCKED_CHARGED or REPLY_ITEM_BLOCKED
     elseif i_cd[k] and not i_refund[k] then
       out[m + 1] = REPLY_ITEM_CHARGED - i_before[k]
     else
       out[m + 1] = REPLY_ITEM_DENIED
     end
-    out[m + 2] = impl.remaining(c, i_lim[k], i_burst[k])
     local reset, retry = impl.reset_at(c) - now, i_retry[k]
+    if blocked(k) then -- none remain, and no reset before the block's end
+      out[m + 2], reset = 0, max(reset, c_until[c] - now)
+    else
+      out[m + 2] = impl.remaining(c, i_lim[k], i_burst[k])
+    end
     if reset < 0 then
       reset = 0
     end
@@ -1099,12 +1206,16 @@ local function decide(a)
     statuses(out)
     for c = 1, nc do
       c_impl[c].write(c, nil)
+      if c_pen[c] then
+        penalty_write(c)
+      end
     end
     return out, next_a
   elseif mode == MODE_CHARGE then
     for k = 1, n do
       i_ok[k], i_retry[k] = not i_denied[k], 0
     end
+    penal = false -- strikes were the reservation's
   elseif plain and mode == MODE_FINAL then
     -- No flags and no groups: the rule is that every item admits, and
     -- nothing is charged when denied.
@@ -1117,6 +1228,9 @@ local function decide(a)
   end
   if not plain then
     charge_denied(admitted, over)
+  end
+  if penal then
+    strike()
   end
   local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
   statuses(out)
@@ -1131,6 +1245,9 @@ local function decide(a)
   end
   for c = 1, nc do
     c_impl[c].write(c, undo)
+    if c_pen[c] then
+      penalty_write(c)
+    end
   end
   if undo then
     out[#out + 1] = undo

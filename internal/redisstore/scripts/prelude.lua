@@ -16,6 +16,10 @@
 -- its rule ID (the counter's key, engine.CounterKey). Notices go to the
 -- channel of a key's prefix (what precedes its hash tag) and FREED_CHANNEL.
 local HASH_EXPIRY = 'x'
+-- A penalized counter's strikes and block end are the field of its rule ID
+-- and PENALTY_SUFFIX (engine.PenaltyField), in the same hash (a sliding
+-- log's too): the block end and strikes packed as a window's state.
+local PENALTY_SUFFIX = '!p'
 local FREED_CHANNEL = 'freed'
 
 -- Algorithm codes: the engine's (engine.Algorithms, by code).
@@ -41,12 +45,14 @@ local ITEM_FIELDS = 4
 local ITEM_KEY = 1 -- the descriptor's key (engine.DescriptorKey): its counters' hash;
                    -- SAME_KEY for the previous item's
 local SAME_KEY = ''
--- the rule: RULE_PATTERN's fields, 'code|window|limit|burst|id': its
--- algorithm, its window in µs (see ALG_CALENDAR_WINDOW), its limit and
--- burst, and its ID (the counter's field in the hash). Parsed once per
--- library load and kept (a calendar window's changes with its bounds).
+-- the rule: RULE_PATTERN's fields, 'code|window|limit|burst|penalty|id':
+-- its algorithm, its window in µs (see ALG_CALENDAR_WINDOW), its limit and
+-- burst, its penalty ('' for none, else 'reset:step:step...' in µs,
+-- engine.Rule.PenaltyArg) and its ID (the counter's field in the hash).
+-- Parsed once per library load and kept (a calendar window's changes with
+-- its bounds).
 local ITEM_RULE = 2
-local RULE_PATTERN = '^(%d+)|([%d:]+)|(%d+)|(%d+)|(.*)$'
+local RULE_PATTERN = '^(%d+)|([%d:]+)|(%d+)|(%d+)|([%d:]*)|(.*)$'
 local ITEM_HITS = 3
 -- sum of FLAG_* and OPTS_GROUP times the quota group (0 for none; in
 -- MODE_RESERVE, -g for a group g that another node found over: judged,
@@ -92,6 +98,10 @@ local RETRY_NEVER = -1 -- an item's retry when no wait admits its hits (engine.R
 local REPLY_ITEM_DENIED = 0
 local REPLY_ITEM_ADMITTED = 1
 local REPLY_ITEM_CHARGED = -1
+-- denied by the block a penalty put on its counter (engine.Result.Blocked),
+-- and so with its hits charged (nothing remained before the charge)
+local REPLY_ITEM_BLOCKED = 2
+local REPLY_ITEM_BLOCKED_CHARGED = 3
 
 -- How far ahead of now a consumption puts a token bucket's TAT, in µs
 -- (engine.MaxBucketAhead): hits that count when denied push it on without
