@@ -34,7 +34,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	specs := []Spec{
 		{Unit: Second, Multiplier: 1, Limit: 10},
-		{Unit: Second, Multiplier: 1, Limit: 10, Lease: true}, // the same counter: a lease is not part of it
+		{Unit: Second, Multiplier: 1, Limit: 10, Lease: true},                           // the same counter: a lease is not part of it
 		{Unit: Second, Multiplier: 1, Limit: 10, Penalty: []time.Duration{time.Minute}}, // the same counter: nor is a penalty
 		{Unit: Minute, Multiplier: 5, Limit: 10},
 		{Algorithm: SlidingWindow, Unit: Hour, Multiplier: 1, Limit: 240},
