@@ -27,6 +27,8 @@ type jsonLimit struct {
 	Shadow          bool     `json:"shadow,omitempty"`
 	CountDenied     bool     `json:"count_denied_hits,omitempty"`
 	Lease           bool     `json:"lease,omitempty"`
+	Penalty         []string `json:"penalty,omitempty"`
+	PenaltyReset    string   `json:"penalty_reset,omitempty"`
 	Calendar        string   `json:"calendar_time_zone,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
 	Line            int      `json:"line"`
@@ -253,6 +255,12 @@ func dumpLimit(l *Limit) jsonLimit {
 	if r.Algorithm() == "token_bucket" {
 		burst := r.Burst
 		jl.Burst = &burst
+	}
+	for _, d := range r.Penalty {
+		jl.Penalty = append(jl.Penalty, d.String())
+	}
+	if r.Penalized() {
+		jl.PenaltyReset = r.PenaltyReset.String()
 	}
 	return jl
 }

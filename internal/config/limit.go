@@ -2,6 +2,7 @@ package config
 
 import (
 	"strconv"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -105,6 +106,7 @@ type limitFields struct {
 	unit, rpu, alg, burst, mult strictyaml.Field // absent when not given
 	calendar, zone              strictyaml.Field
 	lease                       strictyaml.Field // the limit's own lease, when given
+	penalty, penaltyReset       strictyaml.Field
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
 	countDenied                 bool // the limit's own count_denied_hits
@@ -131,6 +133,10 @@ func (g *limitFields) at(name string) strictyaml.Field {
 		return g.zone
 	case "lease":
 		return g.lease
+	case "penalty":
+		return g.penalty
+	case "penalty_reset":
+		return g.penaltyReset
 	}
 	return strictyaml.Field{}
 }
@@ -277,6 +283,19 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 				g.lease = f
 			}
 			g.spec.Lease = p.Bool(f.Value, f.Key)
+		case "penalty":
+			if given {
+				g.penalty = f
+				g.spec.Penalty, ok = p.ladder(f)
+				g.bad = g.bad || !ok
+			}
+		case "penalty_reset":
+			if given {
+				g.penaltyReset = f
+				g.spec.PenaltyReset, ok = p.Duration(f.Value, f.Key)
+				g.spec.PenaltyResetSet = true
+				g.bad = g.bad || !ok
+			}
 		default:
 			p.misplaced(f, levelLimit)
 		}
@@ -288,7 +307,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 // window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
 // ignores it: files it accepts must load here.
 func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
-	for _, f := range [...]strictyaml.Field{g.unit, g.alg, g.burst, g.mult} {
+	for _, f := range [...]strictyaml.Field{g.unit, g.alg, g.burst, g.mult, g.penalty, g.penaltyReset} {
 		if !f.Given() {
 			continue
 		}
@@ -302,6 +321,24 @@ func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
 	if l.Label == "" && p.spendNames(len(l.Descriptor.Path)+len("/unlimited"), n) {
 		l.Label = l.Descriptor.Path + "/unlimited"
 	}
+}
+
+// ladder parses a penalty: a list of durations ([2m, 10m, 1h]).
+func (p *parser) ladder(f strictyaml.Field) ([]time.Duration, bool) {
+	items := p.List(f.Value, f.Key)
+	if len(items) == 0 {
+		p.Errorf(f.Value, "penalty must be a non-empty list of durations, like [2m, 10m, 1h]")
+		return nil, false
+	}
+	steps := make([]time.Duration, 0, len(items))
+	for _, item := range items {
+		d, ok := p.Duration(item, "each penalty step")
+		if !ok {
+			return nil, false
+		}
+		steps = append(steps, d)
+	}
+	return steps, true
 }
 
 // replaces parses [{name: X}, ...], returning the names and their nodes.

@@ -57,9 +57,11 @@ func (s *Store) reset(ctx context.Context, items []engine.Item) (int, error) {
 	for i := range items {
 		it := &items[i]
 		base := s.base(it)
-		counts = append(counts,
-			pipe.HDel(ctx, engine.DescriptorKey(s.opts.Prefix, it.Desc), it.Rule.ID),
-			pipe.Del(ctx, base))
+		hash := engine.DescriptorKey(s.opts.Prefix, it.Desc)
+		counts = append(counts, pipe.HDel(ctx, hash, it.Rule.ID), pipe.Del(ctx, base))
+		if it.Rule.Penalized() {
+			pipe.HDel(ctx, hash, engine.PenaltyField(it.Rule.ID)) // its strikes and block go too (not a counter of its own)
+		}
 		pipe.Publish(ctx, channel, base)
 		if s.cache != nil {
 			s.cache.freed(base)

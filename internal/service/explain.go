@@ -124,6 +124,11 @@ type LimitExplanation struct {
 	Window          string `json:"window,omitempty"`
 	Algorithm       string `json:"algorithm,omitempty"`
 	Burst           uint32 `json:"burst,omitempty"`
+	// Penalty is the ladder of blocks the limit's denials earn, and
+	// PenaltyReset the quiet time after which it starts over (Go duration
+	// syntax).
+	Penalty      []string `json:"penalty,omitempty"`
+	PenaltyReset string   `json:"penalty_reset,omitempty"`
 	// Applies: "enforced", "shadow" (counted, never denies), "unlimited"
 	// (the descriptor is not counted), "replaced" (ReplacedBy names the
 	// limits of this request whose replaces drop it).
@@ -180,6 +185,10 @@ type LimitState struct {
 	// can hold).
 	Admits bool `json:"admits"`
 	Never  bool `json:"never,omitempty"`
+	// BlockedFor, for a limit with a penalty whose counter is blocked, is
+	// the time until it may admit again (Go duration syntax): every
+	// request is denied until then.
+	BlockedFor string `json:"blocked_for,omitempty"`
 }
 
 // Explain says how req would be resolved and what its limits hold: the
@@ -315,6 +324,9 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 				if results != nil {
 					r := &results[k]
 					le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset.String(), Admits: r.Admitted, Never: r.Never}
+					if r.Blocked {
+						le.State.BlockedFor = r.RetryAfter.String()
+					}
 					if !r.Admitted && !s.all.shadowed(l) {
 						de.Code = OverLimit.String()
 					}
@@ -359,6 +371,12 @@ func explainLimit(dom *config.Domain, l *config.Limit) LimitExplanation {
 		le.RequestsPerUnit, le.Unit, le.UnitMultiplier = r.Limit, r.Unit.String(), r.Multiplier
 		le.Window, le.Algorithm, le.Burst = r.Window.String(), r.Algorithm(), r.Burst
 		le.Lease = r.Lease
+		for _, d := range r.Penalty {
+			le.Penalty = append(le.Penalty, d.String())
+		}
+		if r.Penalized() {
+			le.PenaltyReset = r.PenaltyReset.String()
+		}
 	}
 	return le
 }

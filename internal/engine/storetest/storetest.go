@@ -197,6 +197,18 @@ func testReset(t *testing.T, newStore NewStore) {
 	if n, err := r.Reset(context.Background(), items(uniqueDesc(t, "ip=3"))); err != nil || n != 0 {
 		t.Errorf("Reset of counters never used: %d, %v; want 0, nil", n, err)
 	}
+	// A penalty's block goes with its counter: one counter cleared.
+	blocked := []engine.Item{{Desc: uniqueDesc(t, "ip=4"), Rule: PenaltyRule(engine.FixedWindow, 1, time.Minute, []time.Duration{time.Hour}, time.Hour), Hits: 1}}
+	apply(t, s, blocked)
+	if ok, res := apply(t, s, blocked); ok || res[0].Blocked {
+		t.Fatalf("a penalized counter's first denial: admitted %v, blocked %v; want a strike (false, false)", ok, res[0].Blocked)
+	}
+	if n, err := r.Reset(context.Background(), blocked); err != nil || n != 1 {
+		t.Errorf("Reset of a blocked counter: %d, %v; want 1, nil", n, err)
+	}
+	if ok, res := apply(t, s, blocked); !ok {
+		t.Errorf("a reset counter is still blocked: %+v", res[0])
+	}
 }
 
 // step is one single-item request of a timeline.
