@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -173,6 +174,9 @@ type limitMetrics struct {
 	// them; node is then the limit's node.
 	values *series.Group
 	node   *config.Descriptor
+	// sample is the limit's fullness sample (fullness.go), made on first
+	// use, or kept from the previous config.
+	sample atomic.Pointer[keySample]
 }
 
 // count counts verdict r of the limit for a request descriptor with
@@ -199,7 +203,7 @@ func (m *metrics) forConfig(cfg *config.Config) (byLimit []limitMetrics, overrid
 	byLimit = make([]limitMetrics, len(cfg.Limits()))
 	override = make(map[string]*limitMetrics, len(cfg.Domains()))
 	for _, d := range cfg.Domains() {
-		override[d.Name] = &limitMetrics{series: limits.Series(d.Name, "override")}
+		override[d.Name] = &limitMetrics{series: limits.Series(d.Name, overrideLabel)}
 		walk(d.Descriptors, func(l *config.Limit) {
 			lm := &byLimit[l.Index]
 			lm.series = limits.Series(d.Name, l.Label)

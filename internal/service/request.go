@@ -204,7 +204,7 @@ func (req *Request) hits(d *Descriptor) uint64 {
 func overrideLimit(o *Override) *config.Limit {
 	return &config.Limit{
 		Rule:  engine.MustCompile(engine.Spec{Unit: o.Unit, Multiplier: max(o.UnitMultiplier, 1), Limit: o.RequestsPerUnit}),
-		Label: "override",
+		Label: overrideLabel,
 		Index: -1,
 	}
 }

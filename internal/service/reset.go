@@ -79,6 +79,7 @@ func (s *Service) Reset(ctx context.Context, req *Request) (*ResetResult, error)
 		d.Limits = append(d.Limits, l.Label)
 	}
 	res.Cleared = n
+	s.forgetFullness(cur, dom, sc)
 	s.m.resets.Inc()
 	s.m.resetCounters.Add(float64(n))
 	return res, nil

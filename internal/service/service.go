@@ -90,6 +90,13 @@ type Options struct {
 	MaxValueSeries int
 	Logger         *slog.Logger
 
+	// FullnessKeysPerLimit and FullnessKeys bound the fullness sample
+	// (rls_limit_keys_fullness, fullness.go): the keys at least half full
+	// kept per limit, and in all. 0 means DefaultFullnessKeysPerLimit and
+	// DefaultFullnessKeys. Entries expire by Now when it is set, else by
+	// the monotonic clock.
+	FullnessKeysPerLimit, FullnessKeys int
+
 	// QuotaAll treats every descriptor as a quota_mode one: a request is
 	// denied only when all its descriptors are over.
 	QuotaAll bool
@@ -125,6 +132,7 @@ type Service struct {
 	neverLog     rate.Sometimes
 	m            *metrics
 	dm           *domainMetrics
+	full         *fullness // nil: no metrics
 	current      atomic.Pointer[loaded]
 	scratch      sync.Pool // *scratch
 	observers    []Observer
@@ -140,6 +148,16 @@ type loaded struct {
 	override map[string]*limitMetrics // by domain name
 	domains  map[string]domainSeries  // by domain name
 	observed []any                    // by observer: what ForConfig returned
+	fullGen  uint64                   // the generation of its fullness samples
+}
+
+// metricsOf returns the metrics of limit, of domain dom: its own, or its
+// domain's for a request override.
+func (ld *loaded) metricsOf(dom *config.Domain, limit *config.Limit) *limitMetrics {
+	if limit.Index >= 0 && limit.Index < len(ld.counters) {
+		return &ld.counters[limit.Index]
+	}
+	return ld.override[dom.Name]
 }
 
 // New returns a service with no config: requests are answered as for
@@ -168,6 +186,10 @@ func New(opts Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if opts.Registry != nil {
+		s.full = newFullness(opts.FullnessKeysPerLimit, opts.FullnessKeys, opts.Now)
+		opts.Registry.MustRegister(s.full)
+	}
 	s.observers, s.rules = opts.Observers, opts.AnswerRules
 	s.tracer, s.storeName = opts.Tracer, opts.StoreName
 	s.scratch.New = func() any { return new(scratch) }
@@ -180,6 +202,9 @@ func (s *Service) SetConfig(cfg *config.Config) {
 	l := &loaded{cfg: cfg}
 	l.counters, l.override = s.m.forConfig(cfg)
 	l.domains = s.dm.forConfig(cfg)
+	if s.full != nil {
+		l.fullGen = s.full.forConfig(cfg, l.counters, l.override)
+	}
 	for _, o := range s.observers {
 		l.observed = append(l.observed, o.ForConfig(cfg))
 	}
@@ -572,13 +597,11 @@ func (a allLimits) shadowed(l *config.Limit) bool { return l.Shadow || a.shadow 
 // descriptor and counts the verdicts.
 func (s *Service) fillStatuses(cur *loaded, dom *config.Domain, req *Request, resp *Response, sc *scratch, results []engine.Result, withLimits bool) {
 	var now time.Time // read once, when a calendar limit needs it
+	var fullNow int64 // the fullness clock, read once when a sample needs it
 	for i := range sc.items {
 		it, r, l := &sc.items[i], &results[i], sc.limits[i]
 		st := &resp.Statuses[sc.owner[i]]
-		c := cur.override[dom.Name]
-		if l.Index >= 0 && l.Index < len(cur.counters) {
-			c = &cur.counters[l.Index]
-		}
+		c := cur.metricsOf(dom, l)
 		verdict := resultOver
 		switch {
 		case r.Admitted:
@@ -587,6 +610,9 @@ func (s *Service) fillStatuses(cur *loaded, dom *config.Domain, req *Request, re
 			verdict = resultShadowOver
 		}
 		sc.label = c.count(verdict, req.Descriptors[sc.owner[i]].Entries, sc.label)
+		if s.full != nil {
+			s.sampleFullness(cur, dom, c, l, it, r, &fullNow)
+		}
 		if withLimits {
 			st.Policies = append(st.Policies, s.policy(l, r.Reset, &now))
 		}
