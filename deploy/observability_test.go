@@ -167,6 +167,14 @@ func rlsSeries(t *testing.T) exported {
 		if err != nil {
 			t.Fatalf("%v: no failed reload in /metrics after SIGHUP with a bad file: %v\n%s", store, err, text)
 		}
+		// The requests spent a limit of remote_address to the last hit:
+		// its fullness series exist on both stores (their values depend
+		// on whether its window has reset since).
+		for _, above := range []string{"0.5", "0.8", "1"} {
+			if !strings.Contains(text, `rls_limit_keys_fullness{above="`+above+`",domain="api",limit="remote_address/`) {
+				t.Errorf("%v: no rls_limit_keys_fullness{above=%q,domain=\"api\",limit=\"remote_address/…\"} in /metrics after denials:\n%s", store, above, text)
+			}
+		}
 		parseMetrics(t, strings.NewReader(text), e)
 		if err := p.Stop(); err != nil {
 			t.Errorf("rls %v: %v", store, err)
@@ -382,7 +390,7 @@ func TestAlertRules(t *testing.T) {
 			t.Error(p)
 		}
 	}
-	want := map[string]bool{"RLSConfigReloadFailed": false, "RLSStoreErrors": false, "RLSStoreErrorPolicyAnswers": false, "RLSHighDenialRatio": false}
+	want := map[string]bool{"RLSConfigReloadFailed": false, "RLSStoreErrors": false, "RLSStoreErrorPolicyAnswers": false, "RLSHighDenialRatio": false, "RLSLimitKeysFull": false}
 	for _, q := range qs {
 		name := strings.TrimPrefix(q.where, alertRules+": ")
 		if _, ok := want[name]; ok {
@@ -416,7 +424,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	// What the issue asks the dashboard to show.
-	for _, m := range []string{"rls_decisions_total", "rls_requests_total", "rls_store_duration_seconds_bucket", "rls_store_errors_total", "rls_deny_cache_hits_total", "rls_config_reloads_total", "rls_config_last_reload_successful"} {
+	for _, m := range []string{"rls_decisions_total", "rls_requests_total", "rls_store_duration_seconds_bucket", "rls_store_errors_total", "rls_deny_cache_hits_total", "rls_config_reloads_total", "rls_config_last_reload_successful", "rls_limit_keys_fullness"} {
 		if !queried[m] {
 			t.Errorf("%s: no panel queries %s", dashboard, m)
 		}
