@@ -220,6 +220,9 @@ func limitLine(l service.LimitExplanation) string {
 	if l.Burst > 0 {
 		alg += fmt.Sprintf(" burst %d", l.Burst)
 	}
+	if l.LeaseTTL != "" {
+		rate, alg = fmt.Sprintf("%d in flight", l.RequestsPerUnit), alg+" lease_ttl "+l.LeaseTTL
+	}
 	fmt.Fprintf(&b, "%-28s %-32s %s", l.Label, rate+" "+alg, l.Applies)
 	if len(l.ReplacedBy) > 0 {
 		fmt.Fprintf(&b, " by %s", strings.Join(l.ReplacedBy, ", "))

@@ -13,13 +13,15 @@ import (
 // TestLimitsExampleTests: the shipped tests pass against their configs, as
 // `rls test` runs them (and `make test`, through this test):
 // config/limits_test.yaml, config/examples/calendar_test.yaml (month
-// ends, a leap day, a DST change, an ISO week) and penalty_test.yaml
-// (the ladder of blocks, and its reset).
+// ends, a leap day, a DST change, an ISO week), penalty_test.yaml (the
+// ladder of blocks, and its reset) and concurrency_test.yaml (requests
+// in flight).
 func TestLimitsExampleTests(t *testing.T) {
 	for _, pair := range [][2]string{
 		{"../../config/limits.yaml", "../../config/limits_test.yaml"},
 		{"../../config/examples/calendar.yaml", "../../config/examples/calendar_test.yaml"},
 		{"../../config/examples/penalty.yaml", "../../config/examples/penalty_test.yaml"},
+		{"../../config/examples/concurrency.yaml", "../../config/examples/concurrency_test.yaml"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), []string{"test", pair[0], pair[1]}, nil, &out, io.Discard)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/rlsproject/rls/internal/engine"
 )
 
 // jsonLimit is the shape of a limit in the config dump. Flags that are
@@ -24,6 +26,7 @@ type jsonLimit struct {
 	WindowSeconds   int64    `json:"window_seconds,omitempty"`
 	RequestsPerUnit *uint32  `json:"requests_per_unit,omitempty"`
 	Burst           *uint32  `json:"burst,omitempty"`
+	LeaseTTL        string   `json:"lease_ttl,omitempty"`
 	Shadow          bool     `json:"shadow,omitempty"`
 	CountDenied     bool     `json:"count_denied_hits,omitempty"`
 	Lease           bool     `json:"lease,omitempty"`
@@ -252,6 +255,9 @@ func dumpLimit(l *Limit) jsonLimit {
 	rpu := r.Limit
 	jl.Algorithm, jl.Unit, jl.UnitMultiplier, jl.RequestsPerUnit = r.Algorithm(), r.Unit.String(), r.Multiplier, &rpu
 	jl.Window, jl.WindowSeconds = compactWindow(l), int64(r.Window.Seconds())
+	if r.Algorithm() == engine.Concurrency {
+		jl.Window, jl.WindowSeconds, jl.LeaseTTL = "", 0, r.Window.String() // it has no window
+	}
 	if r.Algorithm() == "token_bucket" {
 		burst := r.Burst
 		jl.Burst = &burst

@@ -107,6 +107,7 @@ type limitFields struct {
 	calendar, zone              strictyaml.Field
 	lease                       strictyaml.Field // the limit's own lease, when given
 	penalty, penaltyReset       strictyaml.Field
+	leaseTTL                    strictyaml.Field
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
 	countDenied                 bool // the limit's own count_denied_hits
@@ -137,6 +138,8 @@ func (g *limitFields) at(name string) strictyaml.Field {
 		return g.penalty
 	case "penalty_reset":
 		return g.penaltyReset
+	case "lease_ttl":
+		return g.leaseTTL
 	}
 	return strictyaml.Field{}
 }
@@ -296,6 +299,13 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 				g.spec.PenaltyResetSet = true
 				g.bad = g.bad || !ok
 			}
+		case "lease_ttl":
+			if given {
+				g.leaseTTL = f
+				g.spec.LeaseTTL, ok = p.Duration(f.Value, f.Key)
+				g.spec.LeaseTTLSet = true
+				g.bad = g.bad || !ok
+			}
 		default:
 			p.misplaced(f, levelLimit)
 		}
@@ -307,7 +317,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 // window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
 // ignores it: files it accepts must load here.
 func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
-	for _, f := range [...]strictyaml.Field{g.unit, g.alg, g.burst, g.mult, g.penalty, g.penaltyReset} {
+	for _, f := range [...]strictyaml.Field{g.unit, g.alg, g.burst, g.mult, g.penalty, g.penaltyReset, g.leaseTTL} {
 		if !f.Given() {
 			continue
 		}
@@ -369,10 +379,14 @@ func (p *parser) replaces(f strictyaml.Field) ([]string, []*yaml.Node) {
 	return names, nodes
 }
 
-// compactWindow is a limit's window for labels and the dump: "1s", "5m".
+// compactWindow is a limit's window for labels and the dump: "1s", "5m";
+// "concurrency" for a limit of requests in flight, whose unit means nothing.
 func compactWindow(l *Limit) string {
 	if l.Rule == nil {
 		return ""
+	}
+	if l.Rule.Algorithm() == engine.Concurrency {
+		return engine.Concurrency
 	}
 	return strconv.FormatUint(uint64(l.Rule.Multiplier), 10) + l.Rule.Unit.Code()
 }

@@ -32,7 +32,7 @@ func TestParseBad(t *testing.T) {
 		{"unit_not_string.yaml", "unit_not_string.yaml:4:24: descriptor \"user\": unit must be a string, got a list"},
 		{"alias_text_bomb.yaml", "alias_text_bomb.yaml:7:1044: aliases expand to more than 1054019 bytes of text (the file's size plus 1 MiB): each use of an alias repeats its text"},
 		{"alias_bomb.yaml", "alias_bomb.yaml:6:26: aliases expand to more than 100000 nodes (an alias cycle, or an exponential expansion)"},
-		{"bad_algorithm.yaml", "bad_algorithm.yaml:4:66: descriptor \"user\": algorithm \"leaky_bucket\" is not one of fixed_window|sliding_window|sliding_log|token_bucket"},
+		{"bad_algorithm.yaml", "bad_algorithm.yaml:4:66: descriptor \"user\": algorithm \"leaky_bucket\" is not one of fixed_window|sliding_window|sliding_log|token_bucket|concurrency"},
 		{"bad_unit.yaml", "bad_unit.yaml:4:24: descriptor \"user\": unit \"fortnight\" is not one of second|minute|hour|day|week|month|year"},
 		{"bool_wrong.yaml", "bool_wrong.yaml:4:18: descriptor \"user\": shadow_mode must be true or false, got number 1\n" +
 			"bool_wrong.yaml:5:17: descriptor \"user\": quota_mode must be true or false, got string \"yes\""},
@@ -40,6 +40,7 @@ func TestParseBad(t *testing.T) {
 		{"burst_not_token_bucket.yaml", "burst_not_token_bucket.yaml:4:55: descriptor \"user\": burst is only for algorithm token_bucket, not fixed_window"},
 		{"burst_without_rate.yaml", "burst_without_rate.yaml:4:86: descriptor \"user\": burst 5 needs requests_per_unit above 0 (a token_bucket with requests_per_unit 0 denies every request)"},
 		{"burst_zero.yaml", "burst_zero.yaml:4:87: descriptor \"user\": burst must be at least 1 when requests_per_unit is above 0 (a bucket of 0 admits nothing)"},
+		{"concurrency_no_lease_ttl.yaml", "concurrency_no_lease_ttl.yaml:4:18: descriptor \"user\": lease_ttl is required for algorithm concurrency: how long an acquisition that is never released holds its slot (a duration such as 30s)"},
 		{"descriptors_not_list.yaml", "descriptors_not_list.yaml:3:3: descriptors must be a list, got a mapping"},
 		{"domain_in_descriptor.yaml", "domain_in_descriptor.yaml:1:1: domain is required\n" +
 			"domain_in_descriptor.yaml:3:5: descriptor \"user\": key \"domain\" is not allowed in a descriptor (it belongs at the top of a document)"},
@@ -79,6 +80,13 @@ func TestParseBad(t *testing.T) {
 			"key_at_top.yaml:3:1: key \"rate_limit\" is not allowed at the top of a document (it belongs in a descriptor)"},
 		{"key_in_rate_limit.yaml", "key_in_rate_limit.yaml:3:5: descriptor has empty key\n" +
 			"key_in_rate_limit.yaml:4:7: key \"key\" is not allowed in a rate_limit (it belongs in a descriptor)"},
+		{"lease_ttl_bad.yaml", "lease_ttl_bad.yaml:4:89: descriptor \"a\": lease_ttl must be a duration (e.g. 1.5s, 2m, 1h30m), got number 30\n" +
+			"lease_ttl_bad.yaml:6:89: descriptor \"b\": lease_ttl 0s is not between 1ms and 100 years\n" +
+			"lease_ttl_bad.yaml:8:89: descriptor \"c\": lease_ttl 1.5ms is not a whole number of milliseconds\n" +
+			"lease_ttl_bad.yaml:10:94: descriptor \"d\": burst is only for algorithm token_bucket, not concurrency\n" +
+			"lease_ttl_bad.yaml:12:35: descriptor \"e\": should not specify lease_ttl when unlimited"},
+		{"lease_ttl_not_concurrency.yaml", "lease_ttl_not_concurrency.yaml:4:54: descriptor \"user\": lease_ttl is only for algorithm concurrency, not fixed_window\n" +
+			"lease_ttl_not_concurrency.yaml:6:78: descriptor \"tenant\": lease_ttl is only for algorithm concurrency, not sliding_log"},
 		{"metadata_nan.yaml", "metadata_nan.yaml:5:15: descriptor \"user\": metadata value .nan is not a finite number\n" +
 			"metadata_nan.yaml:6:24: descriptor \"user\": duplicate key \"dup\" (first at 6:16)"},
 		{"metadata_not_mapping.yaml", "metadata_not_mapping.yaml:4:15: descriptor \"user\": metadata must be a mapping, got a list"},
@@ -416,7 +424,7 @@ descriptors:
 `))
 	want := `f.yaml:4:24: descriptor "k": unit "lightyear" is not one of second|minute|hour|day|week|month|year
 f.yaml:7:1: unknown key "bogus" in domain (allowed: domain, descriptors, http_descriptors)
-f.yaml:12:69: descriptor "k/j": algorithm "magic" is not one of fixed_window|sliding_window|sliding_log|token_bucket`
+f.yaml:12:69: descriptor "k/j": algorithm "magic" is not one of fixed_window|sliding_window|sliding_log|token_bucket|concurrency`
 	if err == nil || err.Error() != want {
 		t.Errorf("Parse error:\n%v\nwant:\n%s", err, want)
 	}

@@ -77,7 +77,7 @@ var (
 		levelDescriptor: {"key", "value", "descriptors", "rate_limit", "rate_limits", "shadow_mode", "quota_mode",
 			"detailed_metric", "value_to_metric", "share_threshold", "metadata", "count_denied_hits", "lease"},
 		levelLimit: {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
-			"unit_multiplier", "shadow_mode", "count_denied_hits", "calendar", "time_zone", "lease", "penalty", "penalty_reset"},
+			"unit_multiplier", "shadow_mode", "count_denied_hits", "calendar", "time_zone", "lease", "penalty", "penalty_reset", "lease_ttl"},
 	}
 	levelWhere = [...]string{
 		levelDomain:     "at the top of a document",

@@ -124,6 +124,7 @@ var algorithms = [...]algorithm{
 	slidingLog{},
 	tokenBucket{},
 	calendarWindow{},
+	concurrency{},
 }
 
 // Algorithms returns the algorithms' names by code (index): what a store

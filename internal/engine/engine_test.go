@@ -124,8 +124,11 @@ func BenchmarkEvaluate(b *testing.B) {
 func TestAlgorithmCodes(t *testing.T) {
 	for code, name := range engine.Algorithms() {
 		spec := engine.Spec{Algorithm: name, Unit: engine.Day, Multiplier: 1, Limit: 1}
-		if name == "calendar_window" {
+		switch name {
+		case "calendar_window":
 			spec = engine.Spec{Unit: engine.Day, Multiplier: 1, Limit: 1, Calendar: true}
+		case engine.Concurrency:
+			spec.LeaseTTL, spec.LeaseTTLSet = time.Minute, true
 		}
 		r, errs := engine.Compile(spec)
 		if len(errs) > 0 {
@@ -136,7 +139,7 @@ func TestAlgorithmCodes(t *testing.T) {
 			t.Errorf("algorithm %s: code %d, registered at %d", name, r.Code(), code)
 		}
 	}
-	if got, want := engine.AlgorithmNames(), "fixed_window|sliding_window|sliding_log|token_bucket"; got != want {
+	if got, want := engine.AlgorithmNames(), "fixed_window|sliding_window|sliding_log|token_bucket|concurrency"; got != want {
 		t.Errorf("AlgorithmNames() = %q, want %q", got, want)
 	}
 }

@@ -22,9 +22,9 @@ import (
 // make the descriptor identity Redis Cluster's hash tag (all counters of
 // one descriptor share a slot). The Redis store keeps the counters of a
 // descriptor as the fields of one hash at its DescriptorKey, named by their
-// rule IDs, but for sliding logs, each a sorted set at its CounterKey; a
-// CounterKey also names the counter in notices that its hits were given
-// back, on the channel FreedChannel(prefix).
+// rule IDs, but for sliding logs (concurrency limits too), each a sorted
+// set at its CounterKey; a CounterKey also names the counter in notices
+// that its hits were given back, on the channel FreedChannel(prefix).
 
 // maxPart is the longest escaped key part kept readable; longer parts are
 // replaced by a hash so that keys stay short whatever the request sends.

@@ -43,6 +43,8 @@ func TestKeyLayout(t *testing.T) {
 		{Unit: Month, Multiplier: 1, Limit: 3},
 		{Unit: Month, Multiplier: 1, Limit: 3, Calendar: true, TimeZone: "Europe/Paris", TimeZoneSet: true},
 		{Unit: Day, Multiplier: 1, Limit: 3, Calendar: true, Name: "ünï:{x}"},
+		{Algorithm: Concurrency, Unit: Second, Multiplier: 1, Limit: 10, LeaseTTL: 30 * time.Second, LeaseTTLSet: true},
+		{Algorithm: Concurrency, Unit: Minute, Multiplier: 1, Limit: 5, LeaseTTL: time.Minute, LeaseTTLSet: true, Name: "uploads"},
 	}
 	var b strings.Builder
 	b.WriteString("# descriptor identities (AppendDescriptorKey)\n")

@@ -23,6 +23,11 @@ type Spec struct {
 	// Burst is a token bucket's capacity when BurstSet (else Limit).
 	Burst    uint32
 	BurstSet bool
+	// LeaseTTL is a concurrency limit's lease_ttl when LeaseTTLSet (no
+	// other algorithm takes one): how long an acquisition that no release
+	// frees holds its slot.
+	LeaseTTL    time.Duration
+	LeaseTTLSet bool
 	// Calendar makes a fixed window follow the calendar of TimeZone (an
 	// IANA name, "" for UTC; TimeZoneSet says whether one was given).
 	Calendar    bool
@@ -82,7 +87,8 @@ type Rule struct {
 	alg algorithm
 	// Unit and Multiplier give the window, Window = Multiplier × Unit. A
 	// calendar rule's Window is its unit's nominal length, for display
-	// only: its windows are as long as the calendar makes them.
+	// only: its windows are as long as the calendar makes them. A
+	// concurrency rule's Window is its lease_ttl (its unit means nothing).
 	Unit       Unit
 	Multiplier uint32
 	Window     time.Duration
@@ -101,7 +107,8 @@ type Rule struct {
 	// ID is the counter's identity among the rules of one descriptor: the
 	// algorithm's code and the window in seconds, then the length-prefixed
 	// name when there is one ("fw60s", "tb1s:5:burst"); a calendar rule's
-	// is its unit and zone ("cal.month@Europe/Paris"). Stable while
+	// is its unit and zone ("cal.month@Europe/Paris"), a concurrency
+	// rule's "cc" and its name (no lease_ttl). Stable while
 	// algorithm, window and name are; it contains no '{' or '}' outside the
 	// name part. See key.go.
 	ID string
@@ -152,6 +159,7 @@ func Compile(s Spec) (*Rule, []SpecError) {
 	if s.TimeZoneSet && !s.Calendar {
 		errs.add("time_zone", true, "time_zone is only for calendar: true limits")
 	}
+	noLeaseTTL(&s, alg, &errs)
 	r.alg = alg.compile(&s, r, &errs)
 	if s.Calendar {
 		r.alg = compileCalendar(&s, r, &errs)

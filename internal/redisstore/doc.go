@@ -29,11 +29,12 @@
 // Every key starts with the prefix (--redis-prefix, default "rls:"), then
 // the descriptor's identity in braces (engine.DescriptorKey). The counters
 // of a descriptor are the fields of one hash at that key, each named by its
-// limit's ID, but for sliding logs, each a sorted set at the hash's key,
-// ":" and its limit's ID (engine.CounterKey):
+// limit's ID, but for sliding logs and concurrency limits, each a sorted
+// set at the hash's key, ":" and its limit's ID (engine.CounterKey):
 //
 //	rls:{api/remote_address=203.0.113.7}   hash: fw60s, sw3600s, tb1s, cal.month@UTC: each its state; x: the hash's expiry
 //	rls:{api/user=u1}:sl60s:5:burst        sliding_log: a sorted set of admitted hits (score µs)
+//	rls:{uploads/tenant=acme}:cc           concurrency: a sorted set of the acquisitions held (score µs)
 //
 // A state is its numbers packed as little-endian float64s (exact below
 // 2^53): a fixed or calendar window's start (µs) and count, a sliding

@@ -23,9 +23,11 @@ import (
 // under 60). The window, not the unit, decides: it is part of the counter's
 // identity (Rule.ID), so that limits sharing a counter (a configured
 // window of 60 seconds and a request override of one minute) share a
-// store too.
+// store too. A concurrency limit's window is its lease_ttl, which is not
+// part of its identity: it stays on the main Redis whatever its lease_ttl,
+// so that a reload that changes it keeps the acquisitions in flight.
 func perSecondLimit(r *engine.Rule) bool {
-	return r.Calendar == nil && r.Window < time.Minute
+	return r.Calendar == nil && r.Window < time.Minute && r.Algorithm() != engine.Concurrency
 }
 
 // newPerSecond returns the store of opts.PerSecond: its connection fields,

@@ -206,6 +206,7 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 					burst = rpu + uint32(rng.IntN(3))
 				}
 				l := storetest.Rule(alg, rpu, w, burst)
+				l.ID = storetest.WindowID(l)
 				if rpu >= 3 {
 					l.ID += ":shared" // the 3 and the 10 share a counter, as an override does
 				}

@@ -114,6 +114,7 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 					burst = rpu * uint32(1+rng.IntN(3))
 				}
 				l := storetest.Rule(alg, rpu, w, burst)
+				l.ID = storetest.WindowID(l)
 				if rpu != 3 {
 					// One counter per limit variant, except that the 3 and 10
 					// variants share one, as an override shares the counter of

@@ -129,6 +129,9 @@ type LimitExplanation struct {
 	// syntax).
 	Penalty      []string `json:"penalty,omitempty"`
 	PenaltyReset string   `json:"penalty_reset,omitempty"`
+	// LeaseTTL is a concurrency limit's lease_ttl (Go duration syntax); its
+	// Window is the same, and its unit means nothing.
+	LeaseTTL string `json:"lease_ttl,omitempty"`
 	// Applies: "enforced", "shadow" (counted, never denies), "unlimited"
 	// (the descriptor is not counted), "replaced" (ReplacedBy names the
 	// limits of this request whose replaces drop it).
@@ -376,6 +379,9 @@ func explainLimit(dom *config.Domain, l *config.Limit) LimitExplanation {
 		}
 		if r.Penalized() {
 			le.PenaltyReset = r.PenaltyReset.String()
+		}
+		if r.Algorithm() == engine.Concurrency {
+			le.LeaseTTL = r.Window.String()
 		}
 	}
 	return le

@@ -58,12 +58,17 @@ const (
 )
 
 // Rule builds the rule of algorithm alg with a limit of rpu per window
-// (whole seconds) and, for a token bucket, burst, as a config would.
+// (whole seconds) and, for a token bucket, burst, as a config would. A
+// concurrency rule's window is its lease_ttl (its unit a second).
 func Rule(alg string, rpu uint32, window time.Duration, burst uint32) *engine.Rule {
-	return engine.MustCompile(engine.Spec{
+	s := engine.Spec{
 		Algorithm: alg, Limit: rpu, Unit: engine.Second, Multiplier: uint32(window / time.Second),
 		Burst: burst, BurstSet: alg == engine.TokenBucket,
-	})
+	}
+	if alg == engine.Concurrency {
+		s.Multiplier, s.LeaseTTL, s.LeaseTTLSet = 1, window, true
+	}
+	return engine.MustCompile(s)
 }
 
 // PenaltyRule is Rule with a penalty: its ladder and reset.
@@ -113,6 +118,21 @@ var paris = func() *time.Location {
 	return loc
 }()
 
+// WindowID returns the ID of rule l with its window when its window is
+// not part of its ID already (a concurrency limit's lease_ttl), for tests
+// that draw limits of every algorithm and window and mean one counter per
+// window. A counter shared by two lease_ttls (requests decided under the
+// configs before and after a reload) is judged by each request's own; the
+// stores forget its state by the lease_ttl of the request that touched it
+// last (memstore) or last changed it (Redis), which the differential tests
+// leave out.
+func WindowID(l *engine.Rule) string {
+	if l.Algorithm() == engine.Concurrency {
+		return l.ID + "@" + l.Window.String()
+	}
+	return l.ID
+}
+
 // Algorithms returns every algorithm the config knows, for tests that draw
 // limits of all of them.
 func Algorithms() []string { return strings.Split(engine.AlgorithmNames(), "|") }
@@ -159,6 +179,7 @@ func testReset(t *testing.T, newStore NewStore) {
 		Rule(engine.TokenBucket, 2, time.Minute, 2),
 		Rule(engine.FixedWindow, 5, time.Second, 0), // a per-second Redis's
 		CalendarRule(engine.Day, 6, time.UTC),
+		Rule(engine.Concurrency, 3, 30*time.Second, 0),
 	}
 	reset, kept := uniqueDesc(t, "ip=1"), uniqueDesc(t, "ip=2")
 	items := func(desc string) []engine.Item {
@@ -311,6 +332,58 @@ var timelines = []timeline{
 		{at: 61 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 9 * sec},
 		{at: 61 * sec, hits: 4, ok: false, remaining: 1, reset: 9 * sec, never: true},
 		{at: 200 * sec, hits: 0, ok: true, remaining: 3, reset: 0},
+	}},
+	// Requests in flight (algorithm: concurrency, lease_ttl 30s): hits
+	// acquire, refunds release (the newest acquisitions first, never below
+	// zero), and an acquisition never released frees its slot lease_ttl
+	// after it was taken.
+	{"Concurrency", Rule(engine.Concurrency, 3, 30*time.Second, 0), []step{
+		{at: 0, hits: 1, ok: true, remaining: 2, reset: 30 * sec},
+		{at: 1 * sec, hits: 1, ok: true, remaining: 1, reset: 29 * sec},
+		{at: 2 * sec, hits: 1, ok: true, remaining: 0, reset: 28 * sec},
+		{at: 3 * sec, hits: 1, ok: false, remaining: 0, reset: 27 * sec, retry: 27 * sec},
+		{at: 3 * sec, hits: 4, ok: false, remaining: 0, reset: 27 * sec, never: true},
+		{at: 4 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 26 * sec},
+		{at: 5 * sec, hits: 1, ok: true, remaining: 0, reset: 25 * sec},
+		{at: 6 * sec, hits: 5, refund: true, ok: true, remaining: 3, reset: 0}, // never below zero
+		{at: 6 * sec, hits: 1, refund: true, ok: true, remaining: 3, reset: 0},
+		// Three acquisitions whose releases are lost: their slots come back
+		// 30s after they were taken.
+		{at: 10 * sec, hits: 2, ok: true, remaining: 1, reset: 30 * sec},
+		{at: 20 * sec, hits: 1, ok: true, remaining: 0, reset: 20 * sec},
+		{at: 40*sec - us, hits: 1, ok: false, remaining: 0, reset: us, retry: us},
+		{at: 40 * sec, hits: 1, ok: true, remaining: 1, reset: 10 * sec},
+		{at: 41 * sec, hits: 1, refund: true, ok: true, remaining: 2, reset: 9 * sec},
+		{at: 100 * sec, hits: 0, ok: true, remaining: 3, reset: 0},
+	}},
+	// Steady traffic does not keep a lost acquisition's slot: each release
+	// frees the newest acquisition, so the one of T0, never released, is
+	// still the oldest entry and leaves at T0+10s.
+	{"ConcurrencyLostReleaseUnderTraffic", Rule(engine.Concurrency, 2, 10*time.Second, 0), []step{
+		{at: 0, hits: 1, ok: true, remaining: 1, reset: 10 * sec}, // its release is lost
+		{at: 1 * sec, hits: 1, ok: true, remaining: 0, reset: 9 * sec},
+		{at: 2 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 8 * sec},
+		{at: 3 * sec, hits: 1, ok: true, remaining: 0, reset: 7 * sec},
+		{at: 4 * sec, hits: 1, refund: true, ok: true, remaining: 1, reset: 6 * sec},
+		{at: 9 * sec, hits: 1, ok: true, remaining: 0, reset: sec},
+		{at: 9 * sec, hits: 1, ok: false, remaining: 0, reset: sec, retry: sec},
+		{at: 10 * sec, hits: 1, ok: true, remaining: 0, reset: 9 * sec},
+	}},
+	// Envoy sends the release of a request its rate-limit filter denied
+	// too: with count_denied_hits the denied request holds a slot (past the
+	// limit) until that release, so it frees nobody else's. In a full log
+	// its hits join the newest entry at that entry's instant: denials never
+	// renew an acquisition's lease, and a denied request whose release is
+	// lost leaves with that entry.
+	{"ConcurrencyCountDenied", Rule(engine.Concurrency, 2, 30*time.Second, 0), []step{
+		{at: 0, hits: 1, cd: true, ok: true, remaining: 1, reset: 30 * sec},
+		{at: 0, hits: 1, cd: true, ok: true, remaining: 0, reset: 30 * sec}, // both releases are lost
+		{at: 29 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: sec, retry: sec},
+		{at: 29 * sec, hits: 1, refund: true, ok: true, remaining: 0, reset: sec}, // the denied one's release
+		{at: 30 * sec, hits: 1, cd: true, ok: true, remaining: 1, reset: 30 * sec},
+		{at: 31 * sec, hits: 1, cd: true, ok: true, remaining: 0, reset: 29 * sec},
+		{at: 40 * sec, hits: 1, cd: true, ok: false, remaining: 0, reset: 20 * sec, retry: 21 * sec}, // its release is lost
+		{at: 61 * sec, hits: 0, ok: true, remaining: 2, reset: 0},
 	}},
 	// The clock steps back (NTP, another process): a counter that has seen
 	// a later window stays in it, as if no time passed (the review's bug: a
@@ -704,6 +777,9 @@ func testPeek(t *testing.T, newStore NewStore) {
 	var rules []*engine.Rule
 	for _, alg := range Algorithms() {
 		rules = append(rules, Rule(alg, 5, 10*time.Second, 5), Rule(alg, 3, time.Minute, 4))
+	}
+	for _, l := range rules {
+		l.ID = WindowID(l)
 	}
 	rules = append(rules, CalendarRule(engine.Day, 4, time.UTC))
 	descs := []string{uniqueDesc(t, "a=1"), uniqueDesc(t, "b=2")}

@@ -456,24 +456,32 @@ function log.admits(c, hits, limit)
   return hits <= limit and c_count[c] + hits <= limit
 end
 
-function log.consume(c, hits, limit)
+-- log_consume is the consume of a log; keep_at says whether the hits that
+-- join its newest entry keep that entry's instant (concurrency) or give it
+-- theirs (sliding_log).
+local function log_consume(c, hits, limit, keep_at)
   if hits == 0 then
     return
   end
   c_count[c] = c_count[c] + hits
   local pend, n = c_pend[c], log_len(c)
   if n > 0 and n >= max(limit, 1) then
-    -- As many entries as the limit: the newest takes the hits and their instant.
+    -- As many entries as the limit: the newest takes the hits.
     if #pend > 0 then
-      pend[#pend] = { c_t[c], pend[#pend][2] + hits }
+      local at = keep_at and pend[#pend][1] or c_t[c]
+      pend[#pend] = { at, pend[#pend][2] + hits }
     else
-      local _, _, h = log_stored(c, c_card[c] - c_pop[c] - 1)
-      pend[1] = { c_t[c], h - c_trim[c] + hits }
+      local _, at, h = log_stored(c, c_card[c] - c_pop[c] - 1)
+      pend[1] = { keep_at and at or c_t[c], h - c_trim[c] + hits }
       c_pop[c], c_trim[c] = c_pop[c] + 1, 0
     end
     return
   end
   pend[#pend + 1] = { c_t[c], hits }
+end
+
+function log.consume(c, hits, limit)
+  log_consume(c, hits, limit, false)
 end
 
 function log.give_back(c, hits)
@@ -682,6 +690,30 @@ function log.finish_undo()
 end
 
 ---------------------------------------------------------------------------
+-- concurrency (engine/concurrency.go): requests in flight, a sliding log
+-- whose window is the lease_ttl (sent as the item's window). It is the log's
+-- section but for consume: hits beyond the limit's entries (charged when
+-- denied) join the newest entry at that entry's instant, so that they never
+-- make an acquisition outlive its lease.
+
+local concurrency = {
+  locate = log.locate,
+  load = log.load,
+  admits = log.admits,
+  give_back = log.give_back,
+  remaining = log.remaining,
+  reset_at = log.reset_at,
+  retry_at = log.retry_at,
+  write = log.write,
+  undo = log.undo,
+  finish_undo = log.finish_undo,
+}
+
+function concurrency.consume(c, hits, limit)
+  log_consume(c, hits, limit, true)
+end
+
+---------------------------------------------------------------------------
 -- token_bucket (engine/token_bucket.go): the field holds the TAT in µs,
 -- which weighs until it passes (an absent or past TAT is a full bucket). A
 -- limit of 0 admits nothing and keeps no state.
@@ -793,6 +825,7 @@ local algorithms = {
   [ALG_SLIDING_LOG] = log,
   [ALG_TOKEN_BUCKET] = bucket,
   [ALG_CALENDAR_WINDOW] = calendar,
+  [ALG_CONCURRENCY] = concurrency,
 }
 
 -- undo the judging pass on counter c (every section's state)

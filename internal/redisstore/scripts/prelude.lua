@@ -31,6 +31,9 @@ local ALG_TOKEN_BUCKET = 3
 -- argument is "b1:b2:b3:b4", the starts of the previous, current and next
 -- windows around the store's clock and the next one's end, in µs.
 local ALG_CALENDAR_WINDOW = 4
+-- Requests in flight (algorithm: concurrency): a sliding log whose window is
+-- the lease_ttl.
+local ALG_CONCURRENCY = 5
 
 -- decide.lua's arguments: args[1] is the number of requests, then each
 -- request is REQUEST_HEAD fields at the REQUEST_* positions, followed by
