@@ -39,44 +39,33 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 0}
 `
 
-// TestFullnessMemory and TestFullnessRedis: the fullness of each limit's
-// keys through the service, the same on both stores.
-func TestFullnessMemory(t *testing.T) {
-	clock := storetest.NewClock(storetest.T0)
-	ms := memstore.New(memstore.Options{Now: clock.Now})
-	t.Cleanup(func() { ms.Close() })
-	testFullness(t, ms, clock)
-}
-
-func TestFullnessRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := storetest.NewClock(storetest.T0)
-	rs, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clock.Now, Prefix: "fullness:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
-	testFullness(t, rs, clock)
-}
+// TestFullness: the fullness of each limit's keys through the service,
+// the same on both stores.
+func TestFullness(t *testing.T) { onBothStores(t, testFullness) }
 
 // A key blocked by a penalty counts as full until its block ends, past its
 // window.
-func TestFullnessPenaltyMemory(t *testing.T) {
-	clock := storetest.NewClock(storetest.T0)
-	ms := memstore.New(memstore.Options{Now: clock.Now})
-	t.Cleanup(func() { ms.Close() })
-	testFullnessPenalty(t, ms, clock)
-}
+func TestFullnessPenalty(t *testing.T) { onBothStores(t, testFullnessPenalty) }
 
-func TestFullnessPenaltyRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := storetest.NewClock(storetest.T0)
-	rs, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clock.Now, Prefix: "fullness:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
-	testFullnessPenalty(t, rs, clock)
+// onBothStores runs test on a memory store and on a Redis store, each on a
+// test clock of its own.
+func onBothStores(t *testing.T, test func(*testing.T, engine.Store, *storetest.Clock)) {
+	t.Run("memory", func(t *testing.T) {
+		clock := storetest.NewClock(storetest.T0)
+		ms := memstore.New(memstore.Options{Now: clock.Now})
+		t.Cleanup(func() { ms.Close() })
+		test(t, ms, clock)
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		clock := storetest.NewClock(storetest.T0)
+		rs, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clock.Now, Prefix: "fullness:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		test(t, rs, clock)
+	})
 }
 
 func testFullnessPenalty(t *testing.T, store engine.Store, clock *storetest.Clock) {
@@ -271,31 +260,7 @@ func TestFullnessOffWithoutMetrics(t *testing.T) {
 // stays full (every request denied): the sample's entry updated in place on
 // each decision.
 func BenchmarkShouldRateLimitFull(b *testing.B) {
-	cfg, err := config.Parse("test.yaml", []byte(`
-domain: api
-descriptors:
-  - key: remote_address
-    rate_limits:
-      - {unit: second, requests_per_unit: 1000000000}
-      - {unit: minute, requests_per_unit: 1000000000}
-      - {unit: hour, requests_per_unit: 1, algorithm: sliding_window}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ms := memstore.New(memstore.Options{})
-	b.Cleanup(func() { ms.Close() })
-	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry()})
-	svc.SetConfig(cfg)
-	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1")}}
-	ctx := context.Background()
-	svc.ShouldRateLimit(ctx, req)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchDecisions(b, Options{}, 1)
 }
 
 // Decisions, scrapes and reloads at once (run with -race): afterwards the

@@ -500,7 +500,7 @@ func TestCheckHTTP(t *testing.T) {
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {
-	benchDecisions(b, Options{})
+	benchDecisions(b, Options{}, 1e9)
 }
 
 func TestAnswerMargin(t *testing.T) {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,18 +122,20 @@ func TestDecisionSpansStoreError(t *testing.T) {
 }
 
 // benchDecisions measures ShouldRateLimit of one descriptor that three
-// limits, admitting everything, judge on the memory store, on a service
-// configured by opts (its store and registry aside).
-func benchDecisions(b *testing.B, opts Options) {
-	cfg, err := config.Parse("test.yaml", []byte(`
+// limits judge on the memory store, on a service configured by opts (its
+// store and registry aside). The third (an hour's sliding window) admits
+// perHour hits: a billion admits everything, 1 denies every request after
+// the first.
+func benchDecisions(b *testing.B, opts Options, perHour uint32) {
+	cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
 domain: api
 descriptors:
   - key: remote_address
     rate_limits:
       - {unit: second, requests_per_unit: 1000000000}
       - {unit: minute, requests_per_unit: 1000000000}
-      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
-`))
+      - {unit: hour, requests_per_unit: %d, algorithm: sliding_window}
+`, perHour)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,7 +174,7 @@ func BenchmarkShouldRateLimitTracing(b *testing.B) {
 				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(bc.sampler), sdktrace.WithSpanProcessor(dropProcessor{}))
 				opts.Tracer, opts.StoreName = tp.Tracer("bench"), "memory"
 			}
-			benchDecisions(b, opts)
+			benchDecisions(b, opts, 1e9)
 		})
 	}
 }
