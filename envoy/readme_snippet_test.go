@@ -1,0 +1,53 @@
+package envoy_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+)
+
+// TestREADMETokenBudgetRoute checks the README's Envoy route for LLM token
+// budgets: a route's typed_per_filter_config (Envoy 1.40's protos and
+// validation rules) whose RateLimitPerRoute, where alone Envoy sends a
+// per-descriptor hits_addend, checks one hit on the request and charges
+// the tokens of the dynamic metadata when the stream ends.
+func TestREADMETokenBudgetRoute(t *testing.T) {
+	const head = "# Envoy route: a check of 1 hit at the request"
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```yaml\n"+head)
+	if !ok {
+		t.Fatalf("README.md has no yaml block starting %q", head)
+	}
+	block, _, _ := strings.Cut(head+rest, "```")
+	js, err := yaml.YAMLToJSON([]byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := &routev3.Route{}
+	if err := protojson.Unmarshal(js, route); err != nil {
+		t.Fatalf("the README's route snippet is not part of an Envoy Route: %v\n%s", err, block)
+	}
+	per := unpack[*ratelimitv3.RateLimitPerRoute](t, route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"])
+	if err := per.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	limits := per.GetRateLimits()
+	if len(limits) != 2 {
+		t.Fatalf("RateLimitPerRoute has %d rate_limits, want the check and the charge", len(limits))
+	}
+	check, charge := limits[0], limits[1]
+	if check.GetApplyOnStreamDone() || check.GetHitsAddend() != nil {
+		t.Errorf("the check %v: want one hit on the request path", check)
+	}
+	if !charge.GetApplyOnStreamDone() || !strings.HasPrefix(charge.GetHitsAddend().GetFormat(), "%DYNAMIC_METADATA(") {
+		t.Errorf("the charge %v: want the metadata's tokens when the stream ends", charge)
+	}
+}
