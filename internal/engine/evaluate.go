@@ -67,6 +67,17 @@ func status(rule *Rule, st *State, tc, t int64) (uint64, time.Duration) {
 	return rule.alg.remaining(rule, st, tc), micros(reset - t)
 }
 
+// Status returns the remaining hits and the time to the reset that
+// Evaluate reports for an item of r admitted at now whose counter the
+// decision left as st. It brings st to now first (normalize), in place, as
+// the judging pass does. A store that keeps its states elsewhere (Redis)
+// computes the statuses of its admissions with it from the states written.
+func (r *Rule) Status(st *State, now time.Time) (uint64, time.Duration) {
+	t := now.UnixMicro()
+	tc := r.alg.normalize(r, st, t)
+	return status(r, st, tc, t)
+}
+
 // strike records a strike on the counter of each penalized item that its
 // counter denied (not its block, not a refund), once per counter and
 // request: the request's later items on a counter struck find it blocked.

@@ -572,7 +572,7 @@ func (s *Store) sendSpan(ctx context.Context, node string, req *request, results
 	if out != nil {
 		*out = rep
 	}
-	return rep.results(results)
+	return rep.results(req, results)
 }
 
 // late handles the reply of a request whose caller stopped waiting (its

@@ -723,8 +723,8 @@ func TestMergedScripts(t *testing.T) {
 			t.Fatalf("request %d: %v / %v", i, a.err, b.err)
 		}
 		ra, rb := make([]engine.Result, len(r.items)), make([]engine.Result, len(r.items))
-		okA, errA := a.reply.results(ra)
-		okB, errB := b.reply.results(rb)
+		okA, errA := a.reply.results(a.req, ra)
+		okB, errB := b.reply.results(b.req, rb)
 		if errA != nil || errB != nil {
 			t.Fatalf("request %d: %v / %v", i, errA, errB)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,10 @@ const (
 	verdictDenied   = 0
 	verdictAdmitted = 1
 	verdictExpired  = 2
+	// verdictAdmittedStates: admitted, and per item its counter's field as
+	// the decision left it instead of its status (see prelude.lua):
+	// parseReply reads it as verdictAdmitted with states.
+	verdictAdmittedStates = 3
 	// retryNever is an item's retry field when no wait admits its hits
 	// (engine.Result.Never).
 	retryNever = -1
@@ -196,7 +201,10 @@ type wireItem struct {
 	// ruleArg, both boxed once for the arguments: items of a descriptor
 	// share their key's, requests of a rule its rule's.
 	key, rule any
-	hits      uint64
+	// limit is the item's rule, for the statuses of a reply that carries
+	// the states (verdictAdmittedStates).
+	limit *engine.Rule
+	hits  uint64
 	// flags is the sum of the flag* values; group is 0 or a quota group
 	// (in modeReserve -g: group g is over elsewhere, see regroup).
 	flags int
@@ -253,7 +261,7 @@ func newRequest(mode, instant string, at time.Time, items []engine.Item, bases [
 		if key := base[:len(base)-len(rule.ID)-1]; i == 0 || key != prevKey {
 			prevKey, prevArg = key, key // boxed once per descriptor
 		}
-		*w = wireItem{base: base, key: prevArg, rule: ruleArg(rule, at), hits: it.Hits, group: it.Group}
+		*w = wireItem{base: base, key: prevArg, rule: ruleArg(rule, at), limit: rule, hits: it.Hits, group: it.Group}
 		if it.Refund {
 			w.flags |= flagRefund
 		}
@@ -327,6 +335,9 @@ type reply struct {
 	verdict  int64
 	now      int64 // µs of the script's clock
 	statuses []wireStatus
+	// states replaces statuses in a reply of verdictAdmittedStates: per
+	// item, its counter's state as the decision left it.
+	states []engine.State
 	// undo is the operations that give back what the decision wrote, in
 	// release.lua's arguments (nil when the reply carries no undo log).
 	undo []any
@@ -360,6 +371,8 @@ func parseReply(v any, n int) (reply, error) {
 	switch r.verdict {
 	case verdictExpired:
 		return r, nil
+	case verdictAdmittedStates:
+		return parseStates(r, vals[replyHead:], n)
 	case verdictAdmitted, verdictDenied:
 	default:
 		return reply{}, fmt.Errorf("redis: decide reply with the unknown verdict %d", r.verdict)
@@ -404,11 +417,65 @@ func parseReply(v any, n int) (reply, error) {
 	return r, nil
 }
 
-// results writes the reply's statuses into results and returns whether the
-// request was admitted.
-func (r *reply) results(results []engine.Result) (bool, error) {
+// parseStates reads the rest of a reply of verdictAdmittedStates to a
+// request of n items: per item its counter's field (a state packed as
+// stateNumber values: a token bucket's TAT; a window's start and count, and
+// a sliding window's previous count), or nil for none.
+func parseStates(r reply, fields []any, n int) (reply, error) {
+	if len(fields) != n {
+		return reply{}, fmt.Errorf("redis: decide reply of %d states for %d items: %v", len(fields), n, fields)
+	}
+	r.verdict = verdictAdmitted
+	r.states = make([]engine.State, n)
+	for i, f := range fields {
+		if f == nil {
+			continue // no state
+		}
+		v, ok := f.(string)
+		if !ok {
+			return reply{}, fmt.Errorf("redis: decide reply: state %v", f)
+		}
+		num := func(j int) float64 { return stateNumberAt(v, j) }
+		st := &r.states[i]
+		switch len(v) {
+		case 8:
+			st.TAT = int64(num(0))
+		case 16, 24:
+			st.Start, st.Count = int64(num(0)), uint64(num(1))
+			if len(v) == 24 {
+				st.Prev = uint64(num(2))
+			}
+		default:
+			return reply{}, fmt.Errorf("redis: decide reply: a state of %d bytes", len(v))
+		}
+	}
+	return r, nil
+}
+
+// stateNumberAt returns number j of a state packed as stateNumber values.
+func stateNumberAt(v string, j int) float64 {
+	var u uint64
+	for b := 8*j + 7; b >= 8*j; b-- {
+		u = u<<8 | uint64(v[b])
+	}
+	return math.Float64frombits(u)
+}
+
+// results writes the reply's statuses into results, those of a reply
+// that carries states computed for the rules of req's items, and returns
+// whether the request was admitted.
+func (r *reply) results(req *request, results []engine.Result) (bool, error) {
 	if r.verdict == verdictExpired {
 		return false, errExpired
+	}
+	if r.states != nil {
+		now := time.UnixMicro(r.now)
+		for i := range r.states {
+			res := engine.Result{Admitted: true}
+			res.Remaining, res.Reset = req.items[i].limit.Status(&r.states[i], now)
+			results[i] = res
+		}
+		return true, nil
 	}
 	for i, st := range r.statuses {
 		res := engine.Result{

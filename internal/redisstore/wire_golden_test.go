@@ -101,7 +101,7 @@ func TestReplyDecoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	results := make([]engine.Result, 3)
-	admitted, err := rep.results(results)
+	admitted, err := rep.results(nil, results)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +115,39 @@ func TestReplyDecoding(t *testing.T) {
 		fmt.Fprintf(&b, "\t%T\t%v\n", a, a)
 	}
 	fmt.Fprintf(&b, "view %+v\n", rep.view)
+
+	// An admission that carries states (verdictAdmittedStates): a fixed
+	// window, a sliding window, a token bucket, and a counter with none.
+	rules := goldenRules()
+	var items []engine.Item
+	var bases []string
+	for _, r := range []*engine.Rule{rules[0], rules[1], rules[3], rules[0]} {
+		items = append(items, engine.Item{Desc: "api/k=v", Rule: r, Hits: 1})
+		bases = append(bases, engine.CounterKey("rls:", "api/k=v", r))
+	}
+	req := newRequest(modeFinal, "", time.UnixMicro(1802260800001234), items, bases)
+	pack := func(nums ...float64) string {
+		var v []byte
+		for _, x := range nums {
+			v = binary.LittleEndian.AppendUint64(v, math.Float64bits(x))
+		}
+		return string(v)
+	}
+	rawStates := []any{int64(verdictAdmittedStates), int64(1802260800001234),
+		pack(1802260800000000, 3), pack(1802257200000000, 40, 200), pack(1802260800041234), nil}
+	rep, err = parseReply(rawStates, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results = make([]engine.Result, 4)
+	admitted, err = rep.results(req, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "states: verdict %d now %d admitted %v\n", rep.verdict, rep.now, admitted)
+	for i, r := range results {
+		fmt.Fprintf(&b, "item %d: %+v\n", i, r)
+	}
 	golden(t, "reply.golden", b.String())
 
 	for _, bad := range []any{
@@ -124,6 +157,15 @@ func TestReplyDecoding(t *testing.T) {
 		append(slices.Clone(raw[:15]), []any{int64(1)}),
 	} {
 		if _, err := parseReply(bad, 3); err == nil {
+			t.Errorf("parseReply(%v) = nil error, want one", bad)
+		}
+	}
+	for _, bad := range []any{
+		rawStates[:5],
+		append(slices.Clone(rawStates[:5]), "seven b"),
+		append(slices.Clone(rawStates[:5]), int64(1)),
+	} {
+		if _, err := parseReply(bad, 4); err == nil {
 			t.Errorf("parseReply(%v) = nil error, want one", bad)
 		}
 	}
@@ -184,7 +226,7 @@ func unpackState(v string) ([]int64, error) {
 	}
 	nums := make([]int64, len(v)/8)
 	for i := range nums {
-		nums[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i:]))))
+		nums[i] = int64(stateNumberAt(v, i))
 	}
 	return nums, nil
 }

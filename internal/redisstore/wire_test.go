@@ -48,6 +48,7 @@ func TestWireContract(t *testing.T) {
 		"VERDICT_DENIED":             strconv.Itoa(verdictDenied),
 		"VERDICT_ADMITTED":           strconv.Itoa(verdictAdmitted),
 		"VERDICT_EXPIRED":            strconv.Itoa(verdictExpired),
+		"VERDICT_ADMITTED_STATES":    strconv.Itoa(verdictAdmittedStates),
 		"RETRY_NEVER":                strconv.Itoa(retryNever),
 		"REPLY_ITEM_DENIED":          strconv.Itoa(replyItemDenied),
 		"REPLY_ITEM_ADMITTED":        strconv.Itoa(replyItemAdmitted),

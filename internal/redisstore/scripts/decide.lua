@@ -57,6 +57,7 @@ local penal -- the request has penalized items
 local nc
 local by_counter -- a request of many items: counter index by key and id (see parse)
 local plain -- the request's items have no flags and no group (parse)
+local hashed -- every counter of the request is in_hash (parse)
 
 -- Hashes are read once per call and written once per call, at its end:
 -- hv[key] is the fields that the requests decided so far left (a field
@@ -259,6 +260,7 @@ function fixed.retry_at(c, hits, limit)
 end
 
 fixed.span = 1
+fixed.in_hash = true -- its status follows from its field (VERDICT_ADMITTED_STATES)
 fixed.write = write_window
 
 fixed.undo = { [UNDO_WINDOW] = undo_window }
@@ -387,6 +389,7 @@ function sliding.retry_at(c, hits, limit)
 end
 
 sliding.span = 2
+sliding.in_hash = true -- its status follows from its field (VERDICT_ADMITTED_STATES)
 sliding.write = write_window
 
 sliding.undo = fixed.undo
@@ -725,6 +728,7 @@ local function interval(c, limit)
 end
 
 bucket.locate = fixed.locate
+bucket.in_hash = true
 
 function bucket.load(c)
   local stored = number_read(hv[c_key[c]][c_id[c]])
@@ -883,7 +887,7 @@ end
 -- parse reads the items of the request whose arguments start at argv[a]
 -- and finds their counters, each once, with the hashes they need read.
 local function parse(a)
-  n, nc, nk, plain, penal = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, true, false
+  n, nc, nk, plain, penal, hashed = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, true, false, true
   by_counter = n > 16 and {} or nil
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
@@ -915,6 +919,9 @@ local function parse(a)
         ids[id], by_counter[key] = c, ids
       end
       c_key[c], c_id[c], c_alg[c], c_w[c], c_warg[c], c_impl[c], c_pen[c] = key, id, r.code, r.w, r.warg, r.impl, false
+      if not r.impl.in_hash then
+        hashed = false
+      end
       if r.impl.locate == need_hash then
         need(key) -- need_hash's work, one call less
       else
@@ -1265,10 +1272,7 @@ local function decide(a)
   if penal then
     strike()
   end
-  local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
-  statuses(out)
   local reserve = mode == MODE_RESERVE and admitted
-  local v = reserve and view()
   -- The undo log: a reservation's, and, past the undo instant, any
   -- decision's (a denial's too: its hits that count when denied were
   -- charged), for a reply that may come after its caller stopped waiting.
@@ -1276,6 +1280,22 @@ local function decide(a)
   if reserve or (undo_after ~= '' and now > tonumber(undo_after)) then
     undo = {}
   end
+  if admitted and plain and hashed and not penal and not undo and mode == MODE_FINAL then
+    -- VERDICT_ADMITTED_STATES: the fields as written, statuses left to the
+    -- store
+    for c = 1, nc do
+      c_impl[c].write(c, nil)
+    end
+    local out = { VERDICT_ADMITTED_STATES, now }
+    for k = 1, n do
+      local c = i_ctr[k]
+      out[k + REPLY_HEAD] = hv[c_key[c]][c_id[c]] or false
+    end
+    return out, next_a
+  end
+  local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
+  statuses(out)
+  local v = reserve and view()
   for c = 1, nc do
     c_impl[c].write(c, undo)
     if c_pen[c] then

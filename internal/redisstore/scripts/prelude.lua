@@ -88,11 +88,18 @@ local MODE_PEEK = 'P'
 -- other modes when the request was decided after its REQUEST_UNDO_AFTER
 -- instant; then, in MODE_RESERVE when admitted, per item the remaining and
 -- reset µs of the state before the request.
+-- A request admitted in MODE_FINAL without flags, groups, penalties or an
+-- undo log, whose counters all keep their state in its descriptor's hash
+-- (fixed and sliding windows, token buckets), is answered
+-- VERDICT_ADMITTED_STATES instead: after the head, per item its counter's
+-- field as the decision left it (false: none), from which the store
+-- computes the statuses (engine.Rule.Status), sparing Redis that work.
 local REPLY_HEAD = 2
 local REPLY_ITEM_FIELDS = 4
 local VERDICT_DENIED = 0
 local VERDICT_ADMITTED = 1
 local VERDICT_EXPIRED = 2 -- past its deadline: nothing decided, nothing consumed
+local VERDICT_ADMITTED_STATES = 3
 local RETRY_NEVER = -1 -- an item's retry when no wait admits its hits (engine.Result.Never)
 -- An item's verdict: admitted, denied, or denied with its hits charged all
 -- the same (FLAG_COUNT_DENIED): then REPLY_ITEM_CHARGED minus what remained
