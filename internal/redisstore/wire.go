@@ -96,7 +96,9 @@ func (lib library) fcall(ctx context.Context, client redis.UniversalClient, fn s
 
 // decide.lua's arguments (decide_entry): the number of requests, then per
 // request requestHead fields at the request* positions and itemFields per
-// item at the item* positions (from 1).
+// item at the item* positions (from 1); a request whose items all take
+// one hit with no flags and no group sends minus the number of its items
+// and plainItemFields per item (the key and the rule).
 const (
 	requestHead      = 5
 	requestMode      = 1
@@ -105,6 +107,7 @@ const (
 	requestUndoAfter = 4
 	requestItems     = 5
 	itemFields       = 4
+	plainItemFields  = 2
 	itemKey          = 1 // the descriptor's key: the hash of its counters; sameKey for the previous item's
 	sameKey          = ""
 	itemRule         = 2 // ruleArg: code|window|limit|burst|penalty|id
@@ -275,8 +278,20 @@ func newRequest(mode, instant string, at time.Time, items []engine.Item, bases [
 	return r
 }
 
+// plain reports whether every item takes one hit, with no flags and no
+// group: the items are sent as plainItemFields each.
+func (r *request) plain() bool {
+	for i := range r.items {
+		if w := &r.items[i]; w.hits != 1 || w.opts() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // appendArgs appends the request's arguments to dst.
 func (r *request) appendArgs(dst []any) []any {
+	plain := r.plain()
 	var head [requestHead]any
 	head[requestMode-1] = modeArgs[r.mode]
 	head[requestInstant-1] = r.instant
@@ -285,6 +300,9 @@ func (r *request) appendArgs(dst []any) []any {
 		head[requestDeadline-1], head[requestUndoAfter-1] = r.deadline, r.undoAfter
 	}
 	head[requestItems-1] = len(r.items)
+	if plain {
+		head[requestItems-1] = -len(r.items)
+	}
 	dst = append(dst, head[:]...)
 	for i := range r.items {
 		w := &r.items[i]
@@ -294,6 +312,10 @@ func (r *request) appendArgs(dst []any) []any {
 			f[itemKey-1] = sameKey // Redis reads, and Lua interns, a long key once
 		}
 		f[itemRule-1] = w.rule
+		if plain {
+			dst = append(dst, f[:plainItemFields]...)
+			continue
+		}
 		f[itemHits-1] = w.hits
 		f[itemOpts-1] = w.opts()
 		dst = append(dst, f[:]...)
@@ -302,7 +324,12 @@ func (r *request) appendArgs(dst []any) []any {
 }
 
 // argCount is the number of arguments the request takes.
-func (r *request) argCount() int { return requestHead + itemFields*len(r.items) }
+func (r *request) argCount() int {
+	if r.plain() {
+		return requestHead + plainItemFields*len(r.items)
+	}
+	return requestHead + itemFields*len(r.items)
+}
 
 // chargesDenied reports whether the request asks for hits that count when
 // denied: a denial of it consumes.

@@ -72,9 +72,20 @@ func TestRequestEncoding(t *testing.T) {
 	}
 	req := newRequest(modeReserve, "", at, items, bases)
 	req.deadline, req.undoAfter = 1802260800010000, 1802260800005000
+	// A plain request: every item one hit, no flags, no group.
+	plain := items[:2:2]
+	plain[0].Hits, plain[1].Hits, plain[1].Refund = 1, 1, false
+	preq := newRequest(modeFinal, "", at, plain, bases[:2])
 	var b strings.Builder
-	for i, a := range req.appendArgs(nil) {
-		fmt.Fprintf(&b, "%d\t%T\t%v\n", i+1, a, a)
+	for _, r := range []*request{req, preq} {
+		args := r.appendArgs(nil)
+		if len(args) != r.argCount() {
+			t.Errorf("%d arguments, argCount says %d", len(args), r.argCount())
+		}
+		for i, a := range args {
+			fmt.Fprintf(&b, "%d\t%T\t%v\n", i+1, a, a)
+		}
+		b.WriteString("\n")
 	}
 	golden(t, "request.golden", b.String())
 }

@@ -26,6 +26,7 @@ func TestWireContract(t *testing.T) {
 		"REQUEST_UNDO_AFTER":         strconv.Itoa(requestUndoAfter),
 		"REQUEST_ITEMS":              strconv.Itoa(requestItems),
 		"ITEM_FIELDS":                strconv.Itoa(itemFields),
+		"PLAIN_ITEM_FIELDS":          strconv.Itoa(plainItemFields),
 		"ITEM_KEY":                   strconv.Itoa(itemKey),
 		"SAME_KEY":                   strconv.Quote(sameKey),
 		"ITEM_RULE":                  strconv.Itoa(itemRule),

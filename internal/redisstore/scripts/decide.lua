@@ -884,13 +884,25 @@ local function rule_of(arg)
   return r
 end
 
+-- items_of returns the number of items of the request whose arguments
+-- start at argv[a], and the fields each item takes.
+local function items_of(a)
+  local m = tonumber(argv[a + REQUEST_ITEMS - 1])
+  if m < 0 then
+    return -m, PLAIN_ITEM_FIELDS
+  end
+  return m, ITEM_FIELDS
+end
+
 -- parse reads the items of the request whose arguments start at argv[a]
 -- and finds their counters, each once, with the hashes they need read.
 local function parse(a)
-  n, nc, nk, plain, penal, hashed = tonumber(argv[a + REQUEST_ITEMS - 1]), 0, 0, true, false, true
+  local width
+  n, width = items_of(a)
+  nc, nk, plain, penal, hashed = 0, 0, true, false, true
   by_counter = n > 16 and {} or nil
   for k = 1, n do
-    local f = a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS - 1 -- item field j is argv[f + j]
+    local f = a + REQUEST_HEAD + (k - 1) * width - 1 -- item field j is argv[f + j]
     local key, arg = argv[f + ITEM_KEY], argv[f + ITEM_RULE]
     local r = rules[arg] or rule_of(arg) -- the cache's hit without a call
     if key == SAME_KEY then
@@ -937,9 +949,9 @@ local function parse(a)
         need(key) -- the penalty's field, for a sliding log too
       end
     end
-    local hits = argv[f + ITEM_HITS]
+    local hits = width == PLAIN_ITEM_FIELDS and '1' or argv[f + ITEM_HITS]
     i_hits[k] = hits == '1' and 1 or tonumber(hits)
-    local opts = argv[f + ITEM_OPTS]
+    local opts = width == PLAIN_ITEM_FIELDS and '0' or argv[f + ITEM_OPTS]
     if opts == '0' then
       i_refund[k], i_shadow[k], i_cd[k], i_denied[k], i_group[k] = false, false, false, false, 0
     else
@@ -1222,7 +1234,8 @@ local function decide(a)
   local head = a - 1 -- request field j is argv[head + j]
   local mode, instant = argv[head + REQUEST_MODE], argv[head + REQUEST_INSTANT]
   local deadline, undo_after = argv[head + REQUEST_DEADLINE], argv[head + REQUEST_UNDO_AFTER]
-  local next_a = a + REQUEST_HEAD + ITEM_FIELDS * tonumber(argv[head + REQUEST_ITEMS])
+  local items, width = items_of(a)
+  local next_a = a + REQUEST_HEAD + width * items
   if instant == '' and time_now then
     now = time_now -- clock(instant), inline: Redis TIME, read already
   else
@@ -1320,14 +1333,14 @@ local function decide_entry(_, args)
   argv, time_now = args, nil
   local a = 2
   for _ = 1, tonumber(argv[1]) do
-    local items = tonumber(argv[a + REQUEST_ITEMS - 1])
+    local items, width = items_of(a)
     for k = 1, items do
-      local arg = argv[a + REQUEST_HEAD + (k - 1) * ITEM_FIELDS + ITEM_RULE - 1]
+      local arg = argv[a + REQUEST_HEAD + (k - 1) * width + ITEM_RULE - 1]
       if not (rules[arg] or rule_of(arg)) then
         return redis.error_reply('rls: unknown algorithm in rule ' .. tostring(arg))
       end
     end
-    a = a + REQUEST_HEAD + ITEM_FIELDS * items
+    a = a + REQUEST_HEAD + width * items
   end
   hv, hx, grew, nw = {}, {}, {}, 0
   local replies = {}

@@ -37,14 +37,17 @@ local ALG_CONCURRENCY = 5
 
 -- decide.lua's arguments: args[1] is the number of requests, then each
 -- request is REQUEST_HEAD fields at the REQUEST_* positions, followed by
--- ITEM_FIELDS fields per item at the ITEM_* positions.
+-- ITEM_FIELDS fields per item at the ITEM_* positions, or, for a request
+-- whose items all take one hit with no flags and no group (REQUEST_ITEMS
+-- negative), PLAIN_ITEM_FIELDS: ITEM_KEY and ITEM_RULE.
 local REQUEST_HEAD = 5
 local REQUEST_MODE = 1 -- MODE_*
 local REQUEST_INSTANT = 2 -- µs, or "" for Redis TIME
 local REQUEST_DEADLINE = 3 -- µs of Redis's clock after which the request is not decided, or ""
 local REQUEST_UNDO_AFTER = 4 -- µs after which the reply carries its undo log, or ""
-local REQUEST_ITEMS = 5 -- the number of items
+local REQUEST_ITEMS = 5 -- the number of items; minus it for plain items
 local ITEM_FIELDS = 4
+local PLAIN_ITEM_FIELDS = 2
 local ITEM_KEY = 1 -- the descriptor's key (engine.DescriptorKey): its counters' hash;
                    -- SAME_KEY for the previous item's
 local SAME_KEY = ''
