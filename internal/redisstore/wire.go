@@ -462,15 +462,14 @@ func parseStates(r reply, fields []any, n int) (reply, error) {
 		if !ok {
 			return reply{}, fmt.Errorf("redis: decide reply: state %v", f)
 		}
-		num := func(j int) float64 { return stateNumberAt(v, j) }
 		st := &r.states[i]
 		switch len(v) {
 		case 8:
-			st.TAT = int64(num(0))
+			st.TAT = int64(stateNumberAt(v, 0))
 		case 16, 24:
-			st.Start, st.Count = int64(num(0)), uint64(num(1))
+			st.Start, st.Count = int64(stateNumberAt(v, 0)), uint64(stateNumberAt(v, 1))
 			if len(v) == 24 {
-				st.Prev = uint64(num(2))
+				st.Prev = uint64(stateNumberAt(v, 2))
 			}
 		default:
 			return reply{}, fmt.Errorf("redis: decide reply: a state of %d bytes", len(v))

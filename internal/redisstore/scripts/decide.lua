@@ -57,7 +57,10 @@ local penal -- the request has penalized items
 local nc
 local by_counter -- a request of many items: counter index by key and id (see parse)
 local plain -- the request's items have no flags and no group (parse)
-local hashed -- every counter of the request is in_hash (parse)
+-- hashed: every counter of the request is kept in its descriptor's hash
+-- and its status follows from its field alone (its section's in_hash):
+-- an admission of plain items then answers VERDICT_ADMITTED_STATES (parse)
+local hashed
 
 -- Hashes are read once per call and written once per call, at its end:
 -- hv[key] is the fields that the requests decided so far left (a field
@@ -260,7 +263,7 @@ function fixed.retry_at(c, hits, limit)
 end
 
 fixed.span = 1
-fixed.in_hash = true -- its status follows from its field (VERDICT_ADMITTED_STATES)
+fixed.in_hash = true
 fixed.write = write_window
 
 fixed.undo = { [UNDO_WINDOW] = undo_window }
@@ -389,7 +392,7 @@ function sliding.retry_at(c, hits, limit)
 end
 
 sliding.span = 2
-sliding.in_hash = true -- its status follows from its field (VERDICT_ADMITTED_STATES)
+sliding.in_hash = true
 sliding.write = write_window
 
 sliding.undo = fixed.undo
