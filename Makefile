@@ -10,7 +10,7 @@ LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
 PROMTOOL ?= promtool
 
-.PHONY: help run build install uninstall test test-short docs-check deploy-check fuzz-smoke bench bench-accuracy soak lint fmt prereqs clean
+.PHONY: help run build install uninstall test test-short saturation docs-check deploy-check fuzz-smoke bench bench-accuracy soak lint fmt prereqs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,8 +47,17 @@ test: prereqs ## everything that must pass: vet, race tests (real Redis, Redis C
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l . | grep -v '^vendor/')" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test -race -count=1 -timeout 10m ./...
+	$(MAKE) saturation
 	$(MAKE) deploy-check
 	$(MAKE) fuzz-smoke
+
+# Two rls processes on one Redis, then on a 3-master cluster, 64 closed-loop
+# clients and a spinning process on two cores, at the default store timeout:
+# no error, every hit counted once. It needs the machine to itself (the load
+# is the point), so it is behind a build tag, out of `go test ./...`, and
+# run alone, without the race detector. About 20 s.
+saturation: ## two rls processes on Redis and on a cluster at saturation: no error, exact counts
+	$(GO) test -tags saturation -count=1 ./e2e/saturation/
 
 # The README's and docs/'s runnable blocks, run as written against a fresh
 # bin/rls (and Redis, nginx), each group in its own network and process

@@ -14,3 +14,7 @@ func socketOf(net.Conn) syscall.RawConn { return nil }
 // server closed fails the pipeline sent on it, and the link is set up again
 // before the next.
 func socketAlive(syscall.RawConn) bool { return true }
+
+// socketReadable cannot look at a socket on this system: it reports that
+// nothing waits.
+func socketReadable(syscall.RawConn) bool { return false }

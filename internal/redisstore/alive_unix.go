@@ -50,3 +50,19 @@ func socketAlive(raw syscall.RawConn) bool {
 	})
 	return err == nil && alive
 }
+
+// socketReadable reports whether bytes wait to be read on the raw socket
+// (socketOf): a reply that arrived and that nobody has read yet. It does
+// not read them.
+func socketReadable(raw syscall.RawConn) bool {
+	if raw == nil {
+		return false
+	}
+	readable := false
+	err := raw.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		readable = err == nil && n == 1
+	})
+	return err == nil && readable
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +55,7 @@ type batcher struct {
 	unknown   func(node string, err error)
 
 	scripts, roundTrips atomic.Uint64
+	resent              atomic.Uint64 // calls sent again (resend)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -92,13 +92,24 @@ func pipelineBound(opts Options) time.Duration {
 	return max(5*opts.Timeout, opts.minPipelineBound)
 }
 
-// A call's state: it is answered once, by the worker (a reply or an
-// error), by the wait timer, or abandoned by its caller.
+// A call's state is its status, and while it is pending the number of
+// times it was sent (its send), packed in one word so that each change is
+// one compare-and-swap: it is answered once, by the worker (a reply or an
+// error), by the wait timer of the send it is at, or abandoned by its
+// caller; or, pending still, queued for another send (resend).
 const (
 	pending int32 = iota
 	answered
 	abandoned
+
+	statusBits = 2
+	statusMask = 1<<statusBits - 1
 )
+
+// maxSends bounds how many times one call is sent: a call that Redis
+// refused as past its deadline (nothing decided) goes again while its
+// caller waits long enough, at most this often in all.
+const maxSends = 3
 
 type call struct {
 	ctx   context.Context
@@ -107,21 +118,72 @@ type call struct {
 	keys  []string
 	req   *request
 	done  chan struct{} // closed when answered
-	state atomic.Int32
+	state atomic.Int32  // status | sends<<statusBits
 	// written by whoever answers, before done is closed
 	reply reply
 	err   error
 }
 
+// status returns the call's status: pending, answered or abandoned.
+func (c *call) status() int32 { return c.state.Load() & statusMask }
+
 // answer delivers reply or err to the caller, unless it has already been
 // answered or abandoned; it reports whether it did.
 func (c *call) answer(r reply, err error) bool {
-	if !c.state.CompareAndSwap(pending, answered) {
+	for {
+		s := c.state.Load()
+		if s&statusMask != pending {
+			return false
+		}
+		if c.state.CompareAndSwap(s, answered) {
+			c.reply, c.err = r, err
+			close(c.done)
+			return true
+		}
+	}
+}
+
+// answerSend is answer for the wait timer of a call's send number send:
+// a call sent again since is another send's to answer.
+func (c *call) answerSend(send int32, r reply, err error) bool {
+	if !c.state.CompareAndSwap(pending|send<<statusBits, answered) {
 		return false
 	}
 	c.reply, c.err = r, err
 	close(c.done)
 	return true
+}
+
+// abandon marks the call given up by its caller, unless it has been
+// answered; it reports whether it did.
+func (c *call) abandon() bool {
+	for {
+		s := c.state.Load()
+		if s&statusMask != pending {
+			return false
+		}
+		if c.state.CompareAndSwap(s, abandoned) {
+			return true
+		}
+	}
+}
+
+// sends returns how many times the call has been sent (while pending).
+func (c *call) sends() int32 { return c.state.Load() >> statusBits }
+
+// markSend records one more send of a pending call and returns its
+// number; false when the call is no longer pending.
+func (c *call) markSend() (int32, bool) {
+	for {
+		s := c.state.Load()
+		if s&statusMask != pending {
+			return 0, false
+		}
+		n := s>>statusBits + 1
+		if c.state.CompareAndSwap(s, pending|n<<statusBits) {
+			return n, true
+		}
+	}
 }
 
 func newBatcher(links *links, maxBatch, perScript, workers int, timeout, bound time.Duration, clock *redisClock) *batcher {
@@ -165,6 +227,7 @@ func (b *batcher) do(ctx context.Context, node string, keys []string, req *reque
 	default:
 	}
 	c := &call{ctx: ctx, span: span, node: node, keys: keys, req: req, done: make(chan struct{})}
+	c.state.Store(pending | 1<<statusBits) // its first send
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -176,7 +239,7 @@ func (b *batcher) do(ctx context.Context, node string, keys []string, req *reque
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		if c.state.CompareAndSwap(pending, abandoned) {
+		if c.abandon() {
 			// Not sent yet, it never will be; sent, its reply will be
 			// late and given back.
 			return reply{}, fmt.Errorf("redis: %w", ctx.Err())
@@ -268,16 +331,17 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	sent := time.Now()
 	b.setDeadlines(calls, sent)
 	markSent(calls, sent)
-	// The callers stop waiting at their deadline plus grace. The timer gets
-	// its own copy of the calls: Stop does not wait for a timer that has
-	// fired, and the worker clears and refills its batch once send returns.
-	timed := slices.Clone(calls)
-	wait := time.AfterFunc(b.timeout+grace(b.timeout), func() {
-		for _, c := range timed {
-			c.answer(reply{}, errNoReply)
-		}
-	})
-	defer wait.Stop()
+	// The callers stop waiting at their deadline plus grace, or later while
+	// their replies wait to be read (replyWait). The timer gets its own copy of
+	// the calls, each with the number of this send: the worker clears and
+	// refills its batch once send returns, and a call sent again is its
+	// next send's to answer.
+	wait := &replyWait{link: l, span: b.timeout + grace(b.timeout), bound: b.bound, calls: make([]timedCall, len(calls))}
+	for i, c := range calls {
+		wait.calls[i] = timedCall{c, c.sends()}
+	}
+	wait.start(sent)
+	defer wait.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), b.bound)
 	defer cancel()
 
@@ -327,7 +391,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 			// may have answered some while the library loaded): their
 			// deadlines, and their callers' wait, start again.
 			sent := time.Now()
-			wait.Reset(b.timeout + grace(b.timeout))
+			wait.start(sent)
 			resend := again[:0]
 			for _, i := range again {
 				sc := &scripts[i]
@@ -370,10 +434,106 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 			if b.clock != nil && j == 0 {
 				b.clock.sample(c.node, r.now, sc.sent, recv)
 			}
+			if r.verdict == verdictExpired && b.resend(c) {
+				continue
+			}
 			if !c.answer(r, nil) {
 				b.late(c, r)
 			}
 		}
+	}
+}
+
+// timedCall is a call that a replyWait answers, and the number of the
+// send it waits for.
+type timedCall struct {
+	c    *call
+	send int32
+}
+
+// replyWait answers the calls of a pipeline with errNoReply when their
+// replies do not come in time: span (the deadline plus grace) after they
+// were sent, or later while bytes of the replies wait on the link's
+// connection, unread (rls itself waited for a core: the replies came, and
+// Redis decided them by their deadlines), but never later than bound after
+// they were sent. Safe for concurrent use.
+type replyWait struct {
+	link        *link
+	span, bound time.Duration
+	calls       []timedCall
+
+	mu      sync.Mutex
+	sent    time.Time   // guarded by mu
+	t       *time.Timer // guarded by mu
+	stopped bool        // guarded by mu
+}
+
+// replyPoll is how often a replyWait looks again at replies waiting.
+const replyPoll = time.Millisecond
+
+// start (re)arms the wait for calls sent at sent.
+func (w *replyWait) start(sent time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sent = sent
+	if w.t != nil {
+		w.t.Stop()
+	}
+	w.t = time.AfterFunc(time.Until(sent.Add(w.span)), w.fire)
+}
+
+// fire answers the calls, or waits on while the node was heard from.
+func (w *replyWait) fire() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	if d := time.Until(w.sent.Add(w.bound)); d > 0 && w.link.replyWaiting() {
+		// Looked at again soon: the worker stops the wait once it has read.
+		w.t = time.AfterFunc(min(d, replyPoll), w.fire)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	for _, t := range w.calls {
+		t.c.answerSend(t.send, reply{}, errNoReply)
+	}
+}
+
+// stop ends the wait: the worker has the replies, or their errors.
+func (w *replyWait) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.t.Stop()
+}
+
+// resend queues again a call that Redis refused as past its deadline
+// (nothing was decided, so sending it again is safe), and reports whether
+// it did: while its caller waits at least a store timeout more, and it has
+// been sent fewer than maxSends times. A machine that starved Redis of CPU
+// for longer than the budget (a co-located load, a throttled container)
+// costs its callers time, then, not an error.
+func (b *batcher) resend(c *call) bool {
+	if c.sends() >= maxSends {
+		return false
+	}
+	if cd, ok := c.ctx.Deadline(); ok && time.Until(cd) < b.timeout {
+		return false
+	}
+	if _, ok := c.markSend(); !ok {
+		return false // answered (by the wait timer) or abandoned meanwhile
+	}
+	select {
+	case b.queue <- c:
+		b.resent.Add(1)
+		return true
+	default:
+		// The queue is full: answered as expired (the timer of the send
+		// that expired can no longer answer it).
+		c.answer(reply{verdict: verdictExpired}, nil)
+		return true
 	}
 }
 
@@ -384,7 +544,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 func unanswered(calls []*call) []*call {
 	live := calls[:0]
 	for _, c := range calls {
-		if c.state.Load() != pending {
+		if c.status() != pending {
 			continue
 		}
 		if err := c.ctx.Err(); err != nil {

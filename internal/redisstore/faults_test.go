@@ -331,3 +331,43 @@ func TestCutRepliesRunOnce(t *testing.T) {
 		})
 	})
 }
+
+// TestExpiredRequestSentAgain: a request that reaches Redis after its
+// deadline decided nothing, so it is sent again while its caller waits:
+// the caller gets a decision, not an error (the audit's saturation errors:
+// a loaded host made Redis wait for a core longer than the store timeout).
+// Redis is paused from before the request leaves until 240 ms after, with
+// a 200 ms store timeout: the request reaches it past its deadline, and the
+// refusal is back before the caller's wait (300 ms) ends. Margins of 40 ms
+// and 60 ms; the caller waits 5 s.
+func TestExpiredRequestSentAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 200 * time.Millisecond, minPipelineBound: starvedBound})
+	items := everyAlgorithm("d/k=resent", 1)
+	lookFull(t, s, items, "before the pause")
+	st0 := s.Stats()
+	srv.Pause()
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		time.Sleep(240 * time.Millisecond)
+		srv.Resume()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	results := make([]engine.Result, len(items))
+	ok, err := s.Apply(ctx, items, results)
+	<-resumed
+	if err != nil || !ok {
+		t.Fatalf("Apply through a Redis paused past the deadline = %v, %v; want admitted (sent again)", ok, err)
+	}
+	st := s.Stats()
+	if resent, expired := st.Resent-st0.Resent, st.Expired-st0.Expired; resent == 0 || expired != 0 || st.Indeterminate != st0.Indeterminate {
+		t.Errorf("Stats() = %+v (before: %+v): want a resend, no expired or indeterminate outcome", st, st0)
+	}
+	for i, r := range results {
+		if want := uint64(items[i].Rule.Limit) - 1; r.Remaining != want {
+			t.Errorf("%s: remaining %d after one admitted hit, want %d (counted once)", items[i].Rule.Algorithm(), r.Remaining, want)
+		}
+	}
+}

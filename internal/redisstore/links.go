@@ -292,6 +292,15 @@ func (l *link) alive() bool {
 	return c != nil && socketAlive(socket)
 }
 
+// replyWaiting reports whether bytes of a reply wait, unread, on l's
+// connection.
+func (l *link) replyWaiting() bool {
+	l.mu.Lock()
+	socket := l.socket
+	l.mu.Unlock()
+	return socketReadable(socket)
+}
+
 // errLinksClosed is the error of a connection asked for after close.
 var errLinksClosed = errors.New("redis store closed")
 

@@ -30,6 +30,7 @@ func (s *Store) Collectors() []prometheus.Collector {
 		counter("rls_redis_releases_total", "Reservations released (on cluster masters, or the per-second Redis and the other) because another node denied the request.", func(st Stats) uint64 { return st.Releases }),
 		counter("rls_redis_errors_total", "Store calls that failed.", func(st Stats) uint64 { return st.Errors }),
 		counter("rls_redis_expired_total", "Requests Redis did not decide because they reached it after their deadline (nothing consumed).", func(st Stats) uint64 { return st.Expired }),
+		counter("rls_redis_resent_total", "Requests sent again because they had reached Redis after their deadline (nothing consumed) and their callers still waited.", func(st Stats) uint64 { return st.Resent }),
 		counter("rls_redis_given_back_total", "Decisions whose replies came after their callers stopped waiting, and whose consumption was given back.", func(st Stats) uint64 { return st.GivenBack }),
 		counter("rls_redis_indeterminate_total", "Requests that may have consumed without rls answering them and that could not be given back (no reply, a late reply without undo log, a failed give-back).", func(st Stats) uint64 { return st.Indeterminate }),
 	}

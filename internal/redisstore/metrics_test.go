@@ -58,6 +58,7 @@ func TestCollectors(t *testing.T) {
 		"rls_redis_round_trips_total":   st.RoundTrips,
 		"rls_redis_scripts_total":       st.Scripts,
 		"rls_redis_expired_total":       st.Expired,
+		"rls_redis_resent_total":        st.Resent,
 		"rls_redis_given_back_total":    st.GivenBack,
 		"rls_redis_indeterminate_total": st.Indeterminate,
 	} {

@@ -152,6 +152,7 @@ func (st Stats) add(o Stats) Stats {
 		Releases:      st.Releases + o.Releases,
 		Errors:        st.Errors + o.Errors,
 		Expired:       st.Expired + o.Expired,
+		Resent:        st.Resent + o.Resent,
 		GivenBack:     st.GivenBack + o.GivenBack,
 		Indeterminate: st.Indeterminate + o.Indeterminate,
 	}

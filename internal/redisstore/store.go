@@ -108,6 +108,9 @@ type Stats struct {
 	// Expired counts requests that Redis did not decide because they
 	// reached it after their deadline: nothing consumed.
 	Expired uint64
+	// Resent counts sends of requests that Redis had refused as past their
+	// deadline, sent again while their callers still waited.
+	Resent uint64
 	// GivenBack counts decisions whose replies came after their callers
 	// had stopped waiting, and whose consumption was given back.
 	GivenBack uint64
@@ -409,6 +412,7 @@ func (s *Store) Stats() Stats {
 		Errors:     s.errs.Load(),
 
 		Expired:       s.expired.Load(),
+		Resent:        s.b.resent.Load(),
 		GivenBack:     s.givenBack.Load(),
 		Indeterminate: s.indeterminate.Load(),
 	}

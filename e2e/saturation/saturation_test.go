@@ -1,0 +1,156 @@
+//go:build saturation
+
+// Package saturation holds the test of rls at saturation: two rls
+// processes on one Redis (or one Redis Cluster), more closed-loop clients
+// than the machine has cores, at the default store timeout, must answer
+// every request, and count each exactly once. The load is the point, so
+// the test needs the machine to itself: `make test` runs it alone, after
+// the other packages, without the race detector (`make saturation`).
+package saturation
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/status"
+
+	"github.com/rlsproject/rls/internal/proctest"
+	"github.com/rlsproject/rls/internal/redistest"
+	"github.com/rlsproject/rls/internal/servetest"
+)
+
+// One key whose three windows are never reached in a run, and one whose
+// hour limit is: every answer counts, and the second key's admissions must
+// be exactly its limit.
+const config = `domain: sat
+descriptors:
+  - key: open
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000000}
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
+  - key: capped
+    rate_limits:
+      - {unit: hour, requests_per_unit: 5000}
+      - {unit: minute, requests_per_unit: 1000000000, algorithm: sliding_window}
+`
+
+const (
+	clients  = 64
+	duration = 5 * time.Second
+	capped   = 5000
+)
+
+// TestSaturationOneRedis: the audit's reproduction (two processes, 64
+// clients, 5 s, default --store-timeout), with a busy process beside them
+// standing for the rest of a loaded host.
+func TestSaturationOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	saturate(t, "--redis-url", srv.URL())
+}
+
+// TestSaturationCluster: the same on a Redis Cluster of three masters.
+func TestSaturationCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	saturate(t, "--redis-cluster", strings.Join(c.Seeds(), ","))
+}
+
+func saturate(t *testing.T, store ...string) {
+	bin := proctest.RLSBinary(t)
+	var addrs []string
+	for range 2 {
+		s, err := proctest.Serve(proctest.Options{}, bin, config, append([]string{"--store", "redis"}, store...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Stop() })
+		addrs = append(addrs, s.GRPCAddr)
+	}
+	var conns []rlsv3.RateLimitServiceClient
+	for i := range 8 {
+		conns = append(conns, rlsv3.NewRateLimitServiceClient(servetest.Dial(t, addrs[i%2])))
+	}
+	busy(t)
+
+	var mu sync.Mutex
+	errs := map[string]int{}
+	var calls, admittedCapped, cappedCalls int
+	end := time.Now().Add(duration)
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			cl := conns[w%len(conns)]
+			key := "open"
+			if w%4 == 0 {
+				key = "capped"
+			}
+			req := &rlsv3.RateLimitRequest{Domain: "sat", Descriptors: []*commonv3.RateLimitDescriptor{{
+				Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}},
+			}}}
+			n, admitted := 0, 0
+			local := map[string]int{}
+			for time.Now().Before(end) {
+				// Envoy's shipped timeout (envoy/envoy.yaml): rls's budget
+				// is its own store timeout.
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				resp, err := cl.ShouldRateLimit(ctx, req)
+				cancel()
+				n++
+				switch {
+				case err != nil:
+					local[status.Convert(err).Message()]++
+				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+					admitted++
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			calls += n
+			if key == "capped" {
+				cappedCalls += n
+				admittedCapped += admitted
+			}
+			for m, k := range local {
+				errs[m] += k
+			}
+		})
+	}
+	wg.Wait()
+
+	failed := 0
+	var lines []string
+	for m, n := range errs {
+		failed += n
+		lines = append(lines, fmt.Sprintf("%6d %s", n, m))
+	}
+	sort.Strings(lines)
+	t.Logf("%d calls in %v (%d on the capped key, %d admitted), %d errors", calls, duration, cappedCalls, admittedCapped, failed)
+	if failed > 0 {
+		t.Errorf("%d of %d calls failed, want none:\n%s", failed, calls, strings.Join(lines, "\n"))
+	}
+	if failed == 0 && cappedCalls > capped && admittedCapped != capped {
+		t.Errorf("the capped key admitted %d of %d calls, want exactly its limit %d", admittedCapped, cappedCalls, capped)
+	}
+}
+
+// busy runs a shell that spins on one core until the test ends: the rest
+// of a loaded host (the audit's load generator took as much).
+func busy(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+}
