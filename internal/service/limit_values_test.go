@@ -3,35 +3,9 @@ package service
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 )
-
-// gauges returns the series of the gauge name as "label=value,… value",
-// sorted.
-func (f *metricsFixture) gauges(t *testing.T, name string) []string {
-	t.Helper()
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, lp := range m.GetLabel() {
-				labels = append(labels, lp.GetName()+"="+lp.GetValue())
-			}
-			out = append(out, fmt.Sprintf("%s %g", strings.Join(labels, ","), m.GetGauge().GetValue()))
-		}
-	}
-	sort.Strings(out)
-	return out
-}
 
 // TestLimitValueGauges: each limit's configured value and window are
 // exported beside its rls_decisions_total series, by the same labels:
@@ -75,10 +49,10 @@ descriptors:
 	}
 	for i, st := range steps {
 		st.do()
-		if got := f.gauges(t, "rls_limit_requests_per_unit"); !slices.Equal(got, st.perUnit) {
+		if got := f.series(t, "rls_limit_requests_per_unit"); !slices.Equal(got, st.perUnit) {
 			t.Errorf("step %d (%s): rls_limit_requests_per_unit\n\t%s\nwant\n\t%s", i+1, st.what, strings.Join(got, "\n\t"), strings.Join(st.perUnit, "\n\t"))
 		}
-		if got := f.gauges(t, "rls_limit_window_seconds"); !slices.Equal(got, st.windows) {
+		if got := f.series(t, "rls_limit_window_seconds"); !slices.Equal(got, st.windows) {
 			t.Errorf("step %d (%s): rls_limit_window_seconds\n\t%s\nwant\n\t%s", i+1, st.what, strings.Join(got, "\n\t"), strings.Join(st.windows, "\n\t"))
 		}
 	}
