@@ -15,7 +15,8 @@ import (
 var buildVersion = "dev"
 
 // validate checks config files or directories and prints one line per
-// domain, or one line per problem (path:line:col: message) and exits 1.
+// domain and one per test file that a directory held (skipped), or one
+// line per problem (path:line:col: message) and exits 1.
 func validate(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("rls validate", flag.ContinueOnError)
 	var sizes configSizes
@@ -38,6 +39,9 @@ func validate(args []string, stdout io.Writer) error {
 	for _, d := range cfg.Domains() {
 		nodes, limits := count(d.Descriptors)
 		fmt.Fprintf(stdout, "%s: ok: %d descriptors, %d limits, %d http_descriptors (%s)\n", d.Name, nodes, limits, len(d.HTTPDescriptors), d.File)
+	}
+	for _, f := range cfg.Skipped() {
+		fmt.Fprintf(stdout, "%s: skipped: a test file of rls test (tests: and no descriptors:)\n", f)
 	}
 	if len(cfg.Domains()) == 0 {
 		fmt.Fprintln(stdout, "ok: no domains")

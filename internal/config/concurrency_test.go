@@ -13,7 +13,7 @@ import (
 // rule whose window is the lease_ttl; its label and the dump say
 // "concurrency" and the lease_ttl rather than a window its unit does not
 // make; two of them on one descriptor need names, as two limits of one
-// identity do.
+// identity do. (A rate limit beside one is refused: testdata/bad.)
 func TestConcurrency(t *testing.T) {
 	cfg, err := Parse("cc.yaml", []byte(`
 domain: api
@@ -22,7 +22,7 @@ descriptors:
     count_denied_hits: true
     rate_limits:
       - {unit: second, requests_per_unit: 10, algorithm: concurrency, lease_ttl: 30s}
-      - {unit: second, requests_per_unit: 100}
+      - {unit: second, requests_per_unit: 20, algorithm: concurrency, lease_ttl: 1m, name: long}
   - key: upload
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency, lease_ttl: 1m30s, name: uploads}
 `))
@@ -35,8 +35,8 @@ descriptors:
 		t.Errorf("concurrency limit: algorithm %s window %s ID %q label %q count denied %v; want concurrency 30s cc tenant/concurrency true",
 			cc.Rule.Algorithm(), cc.Rule.Window, cc.ID(), cc.Label, cc.CountDeniedHits)
 	}
-	if ls[1].Label != "tenant/1s" {
-		t.Errorf("the fixed window beside it: label %q, want tenant/1s", ls[1].Label)
+	if ls[1].Label != "long" {
+		t.Errorf("the named concurrency limit beside it: label %q, want long", ls[1].Label)
 	}
 	var b bytes.Buffer
 	if err := cfg.WriteJSON(&b, 0); err != nil {

@@ -30,8 +30,12 @@ func build(srcs []source, opts ParseOptions) (*Config, error) {
 			all = append(all, &Error{File: src.name, Line: 1, Column: 1, Msg: msg, Err: src.err})
 			continue
 		}
+		domains, errs, warns, testFile := parseFile(src.name, src.data, &opts, !src.inDir)
+		if testFile && src.inDir {
+			c.skipped = append(c.skipped, src.name)
+			continue
+		}
 		c.files = append(c.files, src.name)
-		domains, errs, warns := parseFile(src.name, src.data, &opts)
 		c.warnings = append(c.warnings, warns...)
 		for _, d := range domains {
 			if d.Name == "" {
@@ -116,6 +120,18 @@ func (c *Config) Files() []string {
 		return nil
 	}
 	return c.files
+}
+
+// Skipped returns the files found in a directory that the load passed
+// over, in load order: test files of rls test (a first document with a
+// top-level tests: and no descriptors:), which sit beside the limits they
+// test. A file named itself is never skipped. The slice is shared and
+// must not be modified.
+func (c *Config) Skipped() []string {
+	if c == nil {
+		return nil
+	}
+	return c.skipped
 }
 
 // Warnings returns the keys that the load ignored under

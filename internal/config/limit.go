@@ -20,12 +20,14 @@ var (
 func (p *parser) limits(d *Descriptor, rateLimit, rateLimits strictyaml.Field) []*Limit {
 	nodes, what := p.limitNodes(rateLimit, rateLimits)
 	var out []*Limit
+	var outNodes []*yaml.Node
 	ids := make(map[string]*Limit, len(nodes))
 	for _, n := range nodes {
 		l := p.limit(n, d, what)
 		if l == nil {
 			continue
 		}
+		outNodes = append(outNodes, n)
 		if l.Unlimited && len(nodes) > 1 {
 			p.Errorf(n, "an unlimited limit must be the only limit of its descriptor")
 		}
@@ -38,8 +40,35 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits strictyaml.Field) [
 		}
 		out = append(out, l)
 	}
+	p.concurrencyAlone(out, outNodes)
 	distinctLabels(out)
 	return out
+}
+
+// concurrencyAlone reports every rate limit beside a concurrency limit on
+// one descriptor, at the rate limit's node (nodes[i] is limits[i]'s). A
+// release (is_negative_hits) gives its hits back to every limit its
+// descriptor reaches: the rate limit would take what a release gives back
+// as never sent, and admit past its limit (150 a minute through a limit of
+// 100 when each request is acquired and released).
+func (p *parser) concurrencyAlone(limits []*Limit, nodes []*yaml.Node) {
+	var cc *Limit
+	for _, l := range limits {
+		if l.Rule != nil && l.Rule.Algorithm() == engine.Concurrency {
+			cc = l
+			break
+		}
+	}
+	if cc == nil {
+		return
+	}
+	for i, l := range limits {
+		if l.Rule == nil || l.Rule.Algorithm() == engine.Concurrency {
+			continue // an unlimited limit beside another is reported
+		}
+		p.Errorf(nodes[i], "a %s limit beside the concurrency limit at %d:%d: the release of an acquisition (is_negative_hits) would give its hits back to this limit too; give the concurrency limit a descriptor of its own",
+			l.Rule.Algorithm(), cc.Line, cc.Column)
+	}
 }
 
 // limitNodes returns the limits given by rate_limit or rate_limits (not

@@ -54,7 +54,9 @@ func Load(paths ...string) (*Config, error) {
 // what a directory stands for). All domains of all files form one Config;
 // a domain defined twice is an error. A file named twice (also through its
 // directory, or through a symlink) is read once. No path, or only empty
-// directories, gives an empty Config. Every problem, a path that cannot be
+// directories, gives an empty Config. A test file of rls test found in a
+// directory is skipped (Config.Skipped); named itself, it is a problem.
+// Every problem, a path that cannot be
 // read or a file over a cap of opts included, is returned in one ErrorList;
 // once the files read reach MaxTotalBytes, the rest are not read.
 func LoadWith(opts LoadOptions, paths ...string) (*Config, error) {
@@ -62,7 +64,7 @@ func LoadWith(opts LoadOptions, paths ...string) (*Config, error) {
 	var srcs []source
 	seen := make(map[string]bool)
 	for _, path := range paths {
-		files, _, unreadable := ListConfig(path)
+		files, dirs, unreadable := ListConfig(path)
 		for _, err := range unreadable {
 			name := path
 			var pe *fs.PathError
@@ -74,7 +76,7 @@ func LoadWith(opts LoadOptions, paths ...string) (*Config, error) {
 		for _, f := range files {
 			if id := realPath(f); !seen[id] {
 				seen[id] = true
-				srcs = append(srcs, source{name: f})
+				srcs = append(srcs, source{name: f, inDir: len(dirs) > 0})
 			}
 		}
 	}
@@ -234,9 +236,10 @@ func isYAML(name string) bool {
 }
 
 // source is one config file's name and contents, or why it could not be
-// read.
+// read. inDir says that it was found in a directory rather than named.
 type source struct {
-	name string
-	data []byte
-	err  error
+	name  string
+	data  []byte
+	err   error
+	inDir bool
 }

@@ -332,3 +332,76 @@ func BenchmarkLoad100k(b *testing.B) {
 	}
 	b.ReportMetric(float64(live), "live-B")
 }
+
+// TestLoadDirectoryWithTestFiles: a directory holding the test files of
+// rls test beside its limits (as the README recommends) loads: a file
+// whose first document has a top-level tests: and no descriptors: is
+// skipped and listed in Skipped, whatever its name; a config typo still
+// fails, in a file with tests: and descriptors: too; a test file named
+// itself is refused as one.
+func TestLoadDirectoryWithTestFiles(t *testing.T) {
+	const testFile = "domain: api\nstart: 2030-01-01T00:00:00Z\ntests:\n  - name: one\n    steps: [{descriptors: [k=v], expect: OK}]\n"
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"limits.yaml":         domainDoc("api"),
+		"limits_test.yaml":    testFile,
+		"sub/checks.yml":      "tests: []\n", // no domain: still a test file
+		"sub/more/other.yaml": domainDoc("other"),
+	})
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatalf("Load(a directory with test files): %v", err)
+	}
+	wantSkipped := []string{filepath.Join(dir, "limits_test.yaml"), filepath.Join(dir, "sub", "checks.yml")}
+	if got := c.Skipped(); !slices.Equal(got, wantSkipped) {
+		t.Errorf("Skipped() = %q, want %q", got, wantSkipped)
+	}
+	wantFiles := []string{filepath.Join(dir, "limits.yaml"), filepath.Join(dir, "sub", "more", "other.yaml")}
+	if got := c.Files(); !slices.Equal(got, wantFiles) {
+		t.Errorf("Files() = %q, want %q", got, wantFiles)
+	}
+	if len(c.Domains()) != 2 || c.Domain("api") == nil || c.Domain("other") == nil {
+		t.Errorf("domains %v, want api and other", c.Domains())
+	}
+
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"a typo beside a domain", "domain: x\ndescriptor: []\n",
+			`:2:1: unknown key "descriptor" in domain (did you mean "descriptors"?)`},
+		{"tests: beside descriptors:", domainDoc("x") + "tests: []\n",
+			`:5:1: unknown key "tests" in domain (allowed: domain, descriptors, http_descriptors)`},
+		{"tests: beside http_descriptors:", "domain: x\nhttp_descriptors: []\ntests: []\n",
+			`:3:1: unknown key "tests" in domain`},
+	} {
+		bad := t.TempDir()
+		writeFiles(t, bad, map[string]string{"limits.yaml": domainDoc("api"), "limits_test.yaml": testFile, "x.yaml": tc.text})
+		_, err := Load(bad)
+		if want := filepath.Join(bad, "x.yaml") + tc.want; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: Load = %v, want %s", tc.name, err, want)
+		}
+	}
+
+	named := filepath.Join(dir, "limits_test.yaml")
+	_, err = Load(filepath.Join(dir, "limits.yaml"), named)
+	if want := named + ":1:1: a test file of rls test (a top-level tests: and no descriptors:), not a config: run it with rls test CONFIG " + named; err == nil || err.Error() != want {
+		t.Errorf("Load(limits.yaml, limits_test.yaml) = %v, want %s", err, want)
+	}
+}
+
+// TestLoadRepositoryConfig: the repository's config directory, the
+// example limits with their test files beside them, loads whole.
+func TestLoadRepositoryConfig(t *testing.T) {
+	c, err := Load("../../config")
+	if err != nil {
+		t.Fatalf("Load(config/): %v", err)
+	}
+	if len(c.Skipped()) == 0 || len(c.Files()) == 0 {
+		t.Errorf("Load(config/): files %q, skipped %q; want the limits loaded and their test files skipped", c.Files(), c.Skipped())
+	}
+	for _, f := range c.Skipped() {
+		if !strings.HasSuffix(f, "_test.yaml") {
+			t.Errorf("Load(config/) skipped %s, which is not a test file", f)
+		}
+	}
+}

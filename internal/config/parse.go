@@ -48,10 +48,22 @@ func ParseFiles(opts ParseOptions, files ...File) (*Config, error) {
 // parseFile parses the documents of one file into domains, with every
 // problem found and the warnings of keys tolerated by opts. Domains are
 // returned even when they have problems, so that duplicates across files
-// can still be reported.
-func parseFile(name string, data []byte, opts *ParseOptions) (domains []*Domain, errs, warnings []*Error) {
+// can still be reported. A file whose first document is a test file of rls
+// test (isTestFile) is not parsed further: testFile is true, and when the
+// file was named itself rather than found in a directory (named), that is
+// its one problem.
+func parseFile(name string, data []byte, opts *ParseOptions, named bool) (domains []*Domain, errs, warnings []*Error, testFile bool) {
 	p := newParser(name, len(data), opts)
+	first := true
 	for root := range p.Documents(data) {
+		if first && isTestFile(root) {
+			if !named {
+				return nil, nil, nil, true
+			}
+			p.Errorf(root, "a test file of rls test (a top-level tests: and no descriptors:), not a config: run it with rls test CONFIG %s", name)
+			return nil, p.Errors(), nil, true
+		}
+		first = false
 		if d := p.domain(root); d != nil {
 			domains = append(domains, d)
 		}
@@ -61,7 +73,28 @@ func parseFile(name string, data []byte, opts *ParseOptions) (domains []*Domain,
 		errs = append(errs, &Error{File: name, Line: 1, Column: 1,
 			Msg: "no domain in file (want a mapping with domain: and descriptors:)"})
 	}
-	return domains, errs, p.Warnings()
+	return domains, errs, p.Warnings(), false
+}
+
+// isTestFile reports whether a document is a test file of rls test rather
+// than a domain: a mapping with a tests: key and neither descriptors: nor
+// http_descriptors:, which no domain can be (tests: is not a domain's key).
+// A document with descriptors: and tests: stays a domain, whose tests: is
+// then an unknown key.
+func isTestFile(root *yaml.Node) bool {
+	if root.Kind != yaml.MappingNode {
+		return false
+	}
+	var tests bool
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		switch root.Content[i].Value {
+		case "tests":
+			tests = true
+		case "descriptors", "http_descriptors":
+			return false
+		}
+	}
+	return tests
 }
 
 // domain parses one document.

@@ -40,6 +40,8 @@ func TestParseBad(t *testing.T) {
 		{"burst_not_token_bucket.yaml", "burst_not_token_bucket.yaml:4:55: descriptor \"user\": burst is only for algorithm token_bucket, not fixed_window"},
 		{"burst_without_rate.yaml", "burst_without_rate.yaml:4:86: descriptor \"user\": burst 5 needs requests_per_unit above 0 (a token_bucket with requests_per_unit 0 denies every request)"},
 		{"burst_zero.yaml", "burst_zero.yaml:4:87: descriptor \"user\": burst must be at least 1 when requests_per_unit is above 0 (a bucket of 0 admits nothing)"},
+		{"concurrency_beside_rate_limit.yaml", "concurrency_beside_rate_limit.yaml:5:10: descriptor \"tenant\": a fixed_window limit beside the concurrency limit at 6:10: the release of an acquisition (is_negative_hits) would give its hits back to this limit too; give the concurrency limit a descriptor of its own\n" +
+			"concurrency_beside_rate_limit.yaml:7:10: descriptor \"tenant\": a token_bucket limit beside the concurrency limit at 6:10: the release of an acquisition (is_negative_hits) would give its hits back to this limit too; give the concurrency limit a descriptor of its own"},
 		{"concurrency_no_lease_ttl.yaml", "concurrency_no_lease_ttl.yaml:4:18: descriptor \"user\": lease_ttl is required for algorithm concurrency: how long an acquisition that is never released holds its slot (a duration such as 30s)"},
 		{"descriptors_not_list.yaml", "descriptors_not_list.yaml:3:3: descriptors must be a list, got a mapping"},
 		{"domain_in_descriptor.yaml", "domain_in_descriptor.yaml:1:1: domain is required\n" +
@@ -112,6 +114,7 @@ func TestParseBad(t *testing.T) {
 		{"sliding_log_too_big.yaml", "sliding_log_too_big.yaml:4:49: descriptor \"user\": requests_per_unit 200000 is too large for sliding_log (at most 100000: it keeps one entry per hit; use sliding_window)"},
 		{"syntax_error.yaml", "syntax_error.yaml:4:1: invalid YAML: did not find expected ',' or '}'"},
 		{"tab_indent.yaml", "tab_indent.yaml:3:1: invalid YAML: found character that cannot start any token"},
+		{"test_file.yaml", "test_file.yaml:2:1: a test file of rls test (a top-level tests: and no descriptors:), not a config: run it with rls test CONFIG test_file.yaml"},
 		{"token_bucket_span.yaml", "token_bucket_span.yaml:4:83: descriptor \"user\": burst 200000 × emission interval 86400000000µs is more than 2^53µs (about 285 years)"},
 		{"token_bucket_too_fast.yaml", "token_bucket_too_fast.yaml:4:51: descriptor \"user\": requests_per_unit 2000000 per 1 second is more than one token per microsecond (token_bucket allows at most 1000000 per second)"},
 		{"too_deep.yaml", "too_deep.yaml:35:69: descriptor \"k0/k1/k2/k3/k4/k5/k6/k7/k8/k9/k10/k11/k12/k13/k14/k15\": descriptors nested deeper than 16 levels"},

@@ -140,6 +140,7 @@ type Config struct {
 	names   []string // sorted domain names
 	limits  []*Limit
 	files   []string
+	skipped []string // test files of a directory (Skipped)
 	// warnings are the keys ignored under ParseOptions.TolerateKeys.
 	warnings []*Error
 }

@@ -50,17 +50,25 @@ func NewFileSource(files Files) *FileSource {
 
 // Initial loads the files. An error names the path, with one line per
 // problem.
-func (s *FileSource) Initial(*slog.Logger) (*config.Config, error) {
+func (s *FileSource) Initial(log *slog.Logger) (*config.Config, error) {
 	s.loaded = configwatch.Fingerprint(s.files.Path, s.files.Limits)
-	cfg, err := s.load()
+	cfg, err := s.load(log)()
 	if err != nil {
 		return nil, fmt.Errorf("loading config %s:\n%w", s.files.Path, err)
 	}
 	return cfg, nil
 }
 
-func (s *FileSource) load() (*config.Config, error) {
-	return config.LoadWith(s.files.Limits, s.files.Path)
+// load returns the load of the files, which logs the test files of rls
+// test that a config directory holds and the load passed over.
+func (s *FileSource) load(log *slog.Logger) func() (*config.Config, error) {
+	return func() (*config.Config, error) {
+		cfg, err := config.LoadWith(s.files.Limits, s.files.Path)
+		for _, f := range cfg.Skipped() {
+			log.Info("config: skipped a test file of rls test (tests: and no descriptors:)", "file", f)
+		}
+		return cfg, err
+	}
 }
 
 // Run reloads the files when asked and, with Files.Watch, when they
@@ -81,10 +89,10 @@ func (s *FileSource) Run(ctx context.Context, to Target, asked <-chan string, lo
 			return
 		case why := <-asked:
 			log.Info(why + ": reloading config")
-			to.Reload(s.load)
+			to.Reload(s.load(log))
 		case <-changed:
 			log.Info("config files changed: reloading")
-			to.Reload(s.load)
+			to.Reload(s.load(log))
 		}
 	}
 }

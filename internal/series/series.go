@@ -151,6 +151,19 @@ func (s *Series) make(i int) prometheus.Counter {
 	return *s.counters[i].Load()
 }
 
+// Made reports whether a counter of s has been made: whether s is in the
+// vectors (a removed series counts as made). It takes no lock and
+// allocates nothing, for what exports a value beside the series of the
+// limits in use only.
+func (s *Series) Made() bool {
+	for i := range s.f.vecs {
+		if s.counters[i].Load() != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // labels returns the label values of s, in dst when it has the room.
 func (s *Series) labels(dst []string) []string {
 	labels, err := decode(dst, s.key)

@@ -89,9 +89,15 @@ func TestMadeOnFirstUse(t *testing.T) {
 	r.Series("d", "b")
 	r.Commit()
 	fx.expect(t, "declared, unused")
+	if a.Made() {
+		t.Errorf("a declared series that never counted: Made() = true, want false")
+	}
 	a.Counter(1).Inc()
 	a.Counter(1).Add(2)
 	fx.expect(t, "a counted over 3 times", `hits_total{domain=d,limit=a,result=over} 3`)
+	if !a.Made() {
+		t.Errorf("a series that counted: Made() = false, want true")
+	}
 
 	fx = newFixture(t, Options{Together: true})
 	r = fx.f.Reload()

@@ -46,8 +46,8 @@ func (f *metricsFixture) ask(t *testing.T, domain string, kv ...string) {
 	}
 }
 
-// series returns the series of the metric name as "label=value,…
-// value", sorted.
+// series returns the series of the counter or gauge name as
+// "label=value,… value", sorted.
 func (f *metricsFixture) series(t *testing.T, name string) []string {
 	t.Helper()
 	mfs, err := f.reg.Gather()
@@ -72,7 +72,11 @@ func seriesString(m *dto.Metric) string {
 	for _, lp := range m.GetLabel() {
 		parts = append(parts, lp.GetName()+"="+lp.GetValue())
 	}
-	return strings.Join(parts, ",") + fmt.Sprintf(" %g", m.GetCounter().GetValue())
+	v := m.GetCounter().GetValue()
+	if g := m.GetGauge(); g != nil {
+		v = g.GetValue()
+	}
+	return strings.Join(parts, ",") + fmt.Sprintf(" %g", v)
 }
 
 // TestSeriesMadeOnFirstUse: loading a config makes no per-limit series; a

@@ -188,7 +188,7 @@ func New(opts Options) *Service {
 	}
 	if opts.Registry != nil {
 		s.full = newFullness(opts.FullnessKeysPerLimit, opts.FullnessKeys, opts.Now)
-		opts.Registry.MustRegister(s.full)
+		opts.Registry.MustRegister(s.full, newLimitValues(&s.current))
 	}
 	s.observers, s.rules = opts.Observers, opts.AnswerRules
 	s.tracer, s.storeName = opts.Tracer, opts.StoreName
