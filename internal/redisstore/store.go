@@ -187,7 +187,8 @@ func New(opts Options) (*Store, error) {
 	}
 	ro, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redis URL: %w", err)
+		// The parser's error quotes the URL: not its password.
+		return nil, fmt.Errorf("redis URL: %s", strings.ReplaceAll(err.Error(), url, redactedURL(url)))
 	}
 	// No retries: go-redis retries a pipeline after a read error or
 	// timeout, and a script that Redis did run would then run twice
@@ -656,4 +657,26 @@ func (s *Store) readNodeClock(ctx context.Context, addr string, c redis.Cmdable)
 	}
 	s.clock.sample(addr, t.UnixMicro(), sent, time.Now())
 	return nil
+}
+
+// redactedURL is rawURL with the password of its user information, if any,
+// replaced by xxxxx: for messages about a URL that may not parse.
+func redactedURL(rawURL string) string {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return rawURL
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return rawURL
+	}
+	user, _, hasPassword := strings.Cut(rest[:at], ":")
+	if !hasPassword {
+		return rawURL
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
 }

@@ -973,3 +973,19 @@ func decideBoth(t *testing.T, step int, seed uint64, at time.Duration, store eng
 	}
 	return gok
 }
+
+// TestBadURLHidesThePassword: a URL that does not parse is named in the
+// error without its password (it was quoted whole, and rls prints the
+// error at start).
+func TestBadURLHidesThePassword(t *testing.T) {
+	for _, url := range []string{"redis://:hunter2@ho st/0", "redis://user:hunter2@ho st:6379/0", "rediss://u:hunter2@[::1/0"} {
+		_, err := New(Options{URL: url})
+		if err == nil {
+			t.Errorf("New(%q) = nil error, want a bad URL", url)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("New(%q) = %v: the password is in the error", url, err)
+		}
+	}
+}
