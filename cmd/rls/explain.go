@@ -14,15 +14,17 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/service"
 )
 
 // explainFlags are rls explain's flags.
 type explainFlags struct {
-	addr    string
-	hits    uint
-	timeout time.Duration
-	json    bool
+	addr      string
+	tokenFile string
+	hits      uint
+	timeout   time.Duration
+	json      bool
 	// The HTTP form: any of these set asks with the domain's
 	// http_descriptors instead of DESCRIPTOR arguments.
 	method, path, authority, client string
@@ -47,6 +49,7 @@ func newExplainFlagSet() (*flag.FlagSet, *explainFlags) {
 	fs := flag.NewFlagSet("rls explain", flag.ContinueOnError)
 	f := &explainFlags{headers: headerFlags{}}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "rls's HTTP `address` (host:port, or a URL); /debug/explain answers loopback clients only by default")
+	fs.StringVar(&f.tokenFile, "token-file", "", "a `file` holding the bearer token of rls's --admin-token-file (needed when rls runs with --admin-require-token)")
 	fs.UintVar(&f.hits, "hits", 0, "the `hits` of the request (hits_addend; 0 counts as 1)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "bound on the request")
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer as it comes")
@@ -87,9 +90,13 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("explain: %w (rls explain --help)", err)}
 	}
+	token, err := readToken("explain", f.tokenFile)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	answer, err := postAdmin(ctx, "explain", f.addr, "/debug/explain", "", body)
+	answer, err := postAdmin(ctx, "explain", f.addr, "/debug/explain", token, body)
 	if err != nil {
 		return err
 	}
@@ -103,6 +110,19 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	writeExplanation(stdout, &ex)
 	return nil
+}
+
+// readToken reads the bearer token of a --token-file (none when path is
+// empty) as rls reads its --admin-token-file: one non-empty line.
+func readToken(cmd, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	token, err := httpapi.ReadTokenFile(path)
+	if err != nil {
+		return "", usageError{fmt.Errorf("%s: --token-file: %w", cmd, err)}
+	}
+	return string(token), nil
 }
 
 // postAdmin posts body to path on rls's HTTP address addr (host:port, or

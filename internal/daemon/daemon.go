@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		}
 	}
 	if l.AdminTokenFile != "" {
-		if s.adminToken, err = httpapi.NewTokenFile(l.AdminTokenFile); err != nil {
+		if s.adminToken, err = httpapi.NewTokenFile(l.AdminTokenFile, log); err != nil {
 			return nil, err
 		}
 	}
@@ -199,6 +199,9 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { followReadiness(bg, s.svc, s.health, 2*time.Second) })
 	wg.Go(func() { s.source.Run(bg, s.svc, s.asked, s.log) })
+	if s.adminToken != nil {
+		wg.Go(func() { s.adminToken.Watch(bg, httpapi.DefaultTokenCheckEvery) })
+	}
 	var err error
 	select {
 	case <-ctx.Done():
