@@ -169,8 +169,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	log.Info("serving", "grpc", s.grpcAddr.String(), "http", s.httpAddr.String(), "tls_grpc", grpcTLS, "tls_http", httpTLS,
 		"http_max_connections", l.HTTP.MaxConnections, "grpc_max_streams", l.GRPC.MaxStreams,
 		"store", string(cfg.Store.Kind), "config", cfg.Files.Path, "domains", len(initial.Domains()))
-	if s.tracing != nil {
+	if s.tracing != nil && s.tracing.Endpoint() != "" {
 		log.Info("tracing", "endpoint", s.tracing.Endpoint(), "protocol", cfg.Tracing.Protocol.String())
+	}
+	if cfg.Tracing.Console != nil {
+		log.Info("tracing", "exporter", "console")
 	}
 	return s, nil
 }
