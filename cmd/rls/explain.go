@@ -108,7 +108,7 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := json.Unmarshal(answer, &ex); err != nil {
 		return exitError{checkFailed, fmt.Errorf("explain: the answer is not an explanation: %w", err)}
 	}
-	writeExplanation(stdout, &ex)
+	writeExplanation(stdout, &ex, time.Now())
 	return nil
 }
 
@@ -181,12 +181,15 @@ func (f *explainFlags) body(args []string) ([]byte, error) {
 	return protojson.Marshal(req)
 }
 
-// writeExplanation prints ex for people, e.g.
+// writeExplanation prints ex, received at now, for people, e.g.
 //
 //	api: OVER_LIMIT if it came now
 //	descriptor 0 remote_address=203.0.113.7, 1 hit: matched "remote_address" (config/limits.yaml:34:5)
 //	  remote_address/1s    10/second fixed_window      enforced   remaining 0, reset 1s: denies
-func writeExplanation(w io.Writer, ex *service.Explanation) {
+//
+// A limit with a penalty has a line of its own under it: the ladder, and
+// the block in force.
+func writeExplanation(w io.Writer, ex *service.Explanation, now time.Time) {
 	switch {
 	case ex.StoreError != "":
 		fmt.Fprintf(w, "%s: the limits' state could not be read: %s\n", ex.Domain, ex.StoreError)
@@ -221,8 +224,35 @@ func writeExplanation(w io.Writer, ex *service.Explanation) {
 		fmt.Fprintf(w, "descriptor %d %s, %s: %s\n", i, strings.Join(entries, ","), hits, de.Match.Message)
 		for _, l := range de.Limits {
 			fmt.Fprintf(w, "  %s\n", limitLine(l))
+			if p := penaltyLine(l, now); p != "" {
+				fmt.Fprintf(w, "    %s\n", p)
+			}
 		}
 	}
+}
+
+// penaltyLine says a limit's penalty as rls explain prints it under the
+// limit, "" for a limit without one: the ladder, when it starts over, and
+// the block in force with its end (now plus what is left of it), e.g.
+//
+//	penalty 2m0s, 10m0s, 1h0m0s, starting over after 24h0m0s without a denial; blocked for 2m0s, until 2025-03-01T12:02:00Z: every request denied
+func penaltyLine(l service.LimitExplanation, now time.Time) string {
+	if len(l.Penalty) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "penalty %s", strings.Join(l.Penalty, ", "))
+	if l.PenaltyReset != "" {
+		fmt.Fprintf(&b, ", starting over after %s without a denial", l.PenaltyReset)
+	}
+	if s := l.State; s != nil && s.BlockedFor != "" {
+		fmt.Fprintf(&b, "; blocked for %s", s.BlockedFor)
+		if d, err := time.ParseDuration(s.BlockedFor); err == nil {
+			fmt.Fprintf(&b, ", until %s", now.Add(d).UTC().Format(time.RFC3339))
+		}
+		b.WriteString(": every request denied")
+	}
+	return b.String()
 }
 
 // limitLine is one limit of a descriptor as rls explain prints it.
