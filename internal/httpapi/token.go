@@ -58,15 +58,20 @@ func ParseToken(b []byte) ([]byte, error) {
 // ReadTokenFile reads the token of the file at path (see ParseToken).
 // Errors name the file.
 func ReadTokenFile(path string) ([]byte, error) {
-	b, err := readBounded(path)
-	if err != nil {
-		return nil, err
+	_, token, err := readTokenFile(path)
+	return token, err
+}
+
+// readTokenFile reads the file at path and returns its content and its
+// token.
+func readTokenFile(path string) (content, token []byte, err error) {
+	if content, err = readBounded(path); err != nil {
+		return nil, nil, err
 	}
-	token, err := ParseToken(b)
-	if err != nil {
-		return nil, fmt.Errorf("token file %s: %w", path, err)
+	if token, err = ParseToken(content); err != nil {
+		return nil, nil, fmt.Errorf("token file %s: %w", path, err)
 	}
-	return token, nil
+	return content, token, nil
 }
 
 // readBounded reads at most one byte more than maxTokenFileBytes of path,
@@ -117,13 +122,9 @@ func NewTokenFile(path string, log *slog.Logger) (*TokenFile, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b, err := readBounded(path)
+	b, token, err := readTokenFile(path)
 	if err != nil {
 		return nil, err
-	}
-	token, err := ParseToken(b)
-	if err != nil {
-		return nil, fmt.Errorf("token file %s: %w", path, err)
 	}
 	t := &TokenFile{path: path, log: log}
 	t.mu.Lock()
