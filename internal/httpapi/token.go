@@ -36,7 +36,7 @@ var errNoToken = errors.New("no token in it (want one non-empty line)")
 // token file with it, so that both take the same token from it.
 func ParseToken(b []byte) ([]byte, error) {
 	if len(b) > maxTokenFileBytes {
-		return nil, fmt.Errorf("%d bytes, more than %d", len(b), maxTokenFileBytes)
+		return nil, fmt.Errorf("more than %d bytes", maxTokenFileBytes)
 	}
 	var token []byte
 	for n, line := range bytes.Split(b, []byte("\n")) {
@@ -93,7 +93,7 @@ func readBounded(path string) ([]byte, error) {
 // one non-empty line. NewTokenFile reads it; Watch reads it again on a
 // timer and takes a changed token by the file's content (a hash of it),
 // whatever its modification time and size say, so that a rotation applies
-// within a tick. Requests never touch the file: Valid compares with the
+// within a tick. Requests never touch the file: they are compared with the
 // token last read. Safe for concurrent use.
 //
 // A file that goes missing, cannot be read or is emptied refuses every
@@ -107,7 +107,7 @@ type TokenFile struct {
 	// sum is the SHA-256 of the token in force; nil refuses every token.
 	sum atomic.Pointer[[sha256.Size]byte]
 
-	mu          sync.Mutex // guards what follows (requires mu held: check)
+	mu          sync.Mutex // guards what follows
 	content     [sha256.Size]byte
 	read        bool // content is the hash of the file as last read
 	problem     string

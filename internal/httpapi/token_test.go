@@ -27,7 +27,7 @@ func TestParseToken(t *testing.T) {
 		{"\n \n", "", "no token in it"},
 		{"s3cret\nother\n", "", "line 2: a second non-empty line"},
 		{"s3cret\n\nother", "", "line 3: a second non-empty line"},
-		{strings.Repeat("x", 4097), "", "4097 bytes, more than 4096"},
+		{strings.Repeat("x", 4097), "", "more than 4096 bytes"},
 	} {
 		got, err := ParseToken([]byte(tc.content))
 		switch {
