@@ -14,6 +14,7 @@ require (
 	github.com/testcontainers/testcontainers-go/modules/redis v0.45.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.45.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.45.0
+	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.45.0
 	go.opentelemetry.io/otel/sdk v1.45.0
 	go.opentelemetry.io/proto/otlp v1.11.0
 	golang.org/x/time v0.16.0

@@ -14,8 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/rlsproject/rls/internal/tlsfiles"
 )
 
 // The exit codes of rls check besides 0 (every answer OK) and 2 (a bad
@@ -27,11 +25,11 @@ const (
 
 // checkFlags are rls check's flags.
 type checkFlags struct {
-	addr                      string
-	n                         int
-	hits                      uint
-	timeout                   time.Duration
-	caFile, certFile, keyFile string
+	addr    string
+	n       int
+	hits    uint
+	timeout time.Duration
+	tls     tlsClientFlags
 }
 
 func newCheckFlagSet() (*flag.FlagSet, *checkFlags) {
@@ -41,9 +39,7 @@ func newCheckFlagSet() (*flag.FlagSet, *checkFlags) {
 	fs.IntVar(&f.n, "n", 1, "`requests` to send, one after the other over one connection")
 	fs.UintVar(&f.hits, "hits", 0, "the `hits` of each request (hits_addend; 0 counts as 1)")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Second, "bound on each request")
-	fs.StringVar(&f.caFile, "tls-ca", "", "PEM CA `file`: connect with TLS, trusting this CA")
-	fs.StringVar(&f.certFile, "tls-cert", "", "PEM client certificate `file`, for a server that requires one (with --tls-key)")
-	fs.StringVar(&f.keyFile, "tls-key", "", "PEM private key `file` of --tls-cert")
+	f.tls.define(fs)
 	return fs, f
 }
 
@@ -128,15 +124,12 @@ func (f *checkFlags) request(args []string) (*rlsv3.RateLimitRequest, error) {
 
 // credentials returns plaintext, or TLS when a TLS flag is set.
 func (f *checkFlags) credentials() (credentials.TransportCredentials, error) {
-	if f.caFile == "" && f.certFile == "" && f.keyFile == "" {
+	if !f.tls.on() {
 		return insecure.NewCredentials(), nil
 	}
-	if (f.certFile == "") != (f.keyFile == "") {
-		return nil, errors.New("--tls-cert and --tls-key go together")
-	}
-	cfg, err := tlsfiles.Client(tlsfiles.ClientFiles{CA: f.caFile, Cert: f.certFile, Key: f.keyFile})
+	cfg, err := f.tls.config()
 	if err != nil {
-		return nil, fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
+		return nil, err
 	}
 	return credentials.NewTLS(cfg), nil
 }

@@ -14,15 +14,17 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/service"
 )
 
 // explainFlags are rls explain's flags.
 type explainFlags struct {
-	addr    string
-	hits    uint
-	timeout time.Duration
-	json    bool
+	addr      string
+	tokenFile string
+	hits      uint
+	timeout   time.Duration
+	json      bool
 	// The HTTP form: any of these set asks with the domain's
 	// http_descriptors instead of DESCRIPTOR arguments.
 	method, path, authority, client string
@@ -47,6 +49,7 @@ func newExplainFlagSet() (*flag.FlagSet, *explainFlags) {
 	fs := flag.NewFlagSet("rls explain", flag.ContinueOnError)
 	f := &explainFlags{headers: headerFlags{}}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "rls's HTTP `address` (host:port, or a URL); /debug/explain answers loopback clients only by default")
+	fs.StringVar(&f.tokenFile, "token-file", "", "a `file` holding the bearer token of rls's --admin-token-file (needed when rls runs with --admin-require-token)")
 	fs.UintVar(&f.hits, "hits", 0, "the `hits` of the request (hits_addend; 0 counts as 1)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "bound on the request")
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer as it comes")
@@ -87,9 +90,13 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("explain: %w (rls explain --help)", err)}
 	}
+	token, err := readToken("explain", f.tokenFile)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	answer, err := postAdmin(ctx, "explain", f.addr, "/debug/explain", "", body)
+	answer, err := postAdmin(ctx, "explain", f.addr, "/debug/explain", token, body)
 	if err != nil {
 		return err
 	}
@@ -101,8 +108,21 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := json.Unmarshal(answer, &ex); err != nil {
 		return exitError{checkFailed, fmt.Errorf("explain: the answer is not an explanation: %w", err)}
 	}
-	writeExplanation(stdout, &ex)
+	writeExplanation(stdout, &ex, time.Now())
 	return nil
+}
+
+// readToken reads the bearer token of a --token-file (none when path is
+// empty) as rls reads its --admin-token-file: one non-empty line.
+func readToken(cmd, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	token, err := httpapi.ReadTokenFile(path)
+	if err != nil {
+		return "", usageError{fmt.Errorf("%s: --token-file: %w", cmd, err)}
+	}
+	return string(token), nil
 }
 
 // postAdmin posts body to path on rls's HTTP address addr (host:port, or
@@ -161,12 +181,15 @@ func (f *explainFlags) body(args []string) ([]byte, error) {
 	return protojson.Marshal(req)
 }
 
-// writeExplanation prints ex for people, e.g.
+// writeExplanation prints ex, received at now, for people, e.g.
 //
 //	api: OVER_LIMIT if it came now
 //	descriptor 0 remote_address=203.0.113.7, 1 hit: matched "remote_address" (config/limits.yaml:34:5)
 //	  remote_address/1s    10/second fixed_window      enforced   remaining 0, reset 1s: denies
-func writeExplanation(w io.Writer, ex *service.Explanation) {
+//
+// A limit with a penalty has a line of its own under it: the ladder, and
+// the block in force.
+func writeExplanation(w io.Writer, ex *service.Explanation, now time.Time) {
 	switch {
 	case ex.StoreError != "":
 		fmt.Fprintf(w, "%s: the limits' state could not be read: %s\n", ex.Domain, ex.StoreError)
@@ -201,8 +224,35 @@ func writeExplanation(w io.Writer, ex *service.Explanation) {
 		fmt.Fprintf(w, "descriptor %d %s, %s: %s\n", i, strings.Join(entries, ","), hits, de.Match.Message)
 		for _, l := range de.Limits {
 			fmt.Fprintf(w, "  %s\n", limitLine(l))
+			if p := penaltyLine(l, now); p != "" {
+				fmt.Fprintf(w, "    %s\n", p)
+			}
 		}
 	}
+}
+
+// penaltyLine says a limit's penalty as rls explain prints it under the
+// limit, "" for a limit without one: the ladder, when it starts over, and
+// the block in force with its end (now plus what is left of it), e.g.
+//
+//	penalty 2m0s, 10m0s, 1h0m0s, starting over after 24h0m0s without a denial; blocked for 2m0s, until 2025-03-01T12:02:00Z: every request denied
+func penaltyLine(l service.LimitExplanation, now time.Time) string {
+	if len(l.Penalty) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "penalty %s", strings.Join(l.Penalty, ", "))
+	if l.PenaltyReset != "" {
+		fmt.Fprintf(&b, ", starting over after %s without a denial", l.PenaltyReset)
+	}
+	if s := l.State; s != nil && s.BlockedFor != "" {
+		fmt.Fprintf(&b, "; blocked for %s", s.BlockedFor)
+		if d, err := time.ParseDuration(s.BlockedFor); err == nil {
+			fmt.Fprintf(&b, ", until %s", now.Add(d).UTC().Format(time.RFC3339))
+		}
+		b.WriteString(": every request denied")
+	}
+	return b.String()
 }
 
 // limitLine is one limit of a descriptor as rls explain prints it.

@@ -7,8 +7,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/service"
 )
 
 // TestExplainCommand: rls explain against a served config/limits.yaml says
@@ -88,4 +90,55 @@ func squeeze(s string) string {
 		s = strings.ReplaceAll(s, "  ", " ")
 	}
 	return s
+}
+
+// TestExplainTextShowsPenaltyBlock: rls explain without --json shows what
+// --json shows of a penalty: the ladder of every penalized limit, and the
+// block in force with its end. It printed neither: a blocked address
+// read as a plain denial.
+func TestExplainTextShowsPenaltyBlock(t *testing.T) {
+	s := startServer(t, nil, "--config", "../../config/examples/penalty.yaml")
+	// Five a minute; the sixth is a strike: blocked for 2m.
+	run(context.Background(), []string{"check", "--addr", s.grpcAddr, "-n", "6", "login", "remote_address=203.0.113.7"}, nil, io.Discard, io.Discard)
+	explain := func(ip string) string {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"explain", "--addr", s.httpAddr, "login", "remote_address=" + ip}, nil, &out, io.Discard); err != nil {
+			t.Fatalf("rls explain login remote_address=%s = %v\n%s", ip, err, out.String())
+		}
+		return out.String()
+	}
+	const ladder = "    penalty 2m0s, 10m0s, 1h0m0s, starting over after 24h0m0s without a denial"
+	out := explain("203.0.113.7")
+	if !strings.Contains(out, ladder+"; blocked for 2m0s, until ") || !strings.Contains(out, ": every request denied\n") {
+		t.Errorf("rls explain of a blocked address printed\n%s\nwant the line\n%s; blocked for 2m0s, until ...: every request denied", out, ladder)
+	}
+	out = explain("203.0.113.8")
+	if !strings.Contains(out, ladder+"\n") || strings.Contains(out, "blocked") {
+		t.Errorf("rls explain of an address not blocked printed\n%s\nwant the line\n%s\nand no block", out, ladder)
+	}
+}
+
+// penaltyLine at a fixed instant: nothing for a limit without a penalty,
+// the ladder, and the block's end as now plus what is left of it.
+func TestPenaltyLine(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	ladder := service.LimitExplanation{Penalty: []string{"2m0s", "10m0s"}, PenaltyReset: "24h0m0s"}
+	blocked := ladder
+	blocked.State = &service.LimitState{BlockedFor: "1m30s"}
+	notBlocked := ladder
+	notBlocked.State = &service.LimitState{Remaining: 3, Reset: "40s", Admits: true}
+	for _, tc := range []struct {
+		name string
+		l    service.LimitExplanation
+		want string
+	}{
+		{"no penalty", service.LimitExplanation{State: &service.LimitState{BlockedFor: "1m"}}, ""},
+		{"the ladder, no state", ladder, "penalty 2m0s, 10m0s, starting over after 24h0m0s without a denial"},
+		{"not blocked", notBlocked, "penalty 2m0s, 10m0s, starting over after 24h0m0s without a denial"},
+		{"blocked", blocked, "penalty 2m0s, 10m0s, starting over after 24h0m0s without a denial; blocked for 1m30s, until 2025-03-01T12:01:30Z: every request denied"},
+	} {
+		if got := penaltyLine(tc.l, now); got != tc.want {
+			t.Errorf("%s: penaltyLine = %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }

@@ -134,7 +134,8 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses (`mode`): off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both; /auth and ext_authz always send both")
 	fs.StringVar(&f.mem, "memory-limit", formatBytes(c.Store.Memory.MaxBytes), "bound on the memory store's counters (`size`), in bytes or with KiB, MiB, GiB (KB, MB, GB: powers of 1000); the counters closest to expiry are evicted first")
 	fs.BoolVar(&r.DenyCache, "deny-cache", r.DenyCache, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
-	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token that lets clients off loopback use /admin/reset (read again when it changes); without it only loopback clients may")
+	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token (one line) that lets clients off loopback use /admin/reset (read again every second); without it only loopback clients may")
+	fs.BoolVar(&c.Listeners.AdminRequireToken, "admin-require-token", false, "require the bearer token of --admin-token-file from every client, loopback ones too, on /admin/ and /debug/ (config, explain, pprof); for a proxy on the same host that forwards outside traffic. Needs --admin-token-file")
 	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
 	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
 	fs.DurationVar(&l.ShutdownTimeout, "shutdown-timeout", l.ShutdownTimeout, "how long SIGTERM waits for in-flight requests before closing the connections")
@@ -152,7 +153,7 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&l.GRPC.MaxConnectionAge, "grpc-max-connection-age", l.GRPC.MaxConnectionAge, "ask a gRPC client to reconnect (GOAWAY) once its connection is this old, so that connections spread over replicas")
 	fs.DurationVar(&l.GRPC.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", l.GRPC.MaxConnectionAgeGrace, "after --grpc-max-connection-age, how long requests in flight have before the connection is closed")
 	fs.IntVar(&c.Service.MaxValueSeries, "metrics-max-values", c.Service.MaxValueSeries, "bound on the distinct per-value `series` of one limit in rls_descriptor_decisions_total (descriptors with detailed_metric or value_to_metric); further values are counted in descriptor=\""+service.OtherSeries+"\"")
-	fs.StringVar(&c.Tracing.Endpoint, "otlp-endpoint", "", "export traces to the OTLP receiver at `host:port` (or an http:// or https:// URL), over gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says http/protobuf; empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT, else tracing off")
+	fs.StringVar(&c.Tracing.Endpoint, "otlp-endpoint", "", "export traces to the OTLP receiver at `host:port` (or an http:// or https:// URL), over gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says http/protobuf; empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT, else no OTLP. OTEL_TRACES_EXPORTER=console prints the spans on stdout instead (otlp,console: both)")
 	fs.BoolVar(&f.otlpInsecure, "otlp-insecure", false, "send traces to a host:port --otlp-endpoint in plain text (true) or over TLS (false); unset: plain text to a loopback address, TLS elsewhere")
 	fs.StringVar(&f.level, "log-level", "info", "least `level` logged: debug, info, warn or error")
 	fs.StringVar(&c.Logging.Format, "log-format", c.Logging.Format, "log `format`: text or json")
@@ -205,7 +206,7 @@ func parseServeFlags(args, env []string, stdout io.Writer) (daemon.Config, error
 	}
 	insecureSet := false
 	fs.Visit(func(fl *flag.Flag) { insecureSet = insecureSet || fl.Name == "otlp-insecure" })
-	if err := f.tracing(env, insecureSet, bad); err != nil {
+	if err := f.tracing(env, insecureSet, stdout, bad); err != nil {
 		return daemon.Config{}, err
 	}
 	c := &f.cfg
@@ -317,6 +318,9 @@ func (f *serveFlags) network(bad func(string, error) error) error {
 	if l.Debug, err = httpapi.ParseDebugAccess(f.debug); err != nil {
 		return bad("debug-endpoints", err)
 	}
+	if l.AdminRequireToken && l.AdminTokenFile == "" {
+		return bad("admin-require-token", errors.New("needs --admin-token-file (the token that every client must then send)"))
+	}
 	if f.proxies == "" {
 		return nil
 	}
@@ -402,8 +406,9 @@ func (f *serveFlags) logging(bad func(string, error) error) error {
 // tracing checks the flags of tracing and reads the standard OTEL_
 // variables of env that say whether and where spans go (the SDK reads the
 // others itself, from the process's environment: see internal/tracing).
-// insecureSet says whether --otlp-insecure was given (or RLS_OTLP_INSECURE).
-func (f *serveFlags) tracing(env []string, insecureSet bool, bad func(string, error) error) error {
+// insecureSet says whether --otlp-insecure was given (or RLS_OTLP_INSECURE);
+// stdout receives the spans when OTEL_TRACES_EXPORTER names console.
+func (f *serveFlags) tracing(env []string, insecureSet bool, stdout io.Writer, bad func(string, error) error) error {
 	t := &f.cfg.Tracing
 	vars := map[string]string{}
 	for _, kv := range env {
@@ -415,6 +420,13 @@ func (f *serveFlags) tracing(env []string, insecureSet bool, bad func(string, er
 		*t = tracing.Config{}
 		return nil
 	}
+	otlp, console, err := traceExporters(vars["OTEL_TRACES_EXPORTER"])
+	if err != nil {
+		return usageError{fmt.Errorf("OTEL_TRACES_EXPORTER: %w", err)}
+	}
+	if console {
+		t.Console = stdout
+	}
 	// first returns the first of the variables names that is set (not
 	// empty), and its name.
 	first := func(names ...string) (string, string) {
@@ -425,8 +437,10 @@ func (f *serveFlags) tracing(env []string, insecureSet bool, bad func(string, er
 		}
 		return "", ""
 	}
+	// --otlp-endpoint is asked for by name: it applies whatever
+	// OTEL_TRACES_EXPORTER says.
 	fromEnv := t.Endpoint == ""
-	if fromEnv {
+	if fromEnv && otlp {
 		t.Endpoint = vars["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
 		t.BaseEndpoint = vars["OTEL_EXPORTER_OTLP_ENDPOINT"]
 	}
@@ -465,6 +479,26 @@ func (f *serveFlags) tracing(env []string, insecureSet bool, bad func(string, er
 		return bad("otlp-endpoint", err)
 	}
 	return nil
+}
+
+// traceExporters reads OTEL_TRACES_EXPORTER: a comma-separated list of
+// otlp (the default when empty), console (spans on stdout) and none.
+func traceExporters(v string) (otlp, console bool, err error) {
+	if strings.TrimSpace(v) == "" {
+		return true, false, nil
+	}
+	for _, e := range strings.Split(v, ",") {
+		switch strings.ToLower(strings.TrimSpace(e)) {
+		case "otlp":
+			otlp = true
+		case "console":
+			console = true
+		case "none":
+		default:
+			return false, false, fmt.Errorf("%q is not otlp, console or none (rls exports no other way)", strings.TrimSpace(e))
+		}
+	}
+	return otlp, console, nil
 }
 
 // applyEnv sets every flag not given on the command line from its

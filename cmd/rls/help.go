@@ -26,7 +26,7 @@ var commands = []command{
 	{"explain", "explain [flags] DOMAIN [DESCRIPTOR...]", "ask a running rls what each descriptor matches (or why not), its limits and their state, consuming nothing", explainDetails},
 	{"reset", "reset [flags] DOMAIN DESCRIPTOR...", "ask a running rls to clear the counters of the limits the descriptors match (POST /admin/reset)", resetDetails},
 	{"test", "test CONFIG TESTFILE...", "run the cases of TESTFILEs against CONFIG on a virtual clock; PASS or FAIL per case, exit 1 on a failure", testDetails},
-	{"healthcheck", "healthcheck [URL]", "exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200, for container health checks", nil},
+	{"healthcheck", "healthcheck [flags] [URL]", "exit 0 when URL (default http://127.0.0.1:8080/readyz) answers 200, for container health checks (HTTPS and mutual TLS too)", healthcheckDetails},
 	{"version", "version", "print the version, commit and Go version (also rls --version)", nil},
 	{"help", "help [COMMAND]", "this help, or a command's (also rls COMMAND --help)", nil},
 }
@@ -103,7 +103,7 @@ var serveFlagGroups = []struct {
 	flags []string
 }{
 	{"Config", []string{"config", "watch", "config-max-file-bytes", "config-max-total-bytes"}},
-	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints", "admin-token-file"}},
+	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints", "admin-token-file", "admin-require-token"}},
 	{"Store", []string{"store", "memory-limit", "store-timeout", "on-store-error", "redis-url", "redis-cluster", "redis-sentinel", "redis-sentinel-user", "redis-sentinel-password", "redis-prefix", "redis-ca", "redis-cert", "redis-key", "redis-tls-skip-hostname", "redis-pool-size",
 		"redis-per-second-url", "redis-per-second-cluster", "redis-per-second-sentinel", "redis-per-second-sentinel-user", "redis-per-second-sentinel-password", "deny-cache"}},
 	{"Answers and metrics", []string{"response-headers", "shadow", "metrics-max-values"}},

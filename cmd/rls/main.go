@@ -7,7 +7,7 @@
 //	rls explain [flags] DOMAIN [DESCRIPTOR...]
 //	rls reset [flags] DOMAIN DESCRIPTOR...
 //	rls test CONFIG TESTFILE...
-//	rls healthcheck [URL]
+//	rls healthcheck [flags] [URL]
 //	rls version
 //	rls help [COMMAND]
 package main

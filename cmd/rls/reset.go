@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -27,7 +26,7 @@ func newResetFlagSet() (*flag.FlagSet, *resetFlags) {
 	fs := flag.NewFlagSet("rls reset", flag.ContinueOnError)
 	f := &resetFlags{}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "rls's HTTP `address` (host:port, or a URL)")
-	fs.StringVar(&f.tokenFile, "token-file", "", "a `file` holding the bearer token of rls's --admin-token-file (needed off loopback)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "a `file` holding the bearer token of rls's --admin-token-file (needed off loopback, and from loopback too when rls runs with --admin-require-token)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "bound on the request")
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer as it comes")
 	return fs, f
@@ -38,8 +37,9 @@ func resetDetails(w io.Writer) {
 limit that the descriptors match: all windows, whatever the algorithm, as if never used.
 DOMAIN and DESCRIPTOR arguments as for rls check (key=value[,key=value...]). rls answers
 loopback clients, and others that send the bearer token of its --admin-token-file (give
-the same file with --token-file). Each reset is logged by rls with who asked. Exit status:
-0 when rls reset the counters, 3 when the request failed, 2 for a bad command line.
+the same file with --token-file; with --admin-require-token, loopback clients need it
+too). Each reset is logged by rls with who asked. Exit status: 0 when rls reset the
+counters, 3 when the request failed, 2 for a bad command line.
 
   rls reset api remote_address=203.0.113.7
   rls reset --addr rls.internal:8080 --token-file /etc/rls/admin-token api api_key=k1
@@ -68,13 +68,9 @@ func reset(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var token string
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			return usageError{fmt.Errorf("reset: --token-file: %w", err)}
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := readToken("reset", f.tokenFile)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()

@@ -64,8 +64,13 @@ type Listeners struct {
 	// Debug says who may use /debug/.
 	Debug httpapi.DebugAccess
 	// AdminTokenFile, when set, is a file whose bearer token lets clients
-	// off loopback use /admin/ (--admin-token-file).
+	// off loopback use /admin/ (--admin-token-file), read again every
+	// second.
 	AdminTokenFile string
+	// AdminRequireToken makes /admin/ and /debug/ want that token from
+	// loopback clients too (--admin-require-token); without
+	// AdminTokenFile they then refuse everyone.
+	AdminRequireToken bool
 	// HTTP bounds the HTTP listener's clients. HTTP.MaxConnections 0
 	// means half the process's open-file limit (RLIMIT_NOFILE), at least
 	// 16 and at most 10,000, leaving the rest to gRPC and Redis.

@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		}
 	}
 	if l.AdminTokenFile != "" {
-		if s.adminToken, err = httpapi.NewTokenFile(l.AdminTokenFile); err != nil {
+		if s.adminToken, err = httpapi.NewTokenFile(l.AdminTokenFile, log); err != nil {
 			return nil, err
 		}
 	}
@@ -169,8 +169,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	log.Info("serving", "grpc", s.grpcAddr.String(), "http", s.httpAddr.String(), "tls_grpc", grpcTLS, "tls_http", httpTLS,
 		"http_max_connections", l.HTTP.MaxConnections, "grpc_max_streams", l.GRPC.MaxStreams,
 		"store", string(cfg.Store.Kind), "config", cfg.Files.Path, "domains", len(initial.Domains()))
-	if s.tracing != nil {
+	if s.tracing != nil && s.tracing.Endpoint() != "" {
 		log.Info("tracing", "endpoint", s.tracing.Endpoint(), "protocol", cfg.Tracing.Protocol.String())
+	}
+	if cfg.Tracing.Console != nil {
+		log.Info("tracing", "exporter", "console")
 	}
 	return s, nil
 }
@@ -199,6 +202,9 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { followReadiness(bg, s.svc, s.health, 2*time.Second) })
 	wg.Go(func() { s.source.Run(bg, s.svc, s.asked, s.log) })
+	if s.adminToken != nil {
+		wg.Go(func() { s.adminToken.Watch(bg, httpapi.DefaultTokenCheckEvery) })
+	}
 	var err error
 	select {
 	case <-ctx.Done():

@@ -72,13 +72,14 @@ func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quot
 // behind /healthcheck.
 func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
 	api := httpapi.New(httpapi.Options{
-		Service:    s.svc,
-		JSON:       rls.JSON(),
-		Gatherer:   s.reg,
-		Debug:      s.cfg.Listeners.Debug,
-		Auth:       httpapi.AuthOptions{TrustedProxies: s.cfg.Listeners.TrustedProxies},
-		AdminToken: s.adminToken,
-		Logger:     s.log,
+		Service:      s.svc,
+		JSON:         rls.JSON(),
+		Gatherer:     s.reg,
+		Debug:        s.cfg.Listeners.Debug,
+		Auth:         httpapi.AuthOptions{TrustedProxies: s.cfg.Listeners.TrustedProxies},
+		AdminToken:   s.adminToken,
+		RequireToken: s.cfg.Listeners.AdminRequireToken,
+		Logger:       s.log,
 	})
 	return httpapi.NewServer(s.withHealthcheck(s.tracing.Handler(api, decisionRoute)), s.cfg.Listeners.HTTP, s.log, s.reg)
 }

@@ -1,7 +1,9 @@
 // Package httpapi is the HTTP adapter: health and readiness, Prometheus
 // metrics, the /auth forward-auth endpoint for nginx auth_request, and the
-// debug endpoints (the config, /debug/explain, pprof); it mounts /json,
-// which envoyrls serves (the RateLimitService's own protocol in JSON).
+// debug endpoints (the config, /debug/explain, pprof), /admin/reset and who
+// may use those two (loopback clients, the bearer token of a TokenFile); it
+// mounts /json, which envoyrls serves (the RateLimitService's own protocol
+// in JSON).
 // Server serves them within Limits (timeouts, a bound on open
 // connections). It converts HTTP to the service's terms and back, and
 // holds no rate-limit logic.
@@ -12,7 +14,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -76,7 +77,13 @@ type Options struct {
 	// AdminToken, when set, lets clients that are not on a loopback
 	// address use the admin endpoints with its bearer token.
 	AdminToken *TokenFile
-	Logger     *slog.Logger
+	// RequireToken makes every request to /admin/ and /debug/ (the
+	// config, explain, pprof) need the bearer token of AdminToken,
+	// loopback clients' too (--admin-require-token); Debug still says who
+	// may ask /debug/ at all. Without AdminToken those requests are then
+	// all refused.
+	RequireToken bool
+	Logger       *slog.Logger
 }
 
 // New returns the HTTP handler of DESIGN §3.
@@ -156,7 +163,8 @@ func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, "\n")
 }
 
-// debug guards a debug endpoint per the DebugAccess.
+// debug guards a debug endpoint per the DebugAccess, then, with
+// RequireToken, asks for the bearer token.
 func (h *handler) debug(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch h.Debug {
@@ -164,12 +172,13 @@ func (h *handler) debug(next http.Handler) http.Handler {
 			http.NotFound(w, r)
 			return
 		case DebugLoopback:
-			host, _, err := net.SplitHostPort(r.RemoteAddr)
-			ip := net.ParseIP(host)
-			if err != nil || ip == nil || !ip.IsLoopback() {
+			if !isLoopback(r.RemoteAddr) {
 				http.Error(w, "debug endpoints answer loopback clients only (--debug-endpoints)", http.StatusForbidden)
 				return
 			}
+		}
+		if h.RequireToken && !h.tokenGiven(w, r) {
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

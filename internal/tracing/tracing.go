@@ -1,5 +1,6 @@
 // Package tracing sets up rls's OpenTelemetry tracing: when a Config names
-// an OTLP receiver, a TracerProvider that exports there in batches, the W3C
+// an OTLP receiver (or a console), a TracerProvider that exports there in
+// batches, the W3C
 // propagators (traceparent, tracestate, baggage), and the server spans of
 // the decision RPCs and HTTP routes, which continue the caller's trace
 // (server.go). Off, it builds nothing and a nil *Provider stands for it, so
@@ -19,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -28,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -102,6 +105,10 @@ type Config struct {
 	// "rls"); ServiceNamespace and ServiceInstanceID, when set, its
 	// service.namespace and service.instance.id.
 	ServiceName, ServiceNamespace, ServiceInstanceID string
+	// Console, when set, receives every span too, as one JSON object per
+	// line (the SDK's stdout exporter): OTEL_TRACES_EXPORTER=console, to
+	// see spans without a collector.
+	Console io.Writer
 	// Sampler decides which traces that reach rls are recorded; nil is the
 	// SDK's, which OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG choose
 	// (default parentbased_always_on: a trace whose caller sampled it, and
@@ -110,7 +117,10 @@ type Config struct {
 }
 
 // On reports whether c exports spans.
-func (c Config) On() bool { return c.Endpoint != "" || c.BaseEndpoint != "" }
+func (c Config) On() bool { return c.otlp() || c.Console != nil }
+
+// otlp reports whether c names an OTLP receiver.
+func (c Config) otlp() bool { return c.Endpoint != "" || c.BaseEndpoint != "" }
 
 // DefaultServiceName is the service.name of rls's spans when the Config
 // names none.
@@ -128,7 +138,7 @@ type Provider struct {
 	tp         *sdktrace.TracerProvider
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
-	endpoint   string // for the log
+	endpoint   string // for the log; "" without OTLP
 }
 
 // Start returns the Provider of c, nil when c is off. Nothing is
@@ -142,18 +152,38 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	exp, endpoint, err := newExporter(ctx, c)
-	if err != nil {
-		return nil, fmt.Errorf("tracing: %w", err)
+	var exps []sdktrace.SpanExporter
+	stop := func() {
+		for _, e := range exps {
+			e.Shutdown(ctx)
+		}
+	}
+	endpoint := ""
+	if c.otlp() {
+		exp, ep, err := newExporter(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("tracing: %w", err)
+		}
+		endpoint = ep
+		exps = append(exps, &loggedExporter{SpanExporter: exp, log: log, endpoint: endpoint, every: rate.Sometimes{Interval: 10 * time.Second}})
+	}
+	if c.Console != nil {
+		exp, err := stdouttrace.New(stdouttrace.WithWriter(c.Console))
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("tracing: console: %w", err)
+		}
+		exps = append(exps, &loggedExporter{SpanExporter: exp, log: log, endpoint: "console", every: rate.Sometimes{Interval: 10 * time.Second}})
 	}
 	res, err := newResource(ctx, c)
 	if err != nil {
-		exp.Shutdown(ctx)
+		stop()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{
-		sdktrace.WithBatcher(&loggedExporter{SpanExporter: exp, log: log, endpoint: endpoint, every: rate.Sometimes{Interval: 10 * time.Second}}),
-		sdktrace.WithResource(res),
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	for _, e := range exps {
+		// Batched, each: a decision never waits for an exporter.
+		opts = append(opts, sdktrace.WithBatcher(e))
 	}
 	if c.Sampler != nil {
 		opts = append(opts, sdktrace.WithSampler(c.Sampler))
@@ -177,8 +207,8 @@ func (p *Provider) Tracer() trace.Tracer {
 	return p.tracer
 }
 
-// Endpoint is where p sends spans ("" when off), as the start's log line
-// says it.
+// Endpoint is the OTLP receiver p sends spans to ("" when off or without
+// one), as the start's log line says it.
 func (p *Provider) Endpoint() string {
 	if p == nil {
 		return ""
@@ -226,10 +256,10 @@ func newExporter(ctx context.Context, c Config) (sdktrace.SpanExporter, string, 
 	return exp, endpoint, err
 }
 
-// Check reports what is wrong with c's endpoint, nil when c is off or its
-// endpoint is host:port or an http:// or https:// URL.
+// Check reports what is wrong with c's endpoint, nil when c names none or
+// its endpoint is host:port or an http:// or https:// URL.
 func (c Config) Check() error {
-	if !c.On() {
+	if !c.otlp() {
 		return nil
 	}
 	_, _, err := c.endpoint()

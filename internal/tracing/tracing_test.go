@@ -1,7 +1,9 @@
 package tracing
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -97,6 +100,81 @@ func TestExport(t *testing.T) {
 				t.Errorf("%+v: got %v with resource %v (via HTTP %v), want test.span of scope %s, namespace %q, instance %q",
 					c, s, s.Resource, s.ViaHTTP, ScopeName, c.ServiceNamespace, c.ServiceInstanceID)
 			}
+		}
+	}
+}
+
+// consoleSpan is the part of a span that the console exporter writes
+// (the SDK's stdout exporter: one JSON object per line) that tests read.
+type consoleSpan struct {
+	Name        string
+	SpanContext struct{ TraceID string }
+	Parent      struct{ SpanID string }
+	Resource    []struct {
+		Key   string
+		Value struct{ Value any }
+	}
+	InstrumentationScope struct{ Name string }
+}
+
+// consoleSpans parses what the console exporter wrote.
+func consoleSpans(t *testing.T, out string) []consoleSpan {
+	t.Helper()
+	var spans []consoleSpan
+	for line := range strings.Lines(out) {
+		var s consoleSpan
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("console line %q: %v", line, err)
+		}
+		spans = append(spans, s)
+	}
+	return spans
+}
+
+// A Config with a Console and no endpoint writes spans there, one JSON
+// object per line, with rls's resource and the caller's trace; beside an
+// endpoint, to both.
+func TestConsole(t *testing.T) {
+	recv := otlptest.Start(t)
+	for _, tc := range []struct {
+		name string
+		c    Config
+	}{
+		{"console alone", Config{ServiceName: "rls-console"}},
+		{"console and OTLP", Config{ServiceName: "rls-both", Endpoint: recv.GRPCAddr()}},
+	} {
+		var out bytes.Buffer
+		tc.c.Console = &out
+		p := start(t, tc.c)
+		ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+		_, span := p.Tracer().Start(ctx, "test.span")
+		span.End()
+		if err := p.Shutdown(context.Background()); err != nil { // flushes, and out is ours again
+			t.Fatalf("%s: Shutdown: %v", tc.name, err)
+		}
+		spans := consoleSpans(t, out.String())
+		if len(spans) != 1 {
+			t.Fatalf("%s: %d spans on the console, want 1:\n%s", tc.name, len(spans), out.String())
+		}
+		s := spans[0]
+		name := ""
+		for _, kv := range s.Resource {
+			if kv.Key == "service.name" {
+				name, _ = kv.Value.Value.(string)
+			}
+		}
+		if s.Name != "test.span" || s.SpanContext.TraceID != traceID || s.Parent.SpanID != callerSpan || name != tc.c.ServiceName || s.InstrumentationScope.Name != ScopeName {
+			t.Errorf("%s: console span %+v, want test.span in trace %s under %s, service %s, scope %s", tc.name, s, traceID, callerSpan, tc.c.ServiceName, ScopeName)
+		}
+		if tc.c.Endpoint != "" {
+			recv.WaitFor(t, 10*time.Second, "the span over OTLP too", func(spans []otlptest.Span) bool {
+				for _, s := range spans {
+					if s.Resource["service.name"] == tc.c.ServiceName {
+						return true
+					}
+				}
+				return false
+			})
 		}
 	}
 }
