@@ -176,14 +176,14 @@ func TestReferenceAnswers(t *testing.T) {
 	if r1.Code != service.OK || headerText(r1.Headers) != "RateLimit-Limit: 1, RateLimit-Remaining: 0, RateLimit-Reset: 60" {
 		t.Errorf("first request: %v, headers %q", r1.Code, headerText(r1.Headers))
 	}
-	if r1.Metadata["route"] != "a" || r1.Metadata["shared"] != "first" || r1.Metadata["extra"] != float64(1) {
+	if md, _ := r1.Metadata["metadata"].(map[string]any); md["route"] != "a" || md["shared"] != "first" || md["extra"] != float64(1) {
 		t.Errorf("first request's metadata = %v, want route a, shared first, extra 1", r1.Metadata)
 	}
 	r2 := ask(t, svc, 1, desc("k", "x"), desc("svc", "b"))
 	if r2.Code != service.OK || r2.Statuses[1].Code != service.OverLimit {
 		t.Errorf("second request under SHADOW_MODE: overall %v, svc=b %v; want service.OK and OVER_LIMIT", r2.Code, r2.Statuses[1].Code)
 	}
-	if r2.Metadata["route"] != "a" || r2.Metadata["extra"] != nil {
+	if md, _ := r2.Metadata["metadata"].(map[string]any); md["route"] != "a" || md["extra"] != nil {
 		t.Errorf("second request's metadata = %v, want only k's (svc=b is over)", r2.Metadata)
 	}
 	if c := plainCounter(t, reg, "ratelimit_service_global_shadow_mode"); c != 1 {
