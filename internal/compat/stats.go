@@ -15,7 +15,8 @@ import (
 // Stats are envoyproxy/ratelimit's per-limit stats, named as its
 // Prometheus mapping (statsd_exporter) names them, so that dashboards and
 // alerts built on the reference keep working:
-// ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode,over_limit_with_local_cache}
+// ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}
+// and, with a local cache (the denial cache), over_limit_with_local_cache,
 // with the labels domain, key1 (the first level of the stats key: key, or
 // key_value) and key2 (the deeper levels joined with '.'; empty for one
 // level); ratelimit_service_global_shadow_mode (counted by Answers); and
@@ -31,6 +32,7 @@ import (
 // use.
 type Stats struct {
 	ratio                                float32 // NEAR_LIMIT_RATIO, a float32 in the reference
+	localCache                           bool    // over_limit_with_local_cache is exported
 	globalShadow, loadSuccess, loadError prometheus.Counter
 	// counters are ratelimit_service_rate_limit_*{domain,key1,key2}, by
 	// the ref* constants.
@@ -47,7 +49,7 @@ const (
 	refNear
 	refWithin
 	refShadow
-	refOverCached
+	refOverCached // with StatsOptions.LocalCache only
 )
 
 // refConfig is what a loaded config's requests count into.
@@ -95,16 +97,29 @@ func refLevels(n *config.Descriptor) []refLevel {
 	return levels
 }
 
+// StatsOptions configure Stats.
+type StatsOptions struct {
+	// NearLimitRatio is the share of a limit above which hits count as
+	// near_limit (NEAR_LIMIT_RATIO; 0 means 0.8, the reference's default).
+	NearLimitRatio float64
+	// MaxValues (0: service.DefaultMaxValueSeries) bounds the
+	// request-valued label sets of one stats key.
+	MaxValues int
+	// LocalCache says that the store answers denials from a cache (the
+	// reference's LOCAL_CACHE_SIZE_IN_BYTES, rls's denial cache): only
+	// then is over_limit_with_local_cache exported, as the reference has
+	// no such stat without its cache.
+	LocalCache bool
+}
+
 // NewStats returns the reference's stats, registered in reg when it is not
-// nil. nearLimitRatio is the share of a limit above which hits count as
-// near_limit (NEAR_LIMIT_RATIO; 0 means 0.8, the reference's default);
-// maxValues (0: service.DefaultMaxValueSeries) bounds the request-valued
-// label sets of one stats key.
-func NewStats(reg prometheus.Registerer, nearLimitRatio float64, maxValues int) *Stats {
-	r := &Stats{ratio: float32(nearLimitRatio)}
+// nil.
+func NewStats(reg prometheus.Registerer, o StatsOptions) *Stats {
+	r := &Stats{ratio: float32(o.NearLimitRatio), localCache: o.LocalCache}
 	if r.ratio <= 0 {
 		r.ratio = 0.8
 	}
+	maxValues := o.MaxValues
 	if maxValues <= 0 {
 		maxValues = service.DefaultMaxValueSeries
 	}
@@ -119,9 +134,11 @@ func NewStats(reg prometheus.Registerer, nearLimitRatio float64, maxValues int) 
 		refNear:   vec("near_limit", "Hits above NEAR_LIMIT_RATIO of the limit and within it"),
 		refWithin: vec("within_limit", "Hits within the limit"),
 		refShadow: vec("shadow_mode", "Hits over a shadow_mode limit, let through"),
+	}
+	if r.localCache {
 		// The reference's Prometheus mapping has no line for it: this is
 		// the name and labels its other stats get.
-		refOverCached: vec("over_limit_with_local_cache", "Hits over the limit answered from the denial cache (the reference's local cache), also in over_limit"),
+		vecs = append(vecs, vec("over_limit_with_local_cache", "Hits over the limit answered from the denial cache (the reference's local cache), also in over_limit"))
 	}
 	r.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Answers turned from OVER_LIMIT to OK by SHADOW_MODE."})
 	r.loadSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Config loads that succeeded."})
@@ -238,7 +255,9 @@ func (rs *Stats) record(rc *refConfig, domain string, entries []config.Entry, l 
 		// never cached).
 		s.Counter(refTotal).Add(float64(hits))
 		s.Counter(refOver).Add(float64(hits))
-		s.Counter(refOverCached).Add(float64(hits))
+		if rs.localCache {
+			s.Counter(refOverCached).Add(float64(hits))
+		}
 		return buf
 	}
 	var before, after uint64

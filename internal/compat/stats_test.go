@@ -42,11 +42,13 @@ descriptors:
 `
 
 // ref says what of the reference a test service has: its stats (with the
-// near-limit ratio; stats are on unless noStats) and its answer rules.
+// near-limit ratio and a local cache or none; stats are on unless
+// noStats) and its answer rules.
 type ref struct {
-	noStats bool
-	ratio   float64
-	answers Answers
+	noStats    bool
+	ratio      float64
+	localCache bool
+	answers    Answers
 }
 
 // plug adds what r asks for to opts, registering the stats in reg with
@@ -54,7 +56,7 @@ type ref struct {
 func (r ref) plug(opts *service.Options, reg *prometheus.Registry, maxValues int) *Stats {
 	var st *Stats
 	if !r.noStats {
-		st = NewStats(reg, r.ratio, maxValues)
+		st = NewStats(reg, StatsOptions{NearLimitRatio: r.ratio, MaxValues: maxValues, LocalCache: r.localCache})
 		opts.Observers = append(opts.Observers, st)
 	}
 	a := r.answers
@@ -176,14 +178,14 @@ func TestReferenceAnswers(t *testing.T) {
 	if r1.Code != service.OK || headerText(r1.Headers) != "RateLimit-Limit: 1, RateLimit-Remaining: 0, RateLimit-Reset: 60" {
 		t.Errorf("first request: %v, headers %q", r1.Code, headerText(r1.Headers))
 	}
-	if r1.Metadata["route"] != "a" || r1.Metadata["shared"] != "first" || r1.Metadata["extra"] != float64(1) {
+	if md, _ := r1.Metadata["metadata"].(map[string]any); md["route"] != "a" || md["shared"] != "first" || md["extra"] != float64(1) {
 		t.Errorf("first request's metadata = %v, want route a, shared first, extra 1", r1.Metadata)
 	}
 	r2 := ask(t, svc, 1, desc("k", "x"), desc("svc", "b"))
 	if r2.Code != service.OK || r2.Statuses[1].Code != service.OverLimit {
 		t.Errorf("second request under SHADOW_MODE: overall %v, svc=b %v; want service.OK and OVER_LIMIT", r2.Code, r2.Statuses[1].Code)
 	}
-	if r2.Metadata["route"] != "a" || r2.Metadata["extra"] != nil {
+	if md, _ := r2.Metadata["metadata"].(map[string]any); md["route"] != "a" || md["extra"] != nil {
 		t.Errorf("second request's metadata = %v, want only k's (svc=b is over)", r2.Metadata)
 	}
 	if c := plainCounter(t, reg, "ratelimit_service_global_shadow_mode"); c != 1 {
@@ -466,7 +468,7 @@ func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	opts := service.Options{Store: cachedDenials{}, Registry: reg, CountDeniedHits: true}
-	ref{}.plug(&opts, reg, 0)
+	ref{localCache: true}.plug(&opts, reg, 0)
 	svc := service.New(opts)
 	svc.SetConfig(cfg)
 	if got := ask(t, svc, 3, desc("k", "x")).Code; got != service.OverLimit {
@@ -476,6 +478,26 @@ func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
 	for metric, want := range map[string]float64{"total_hits": 3, "over_limit": 3, "over_limit_with_local_cache": 3, "near_limit": 0, "within_limit": 0} {
 		if g := got["ratelimit_service_rate_limit_"+metric+"/k"]; g != want {
 			t.Errorf("3 hits denied from the denial cache: %s{key1=k} = %v, want %v", metric, g, want)
+		}
+	}
+}
+
+// Without a local cache the reference has no over_limit_with_local_cache
+// stat: rls exported it, at 0, beside each key's other series. With one,
+// it is there from a key's first hit, as the key's other series.
+func TestReferenceStatsLocalCacheSeriesOnlyWithCache(t *testing.T) {
+	for _, cache := range []bool{false, true} {
+		svc, reg := newReferenceService(t, ref{localCache: cache})
+		for range 12 { // within, near and over the limit of 10
+			ask(t, svc, 1, desc("k", "x"))
+		}
+		got := refCounters(t, reg)
+		if g := got["ratelimit_service_rate_limit_over_limit/k"]; g != 2 {
+			t.Errorf("local cache %v: over_limit{key1=k} = %v, want 2", cache, g)
+		}
+		g, ok := got["ratelimit_service_rate_limit_over_limit_with_local_cache/k"]
+		if ok != cache || g != 0 {
+			t.Errorf("local cache %v: over_limit_with_local_cache{key1=k} = %v (present %v), want present %v, 0", cache, g, ok, cache)
 		}
 	}
 }
@@ -513,7 +535,7 @@ func TestPerValueCountAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := NewStats(prometheus.NewRegistry(), 0, 2)
+	st := NewStats(prometheus.NewRegistry(), StatsOptions{MaxValues: 2})
 	rc := st.forConfig(cfg)
 	perValue := desc("path", "/api/a").Entries
 	l := cfg.Domain("d").Match(perValue).Limits[0]
@@ -551,7 +573,7 @@ descriptors:
 	ms := memstore.New(memstore.Options{})
 	defer ms.Close()
 	reg := prometheus.NewRegistry()
-	svc := service.New(service.Options{Store: ms, Registry: reg, Observers: []service.Observer{NewStats(reg, 0, 0)}})
+	svc := service.New(service.Options{Store: ms, Registry: reg, Observers: []service.Observer{NewStats(reg, StatsOptions{})}})
 	svc.SetConfig(cfg)
 	req := &service.Request{Domain: "api", Descriptors: []service.Descriptor{desc("remote_address", "10.0.0.1")}}
 	ctx := context.Background()

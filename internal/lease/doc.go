@@ -33,6 +33,22 @@
 // within their lifetime (2 × Hold) and then given back. Every hit admitted
 // took a token of the bucket, at most that lifetime before.
 //
+// # Changed limits
+//
+// A counter's slices are taken, sized and given back under the rule of the
+// last request decided on it, as the service compiled it from the config
+// current then: a reload (or anything else that changes a limit) applies
+// to the next slice. When a request's rule admits less than the one the
+// held slice was taken under (a lower limit or burst), that slice is not
+// spent: it is given back (or lapses, near its window's end), the request
+// goes to the store, which decides it under the new rule, and a slice
+// taken in flight under the old rule is given back when it lands. A slice
+// taken under a rule that admits no more than the new one is spent as it
+// is. So after a change a window admits at most the new limit, but for
+// what was admitted before the change and what slices taken under a limit
+// no higher than the new one held then; the next windows admit at most the
+// new limit.
+//
 // # Requests
 //
 // A request's items on leased limits that their slices cover are reserved

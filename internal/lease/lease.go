@@ -95,6 +95,10 @@ type counterKey struct{ desc, id string }
 type counter struct {
 	mu   sync.Mutex
 	desc string
+	// rule is the rule of the last request decided on the counter
+	// (follow): the one slices are taken, sized and given back under. The
+	// rules of one record share its ID, so they differ at most in limit and
+	// burst.
 	rule *engine.Rule
 
 	left       uint64    // unused hits held
@@ -206,10 +210,10 @@ func (s *Store) Close() error {
 	var wg sync.WaitGroup
 	for _, c := range s.all() {
 		c.mu.Lock()
-		hits := s.release(c, now)
+		hits, rule := s.release(c, now), c.rule
 		c.mu.Unlock()
 		if hits > 0 {
-			wg.Go(func() { s.giveBack(c, hits) })
+			wg.Go(func() { s.giveBack(c, rule, hits) })
 		}
 	}
 	wg.Wait()
@@ -257,6 +261,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 			continue
 		}
 		counters[i] = c
+		s.follow(c, it.Rule, now)
 		c.seen += it.Hits
 		c.lastHit = now
 		if !grouped && !it.Refund && s.reserve(c, it.Hits, now) {
@@ -317,7 +322,7 @@ func (s *Store) applyRest(ctx context.Context, items []engine.Item, results []en
 		}
 		if c := counters[i]; c != nil && !items[i].Refund {
 			c.mu.Lock()
-			s.heard(c, &results[i], sent)
+			s.heard(c, &results[i], items[i].Rule, sent)
 			s.maybeTake(c, s.opts.Now())
 			c.mu.Unlock()
 		}
@@ -377,8 +382,8 @@ func (s *Store) Held(desc string, rule *engine.Rule, now time.Time) (uint64, tim
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !now.Before(c.until) {
-		return 0, 0
+	if !now.Before(c.until) || lowered(c.rule, rule) {
+		return 0, 0 // lapsed, or not to be spent under rule (follow)
 	}
 	return c.left, c.until.Sub(now)
 }
@@ -462,13 +467,20 @@ func (s *Store) release(c *counter, now time.Time) uint64 {
 	if c.left == 0 {
 		return 0
 	}
-	if !tokens(c) && !now.Add(2*s.opts.StoreTimeout+clockMargin).Before(c.until) {
+	if !s.givable(c, c.until, now) {
 		return 0
 	}
 	hits := c.left
 	c.left = 0
 	s.hitsHeld.Add(-hits)
 	return hits
+}
+
+// givable reports whether a give-back sent at now of hits of c's counter
+// that may be spent until until surely lands before their window ends: a
+// bucket's tokens always may be. c.mu held.
+func (s *Store) givable(c *counter, until, now time.Time) bool {
+	return tokens(c) || now.Add(2*s.opts.StoreTimeout+clockMargin).Before(until)
 }
 
 // lost counts hits that were held and not given back.
@@ -483,17 +495,20 @@ func (s *Store) lost(hits uint64) {
 // the store is closing, they go back to c for Close to give back. c.mu
 // held.
 func (s *Store) giveBackLater(c *counter, hits uint64) {
-	if hits > 0 && !s.spawn(func() { s.giveBack(c, hits) }) {
+	rule := c.rule
+	if hits > 0 && !s.spawn(func() { s.giveBack(c, rule, hits) }) {
 		c.left += hits
 		s.hitsHeld.Add(hits)
 	}
 }
 
-// giveBack refunds hits of c's counter in the inner store.
-func (s *Store) giveBack(c *counter, hits uint64) {
+// giveBack refunds hits of c's counter in the inner store, under rule:
+// the rule, of those they were taken under, that admits the most, so that
+// a bucket gets back no more tokens than were taken.
+func (s *Store) giveBack(c *counter, rule *engine.Rule, hits uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.StoreTimeout, 10*time.Millisecond))
 	defer cancel()
-	items := [1]engine.Item{{Desc: c.desc, Rule: c.rule, Hits: hits, Refund: true}}
+	items := [1]engine.Item{{Desc: c.desc, Rule: rule, Hits: hits, Refund: true}}
 	var res [1]engine.Result
 	if _, err := s.inner.Apply(ctx, items[:], res[:]); err != nil {
 		s.lost(hits)
@@ -503,10 +518,10 @@ func (s *Store) giveBack(c *counter, hits uint64) {
 	s.hitsGivenBack.Add(hits)
 }
 
-// heard records what the store said of c's counter in r, a decision sent
-// at sent. c.mu held.
-func (s *Store) heard(c *counter, r *engine.Result, sent time.Time) {
-	c.remaining = r.Remaining
+// heard records what the store said of c's counter in r, a decision
+// under rule sent at sent: what remains is c.rule's. c.mu held.
+func (s *Store) heard(c *counter, r *engine.Result, rule *engine.Rule, sent time.Time) {
+	c.remaining = rescale(r.Remaining, rule, c.rule)
 	c.reset = sent.Add(r.Reset)
 	if tokens(c) {
 		c.remainingUntil = sent.Add(s.opts.Hold)
@@ -534,7 +549,8 @@ func (s *Store) maybeTake(c *counter, now time.Time) {
 	if size < minSlice {
 		return
 	}
-	c.taking = s.spawn(func() { s.take(c, size) })
+	rule := c.rule
+	c.taking = s.spawn(func() { s.take(c, rule, size) })
 }
 
 // sliceSize is the slice to take for c at now: what lasts Hold at its
@@ -556,13 +572,14 @@ func (s *Store) sliceSize(c *counter, now time.Time) uint64 {
 	return uint64(size)
 }
 
-// take asks the inner store for a slice of size hits of c's counter and
-// holds what it grants.
-func (s *Store) take(c *counter, size uint64) {
+// take asks the inner store for a slice of size hits of c's counter under
+// rule and holds what it grants, unless c's rule admits less by then
+// (follow): the slice is then given back.
+func (s *Store) take(c *counter, rule *engine.Rule, size uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(4*s.opts.StoreTimeout, 50*time.Millisecond))
 	defer cancel()
 	sent := s.opts.Now()
-	items := [1]engine.Item{{Desc: c.desc, Rule: c.rule, Hits: size}}
+	items := [1]engine.Item{{Desc: c.desc, Rule: rule, Hits: size}}
 	var res [1]engine.Result
 	ok, err := s.inner.Apply(ctx, items[:], res[:])
 	now := s.opts.Now()
@@ -575,13 +592,23 @@ func (s *Store) take(c *counter, size uint64) {
 		s.log.Debug("lease: taking a slice failed", "error", err)
 		return
 	}
-	s.heard(c, &res[0], sent)
+	s.heard(c, &res[0], rule, sent)
 	if !ok {
 		return // less remains than asked: the next take sizes by it
 	}
 	until := sent.Add(res[0].Reset - clockMargin)
 	if tokens(c) {
 		until = sent.Add(2*s.opts.Hold - clockMargin)
+	}
+	s.slicesTaken.Add(1)
+	s.hitsTaken.Add(size)
+	if lowered(rule, c.rule) {
+		// Taken under a rule that admits more than the counter's now.
+		if s.givable(c, until, now) && s.spawn(func() { s.giveBack(c, rule, size) }) {
+			return
+		}
+		s.lost(size)
+		return
 	}
 	if c.left > 0 && now.Before(c.until) {
 		until = minTime(until, c.until)
@@ -594,8 +621,54 @@ func (s *Store) take(c *counter, size uint64) {
 	c.left += size
 	c.until, c.lastSize = until, size
 	s.hitsHeld.Add(size)
-	s.slicesTaken.Add(1)
-	s.hitsTaken.Add(size)
+}
+
+// follow makes rule, the one a request on c's counter is decided under,
+// c's rule: a reload, or anything else that changes a limit, applies to
+// the next slice, which is taken and sized under it. When rule admits less
+// than c's rule did (a lower limit or burst), the slice held is not spent
+// under it: its hits are given back, under the rule they were taken under,
+// when that surely lands in their window, and otherwise lapse; requests go
+// to the store, which decides them under rule, until a slice is taken
+// under it. A slice taken under a rule that admits less than rule is spent
+// as it is: every hit of it was counted within a smaller limit. c.mu held.
+func (s *Store) follow(c *counter, rule *engine.Rule, now time.Time) {
+	old := c.rule
+	if rule == old {
+		return
+	}
+	c.rule = rule
+	c.remaining = rescale(c.remaining, old, rule)
+	if !lowered(old, rule) || c.left == 0 {
+		return
+	}
+	hits := s.release(c, now)
+	if hits > 0 && !s.spawn(func() { s.giveBack(c, old, hits) }) {
+		s.lost(hits) // closing: lost rather than held, to be spent under rule
+	}
+	if c.left > 0 { // too near its window's end for a give-back
+		s.lost(c.left)
+		s.hitsHeld.Add(-c.left)
+		c.left = 0
+	}
+}
+
+// lowered reports whether rule admits less than old, a rule of the same
+// counter (the same ID: the same algorithm and window): a lower limit, or a
+// lower capacity (a token bucket's burst).
+func lowered(old, rule *engine.Rule) bool {
+	return rule != old && (rule.Limit < old.Limit || rule.Capacity() < old.Capacity())
+}
+
+// rescale returns what remains of a counter under rule to, when from, a
+// rule of the same counter, said remaining: the counter is the same, only
+// the capacity differs.
+func rescale(remaining uint64, from, to *engine.Rule) uint64 {
+	fc, tc := from.Capacity(), to.Capacity()
+	if tc >= fc {
+		return min(remaining+(tc-fc), tc)
+	}
+	return remaining - min(remaining, fc-tc)
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -199,3 +199,90 @@ func TestResetDropsTheSlice(t *testing.T) {
 		t.Errorf("after the reset the window admitted %d of 1100 requests, want its limit 1000", got)
 	}
 }
+
+// A changed limit applies to the next slice (issue #33): a raise keeps the
+// slice held (its hits were counted within the smaller limit); a lowered
+// limit or burst gives it back and decides in the store; a take in flight
+// under the old limit is given back when it lands.
+func TestChangedLimitAppliesToNextSlice(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		start, raised *engine.Rule
+		lowered       *engine.Rule
+	}{
+		{"fixed window", leasedRule(engine.FixedWindow, 1000, 0), leasedRule(engine.FixedWindow, 2000, 0), leasedRule(engine.FixedWindow, 100, 0)},
+		{"token bucket, burst lowered", leasedRule(engine.TokenBucket, 1000, 500), leasedRule(engine.TokenBucket, 1000, 800), leasedRule(engine.TokenBucket, 1000, 100)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newOneProcess(t)
+			held := func(rule *engine.Rule) uint64 {
+				n, _ := p.s.Held("d", rule, p.clock.Now())
+				return n
+			}
+			if n := p.apply(t, tc.start, 50, time.Millisecond); n != 50 {
+				t.Fatalf("step 1: 50 requests under %d: %d admitted", tc.start.Limit, n)
+			}
+			h := held(tc.start)
+			if h == 0 {
+				t.Fatal("step 1: no slice held after 50 requests")
+			}
+			if got := held(tc.raised); got != h {
+				t.Errorf("step 2: Held under the raised limit = %d, want the %d held", got, h)
+			}
+			local := p.s.Stats().HitsLocal
+			p.apply(t, tc.raised, 1, time.Millisecond)
+			if p.s.Stats().HitsLocal != local+1 {
+				t.Errorf("step 2: a request under the raised limit was not admitted from the slice")
+			}
+			// Lowered: nothing held is spent under it.
+			if got := held(tc.lowered); got != 0 {
+				t.Errorf("step 3: Held under the lowered limit = %d, want 0", got)
+			}
+			gave := p.s.Stats().HitsGivenBack
+			h = p.s.Stats().HitsHeld
+			local = p.s.Stats().HitsLocal
+			items := []engine.Item{{Desc: "d", Rule: tc.lowered, Hits: 1}}
+			results := make([]engine.Result, 1)
+			if _, err := p.s.Apply(context.Background(), items, results); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.s.Stats(); st.HitsLocal != local || st.HitsHeld != 0 {
+				t.Errorf("step 3: the first request under the lowered limit: %d admitted from slices, %d held; want none of the old slice", st.HitsLocal-local, st.HitsHeld)
+			}
+			p.runTasks()
+			if got := p.s.Stats().HitsGivenBack - gave; got < h {
+				t.Errorf("step 3: %d hits given back, want the %d held", got, h)
+			}
+			// A take sent under the old limit lands after the change.
+			p.advance(time.Second) // a fresh window, a full bucket
+			p.tasks = nil
+			p.apply(t, tc.start, 1, 0) // its take runs: a slice
+			if held(tc.start) == 0 {
+				t.Fatal("step 4: no slice after a request under the old limit")
+			}
+			p.s.sweep(p.clock.Now().Add(time.Hour)) // quiet: given back
+			p.runTasks()
+			if _, err := p.s.Apply(context.Background(), []engine.Item{{Desc: "d", Rule: tc.start, Hits: 1}}, results); err != nil {
+				t.Fatal(err)
+			}
+			if len(p.tasks) != 1 {
+				t.Fatalf("step 4: %d tasks queued after a request with no slice, want its take", len(p.tasks))
+			}
+			gave = p.s.Stats().HitsGivenBack
+			if _, err := p.s.Apply(context.Background(), []engine.Item{{Desc: "d", Rule: tc.lowered, Hits: 1}}, results); err != nil {
+				t.Fatal(err)
+			}
+			p.runTasks() // the take under the old limit lands, then its give-back
+			if got := held(tc.lowered); got != 0 {
+				t.Errorf("step 4: a take under the old limit landed after the change: %d held, want 0", got)
+			}
+			if p.s.Stats().HitsGivenBack == gave {
+				t.Errorf("step 4: the take under the old limit was not given back")
+			}
+		})
+	}
+}
+
+func leasedRule(alg string, limit, burst uint32) *engine.Rule {
+	return engine.MustCompile(engine.Spec{Algorithm: alg, Unit: engine.Second, Multiplier: 1, Limit: limit, Burst: burst, BurstSet: burst > 0, Lease: true})
+}

@@ -95,44 +95,85 @@ func (m *sim) runTasks(p *simProc, r *rand.Rand, n int) {
 // TestNeverOverAdmits replays random sequences of requests of random hits
 // from several processes sharing a store, with their takes and give-backs
 // run in random order and late, processes killed (their slices lost) or
-// stopped (given back), sweeps and window ends, and checks them against an
-// exact model: in every window, the hits admitted on each limit are at
-// most its limit, and the store counted every one of them. A leased limit
-// shares its descriptor with an unleased one, so requests on both are
-// all-or-nothing across the slice and the store; some count denied hits.
+// stopped (given back), sweeps, window ends and changes of the leased
+// limit (a reload), and checks them against an exact model: in every
+// window, the hits admitted on each limit are at most its limit, and the
+// store counted every one of them. After a change of the leased limit, the
+// hits admitted in the window are at most the new limit, or what was
+// admitted in it before the change and what the processes then held in
+// slices taken under a limit no higher than the new one (a lowered limit
+// denies the rest of the window), and the windows after it admit at most
+// the new limit. A leased
+// limit shares its descriptor with an unleased one, so requests on both
+// are all-or-nothing across the slice and the store; some count denied
+// hits.
 func TestNeverOverAdmits(t *testing.T) {
+	all := runModel(t, 100, func(t *testing.T, _ int, clock *storetest.Clock) engine.Store {
+		inner := memstore.New(memstore.Options{Now: clock.Now})
+		t.Cleanup(func() { inner.Close() })
+		return inner
+	})
+	if all.HitsLost == 0 {
+		t.Error("the sequences lost nothing: they test too little of leases")
+	}
+}
+
+// runModel runs checkModel for 3000 steps on runs seeds from the test's
+// (storetest.Seed), each on the inner store that newInner makes for its
+// run on its clock, and returns their stats summed; it fails when they
+// decided nothing from slices or gave nothing back.
+func runModel(t *testing.T, runs int, newInner func(t *testing.T, run int, clock *storetest.Clock) engine.Store) Stats {
+	t.Helper()
 	s := storetest.Seed(t)
 	var all Stats
-	for run := range 100 {
+	for run := range runs {
 		runSeed := s + uint64(run)
 		t.Run(fmt.Sprint(runSeed), func(t *testing.T) {
 			clock := storetest.NewClock(storetest.T0)
-			inner := memstore.New(memstore.Options{Now: clock.Now})
-			t.Cleanup(func() { inner.Close() })
-			st := checkModel(t, runSeed, inner, clock, 3000)
+			st := checkModel(t, runSeed, newInner(t, run, clock), clock, 3000)
 			all.SlicesTaken += st.SlicesTaken
 			all.HitsLocal += st.HitsLocal
 			all.HitsGivenBack += st.HitsGivenBack
 			all.HitsLost += st.HitsLost
 		})
 	}
-	t.Logf("seeds %d to %d: %d slices taken, %d hits admitted from slices, %d given back, %d lost", s, s+99, all.SlicesTaken, all.HitsLocal, all.HitsGivenBack, all.HitsLost)
-	if all.HitsLocal == 0 || all.HitsGivenBack == 0 || all.HitsLost == 0 {
-		t.Errorf("seed %d: the sequences decided nothing from slices, gave nothing back or lost nothing: they test too little of leases", s)
+	t.Logf("seeds %d to %d: %d slices taken, %d hits admitted from slices, %d given back, %d lost", s, s+uint64(runs)-1, all.SlicesTaken, all.HitsLocal, all.HitsGivenBack, all.HitsLost)
+	if all.HitsLocal == 0 || all.HitsGivenBack == 0 {
+		t.Errorf("seed %d: the sequences decided nothing from slices or gave nothing back: they test too little of leases", s)
 	}
+	return all
 }
+
+// leasedLimits are the limits the leased rule of checkModel takes, one of
+// them at a time: each change is a reload that raises or lowers it.
+var leasedLimits = []uint32{200, 40, 400, 8}
 
 // checkModel runs one random sequence of steps on inner (see
 // TestNeverOverAdmits) and returns the processes' stats, summed.
 func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.Clock, steps int) Stats {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 0x1ea5e))
-	const limit = 200
-	leased := engine.MustCompile(engine.Spec{Unit: engine.Second, Multiplier: 1, Limit: limit, Lease: true})
+	leasedRule := func(limit uint32) *engine.Rule {
+		return engine.MustCompile(engine.Spec{Unit: engine.Second, Multiplier: 1, Limit: limit, Lease: true})
+	}
+	leased := leasedRule(leasedLimits[0])
 	other := engine.MustCompile(engine.Spec{Unit: engine.Minute, Multiplier: 1, Limit: 3000})
 	m := newSim(t, inner, clock, 2+r.IntN(3))
 	window := func(rule *engine.Rule, at time.Time) int64 { return at.UnixMicro() / rule.Window.Microseconds() }
-	admitted := map[[2]int64]uint64{} // (limit, window) → hits admitted
+	// admitted counts the hits admitted by (rule ID, window); ceiling says
+	// how many a window of the leased limit may admit, where a change made
+	// it other than the limit.
+	admitted := map[string]uint64{}
+	ceiling := map[int64]uint64{}
+	key := func(rule *engine.Rule, w int64) string { return fmt.Sprint(rule.ID, "/", w) }
+	mostOf := func(rule *engine.Rule, w int64) uint64 {
+		if rule.ID == leased.ID {
+			if c, ok := ceiling[w]; ok {
+				return c
+			}
+		}
+		return uint64(rule.Limit)
+	}
 	var items [2]engine.Item
 	var results [2]engine.Result
 	fail := func(format string, args ...any) {
@@ -158,10 +199,11 @@ func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.
 			if ok {
 				now := clock.Now()
 				for _, it := range its {
-					k := [2]int64{int64(it.Rule.Limit), window(it.Rule, now)}
+					w := window(it.Rule, now)
+					k := key(it.Rule, w)
 					admitted[k] += it.Hits
-					if admitted[k] > uint64(it.Rule.Limit) {
-						fail("step %d: %d hits admitted in window %d of the limit of %d", step, admitted[k], k[1], it.Rule.Limit)
+					if most := mostOf(it.Rule, w); admitted[k] > most {
+						fail("step %d: %d hits admitted in window %d of the limit of %d (at most %d since the last change)", step, admitted[k], w, it.Rule.Limit, most)
 					}
 				}
 			}
@@ -173,8 +215,30 @@ func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.
 				span = 5_000
 			}
 			clock.Set(clock.Now().Add(time.Duration(r.IntN(span)) * time.Microsecond))
-		case x < 99:
+		case x < 98:
 			p.s.sweep(clock.Now())
+		case x < 99: // a reload changes the leased limit, for every process at once
+			leased = leasedRule(leasedLimits[r.IntN(len(leasedLimits))])
+			now := clock.Now()
+			w := window(leased, now)
+			// Hits held in slices that the new limit lets the processes spend:
+			// counted in the store, as if admitted when taken.
+			var held uint64
+			for _, p := range m.procs {
+				if c := p.s.lookup("d", leased); c != nil {
+					c.mu.Lock()
+					if c.rule.Limit <= leased.Limit && now.Before(c.until) {
+						held += c.left
+					}
+					c.mu.Unlock()
+				}
+			}
+			ceiling[w] = max(admitted[key(leased, w)]+held, uint64(leased.Limit))
+			for k := range ceiling {
+				if k < w {
+					delete(ceiling, k)
+				}
+			}
 		case r.IntN(2) == 0: // killed: what it holds and has queued is lost
 			m.procs[pi] = m.start()
 		default: // stopped: it gives back what it holds
@@ -189,8 +253,8 @@ func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.
 		if _, err := inner.Peek(context.Background(), look[:], res[:]); err != nil {
 			fail("step %d: peek: %v", step, err)
 		}
-		counted := uint64(limit) - res[0].Remaining
-		if got := admitted[[2]int64{limit, window(leased, now)}]; counted < got && res[0].Remaining > 0 {
+		counted := uint64(leased.Limit) - res[0].Remaining
+		if got := admitted[key(leased, window(leased, now))]; counted < got && res[0].Remaining > 0 {
 			fail("step %d: the store counts %d hits in this window, %d were admitted", step, counted, got)
 		}
 	}

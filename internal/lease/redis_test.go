@@ -2,12 +2,15 @@ package lease
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/redistest"
 )
@@ -260,4 +263,94 @@ func TestRedisSilentSpendsOnlyTheSlice(t *testing.T) {
 	proxy.SetBlackHole(false)
 	proxy.Heal()
 	t.Logf("held %d when Redis went silent; admitted %d meanwhile", held, admitted)
+}
+
+// redisOnClock returns a Redis store on srv whose scripts decide at
+// clock's readings, its keys under prefix (a run's own). Its timeout is
+// long: on a loaded machine a request must not fail, the model's time is
+// the clock's.
+func redisOnClock(t *testing.T, srv *redistest.Server, clock *storetest.Clock, prefix string) *redisstore.Store {
+	t.Helper()
+	rs, err := redisstore.New(redisstore.Options{URL: srv.URL(), Prefix: prefix, Now: clock.Now, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rs.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestNeverOverAdmitsRedis is TestNeverOverAdmits on Redis, on a test
+// clock: random sequences of requests, takes and give-backs run late and
+// in any order, processes killed and stopped, window ends and changes of
+// the leased limit, checked against the same exact model.
+func TestNeverOverAdmitsRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	runModel(t, 12, func(t *testing.T, run int, clock *storetest.Clock) engine.Store {
+		return redisOnClock(t, srv, clock, fmt.Sprintf("run%d:", run))
+	})
+}
+
+// TestReloadReachesLeasedLimit is issue #33's reproduction: a leased 1000
+// per 10 s, asked 100 times a second, lowered to 20 mid-window by a
+// reload. The process kept taking slices under the rule its counter's
+// record was made with, so the next window admitted 867. Now the rest of
+// the window of the change admits nothing (the counter is past 20) and
+// each later window admits the new limit, exactly.
+func TestReloadReachesLeasedLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0) // a 10 s window starts at T0
+	m := newSim(t, redisOnClock(t, srv, clock, "reload:"), clock, 1)
+	p := m.procs[0]
+	r := rand.New(rand.NewPCG(1, 2))
+	leased := func(limit uint32) *engine.Rule {
+		return engine.MustCompile(engine.Spec{Unit: engine.Second, Multiplier: 10, Limit: limit, Lease: true})
+	}
+	rule := leased(1000)
+	const (
+		gap    = 10 * time.Millisecond // 100 requests a second
+		change = 1500                  // the request at 15 s: mid second window
+		total  = 4000                  // 40 s: two whole windows after it
+	)
+	perWindow := map[int]uint64{}
+	var afterChange uint64
+	items := []engine.Item{{Desc: "api", Hits: 1}}
+	results := make([]engine.Result, 1)
+	for i := range total {
+		if i == change {
+			rule = leased(20)
+		}
+		items[0].Rule = rule
+		ok, err := p.s.Apply(context.Background(), items, results)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if ok {
+			perWindow[i/1000]++
+			if i >= change && i/1000 == change/1000 {
+				afterChange++
+			}
+		}
+		m.runTasks(p, r, -1) // takes and give-backs land before the next request
+		if i%5 == 0 {
+			p.s.sweep(clock.Now())
+		}
+		clock.Set(clock.Now().Add(gap))
+	}
+	t.Logf("admitted per 10 s window: %v; after the change in its window: %d", perWindow, afterChange)
+	if afterChange > 0 {
+		t.Errorf("the window of the change admitted %d after it; its counter is past the new limit 20, want 0", afterChange)
+	}
+	for w := change/1000 + 1; w < total/1000; w++ {
+		if perWindow[w] != 20 {
+			t.Errorf("window %d, after the limit was lowered to 20: %d admitted, want 20", w, perWindow[w])
+		}
+	}
+	if perWindow[0] > 1000 || perWindow[0] < 900 {
+		t.Errorf("window 0, limit 1000 asked 1000 times: %d admitted, want at most 1000 and most of it", perWindow[0])
+	}
 }

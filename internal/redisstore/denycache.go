@@ -57,18 +57,34 @@ type DenyCacheStats struct {
 }
 
 // DenyCacheStats returns the denial cache's counters, and false when the
-// store has no denial cache (Options.DenyCache off). Safe for concurrent
-// use.
+// store has no denial cache (Options.DenyCache off). With a per-second
+// Redis they are those of both stores' caches, as the reference's one
+// local cache serves both its Redis: a request asks once, whichever holds
+// its counters (applySplit). Safe for concurrent use.
 func (s *Store) DenyCacheStats() (DenyCacheStats, bool) {
 	if s.cache == nil {
 		return DenyCacheStats{}, false
 	}
-	c := s.cache
+	st := s.cache.snapshot()
+	if s.perSecond != nil && s.perSecond.cache != nil {
+		ps := s.perSecond.cache.snapshot()
+		st.Lookups += ps.Lookups
+		st.Hits += ps.Hits
+		st.Entries += ps.Entries
+		st.Evicted += ps.Evicted
+		st.Expired += ps.Expired
+		st.Overwritten += ps.Overwritten
+	}
+	return st, true
+}
+
+// snapshot returns c's counters and its entries now.
+func (c *denyCache) snapshot() DenyCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.stats
 	st.Entries = uint64(len(c.m))
-	return st, true
+	return st
 }
 
 type denial struct {
@@ -102,10 +118,40 @@ func cacheable(it *engine.Item) bool {
 // whole. It reports whether it answered, and the epoch to pass to remember
 // when it did not.
 func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.Result, now time.Time) (bool, uint64) {
-	now = toMicro(now) // the stores' resolution, as Redis and the engine see it
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	answered := c.answer(items, bases, results, now)
+	c.count(answered)
+	return answered, c.epoch
+}
+
+// denyShare is deny for one store's share of a request on two stores
+// (applySplit), uncounted: the request counts once, in the first store's
+// cache (counted).
+func (c *denyCache) denyShare(items []engine.Item, bases []string, results []engine.Result, now time.Time) (bool, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answer(items, bases, results, now), c.epoch
+}
+
+// counted counts a request that asked the cache, answered from it or not.
+func (c *denyCache) counted(answered bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.count(answered)
+}
+
+// count counts a lookup. Requires c.mu held.
+func (c *denyCache) count(answered bool) {
 	c.stats.Lookups++
+	if answered {
+		c.stats.Hits++
+	}
+}
+
+// answer is deny's judgement, uncounted. Requires c.mu held.
+func (c *denyCache) answer(items []engine.Item, bases []string, results []engine.Result, now time.Time) bool {
+	now = toMicro(now) // the stores' resolution, as Redis and the engine see it
 	answered := len(c.m) > 0
 	for i := range items {
 		it := &items[i]
@@ -124,9 +170,8 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 			(it.Hits == d.hits || it.Hits > d.hits && it.Rule.DenialCoversMoreHits())
 	}
 	if !answered {
-		return false, c.epoch
+		return false
 	}
-	c.stats.Hits++
 	for i := range items {
 		d := c.m[bases[i]]
 		results[i] = engine.Result{Cached: true, Remaining: d.remaining, RetryAfter: d.until.Sub(now), Reset: d.resetAt.Sub(now)}
@@ -136,7 +181,7 @@ func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.R
 			results[i].RetryAfter, results[i].Never = 0, true
 		}
 	}
-	return true, c.epoch
+	return true
 }
 
 // holds reports whether the cached status is still exact at now: before

@@ -67,3 +67,51 @@ func TestDenyCacheStats(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyCacheStatsPerSecond: with a per-second Redis, every request
+// asks the denial cache once, whichever Redis holds its counters, and the
+// counters are both stores' caches', as the reference's one local cache
+// serves both its Redis. A request with only per-second limits was looked
+// up in the per-second store's cache, which the stats left out: the
+// reference's miss count ran one lower per such request (its integration
+// test with REDIS_PERSECOND and a local cache).
+func TestDenyCacheStatsPerSecond(t *testing.T) {
+	first, second := redistest.Start(t), redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0.Add(10 * time.Second))
+	s := newStore(t, Options{URL: first.URL(), PerSecond: &Options{URL: second.URL()}, Now: clock.Now, DenyCache: true})
+	perSecond := storetest.Rule(engine.FixedWindow, 1, time.Second, 0)
+	minute := storetest.Rule(engine.FixedWindow, 1, time.Minute, 0)
+	apply := func(rules ...*engine.Rule) bool {
+		t.Helper()
+		items := make([]engine.Item, len(rules))
+		for i, r := range rules {
+			items[i] = engine.Item{Desc: "d/k=a", Rule: r, Hits: 1}
+		}
+		results := make([]engine.Result, len(items))
+		if _, err := s.Apply(context.Background(), items, results); err != nil {
+			t.Fatal(err)
+		}
+		return results[0].Cached
+	}
+	for i, st := range []struct {
+		what   string
+		rules  []*engine.Rule
+		cached bool
+		want   DenyCacheStats
+	}{
+		{"per-second admitted", []*engine.Rule{perSecond}, false, DenyCacheStats{Lookups: 1}},
+		{"per-second denied, cached", []*engine.Rule{perSecond}, false, DenyCacheStats{Lookups: 2, Entries: 1}},
+		{"per-second from the cache", []*engine.Rule{perSecond}, true, DenyCacheStats{Lookups: 3, Hits: 1, Entries: 1}},
+		{"minute admitted", []*engine.Rule{minute}, false, DenyCacheStats{Lookups: 4, Hits: 1, Entries: 1}},
+		// The per-second denial is learnt anew: it replaces the entry.
+		{"both: the minute is over, denied on both, cached", []*engine.Rule{perSecond, minute}, false, DenyCacheStats{Lookups: 5, Hits: 1, Entries: 2, Overwritten: 1}},
+		{"both from the caches", []*engine.Rule{perSecond, minute}, true, DenyCacheStats{Lookups: 6, Hits: 2, Entries: 2, Overwritten: 1}},
+	} {
+		if cached := apply(st.rules...); cached != st.cached {
+			t.Fatalf("step %d (%s): answered from the cache %v, want %v", i, st.what, cached, st.cached)
+		}
+		if got, ok := s.DenyCacheStats(); !ok || got != st.want {
+			t.Fatalf("step %d (%s): DenyCacheStats() = %+v, %v; want %+v", i, st.what, got, ok, st.want)
+		}
+	}
+}

@@ -91,9 +91,12 @@ func (s *Store) applySplit(ctx context.Context, items []engine.Item, results []e
 		sh.results = make([]engine.Result, len(sh.items))
 		if sh.store.cache != nil {
 			var denied bool
-			denied, sh.epoch = sh.store.cache.deny(sh.items, sh.bases, sh.results, sent)
+			denied, sh.epoch = sh.store.cache.denyShare(sh.items, sh.bases, sh.results, sent)
 			cached = cached && denied
 		}
+	}
+	if s.cache != nil {
+		s.cache.counted(cached) // one lookup of the request, as on one store
 	}
 	if cached {
 		for _, sh := range shares {

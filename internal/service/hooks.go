@@ -51,9 +51,12 @@ type AnswerRule interface {
 
 // Answer is a decided answer, as answer rules see it.
 type Answer struct {
+	// Request is the request answered.
+	Request  *Request
 	Response *Response
 	// Nodes[i] is the node that descriptor i matched (nil for none, or for
-	// a request override).
+	// a request override); Nodes is nil when the config has no such
+	// domain.
 	Nodes []*config.Descriptor
 }
 

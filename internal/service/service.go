@@ -322,6 +322,7 @@ func (s *Service) decideIn(ctx context.Context, req *Request, headers HeaderMode
 		}
 		s.dm.unknown.countUnmatched(len(req.Descriptors))
 		s.m.requestsOK.Inc()
+		s.finishAnswer(req, nil, resp, headers)
 		return resp, nil
 	}
 
@@ -339,7 +340,7 @@ func (s *Service) decideIn(ctx context.Context, req *Request, headers HeaderMode
 	items := sc.items
 	if len(items) == 0 {
 		s.m.requestsOK.Inc()
-		s.finishAnswer(sc.nodes, resp, headers)
+		s.finishAnswer(req, sc.nodes, resp, headers)
 		return resp, nil
 	}
 
@@ -376,7 +377,7 @@ func (s *Service) decideIn(ctx context.Context, req *Request, headers HeaderMode
 			o.Decided(cur.observed[i], &d)
 		}
 	}
-	s.finishAnswer(sc.nodes, resp, headers)
+	s.finishAnswer(req, sc.nodes, resp, headers)
 	for i := range items {
 		items[i] = engine.Item{} // drop references to config and strings
 		sc.limits[i] = nil
@@ -678,12 +679,13 @@ func (k bindKey) over(b bindKey) bool {
 	return k.window > b.window
 }
 
-// finishAnswer completes resp, a decided answer for a request whose
-// descriptors matched nodes: the headers of mode, then the answer rules.
-func (s *Service) finishAnswer(nodes []*config.Descriptor, resp *Response, mode HeaderMode) {
+// finishAnswer completes resp, a decided answer for req, whose
+// descriptors matched nodes (nil for a domain the config lacks): the
+// headers of mode, then the answer rules.
+func (s *Service) finishAnswer(req *Request, nodes []*config.Descriptor, resp *Response, mode HeaderMode) {
 	resp.Headers = appendHeaders(nil, mode, resp)
 	if len(s.rules) > 0 {
-		a := Answer{Response: resp, Nodes: nodes}
+		a := Answer{Request: req, Response: resp, Nodes: nodes}
 		for _, r := range s.rules {
 			r.Finish(&a)
 		}
