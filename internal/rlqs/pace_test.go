@@ -1,0 +1,113 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/service"
+)
+
+// TestShippedExampleAtEnvoysPace is the regression test of a client under
+// its limit denied most of the time: the shipped example's bucket
+// (envoy/envoy-rlqs.yaml: {api_key: <key>}, config/limits.yaml: a token
+// bucket of 50 a second holding 100, and 100,000 a day), one Envoy
+// reporting every 5 s as Envoy does, its client asking 12 requests a
+// second at random instants for two minutes: the limit admits them all,
+// so nearly all must pass.
+func TestShippedExampleAtEnvoysPace(t *testing.T) {
+	cfg, err := config.Load("../../config/limits.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock(storetest.T0)
+	store := memstore.New(memstore.Options{Now: clock.Now})
+	t.Cleanup(func() { store.Close() })
+	svc := service.New(service.Options{Store: store})
+	svc.SetConfig(cfg)
+	srv := New(svc, Options{Now: clock.Now})
+
+	seed := storetest.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 4))
+	ctx := context.Background()
+	const step = 10 * time.Millisecond
+	e := newEnvoy(srv, 5*time.Second, storetest.T0.Add(time.Duration(r.Int64N(500))*step))
+	key := map[string]string{"api_key": "k1"}
+	asked, admitted := 0, 0
+	for now := storetest.T0; now.Before(storetest.T0.Add(2 * time.Minute)); now = now.Add(step) {
+		clock.Set(now)
+		e.tick(ctx, "api", now)
+		if r.Float64() < 12*step.Seconds() { // 12 a second
+			asked++
+			if e.request(ctx, "api", key, now) {
+				admitted++
+			}
+		}
+	}
+	share := float64(admitted) / float64(asked)
+	t.Logf("seed %d: %d of %d requests admitted (%.1f%%) at 12 a second under 50 a second", seed, admitted, asked, 100*share)
+	if share < 0.95 {
+		t.Errorf("seed %d: %d of %d requests admitted (%.1f%%) at 12 a second under a limit of 50 a second: want at least 95%%", seed, admitted, asked, 100*share)
+	}
+}
+
+// TestShortWindowsAtEnvoysPace: windows shorter than Envoy's reporting
+// interval. Three emulated Envoys on two processes, all reporting every
+// 5 s as Envoy does (or one every 200 ms, as a gRPC client may), asking
+// 0.5, 1.2 and 3 × a limit of 100 a second between them (seeded), with
+// both of Envoy's ways of replacing a token bucket: in every second the
+// requests admitted stay within the limit plus the README's bound, and
+// on average they reach 92% of what was asked under the limit, 70% of the
+// limit above it. The figures are logged.
+func TestShortWindowsAtEnvoysPace(t *testing.T) {
+	paces := map[string][]time.Duration{
+		"5 s, 5 s, 5 s":    {5 * time.Second, 5 * time.Second, 5 * time.Second},
+		"200 ms, 5 s, 5 s": {200 * time.Millisecond, 5 * time.Second, 5 * time.Second},
+	}
+	for name, intervals := range paces {
+		for _, demand := range []float64{0.5, 1.2, 3} {
+			for _, keepsRatio := range []bool{false, true} {
+				t.Run(fmt.Sprintf("reports every %s, demand %.1f × the limit, replacement keeps the ratio %v", name, demand, keepsRatio), func(t *testing.T) {
+					clock := storetest.NewClock(storetest.T0)
+					servers, _ := processes(t, 2, perSecond, clock)
+					seed := storetest.Seed(t)
+					run := runFleet(t, seed, perSecond, fleet{
+						intervals: intervals, process: []int{0, 0, 1},
+						demand: demand, keepsRatio: keepsRatio, duration: 2 * time.Minute,
+					}, clock, servers)
+					bound := perSecond.limit + run.over
+					first := storetest.T0.Unix()
+					n := int64(2 * time.Minute / time.Second)
+					var admitted, asked, worst, over int
+					for i := first; i < first+n; i++ {
+						got := run.admitted[i]
+						admitted += got
+						asked += run.asked[i]
+						worst = max(worst, got)
+						if got > perSecond.limit {
+							over++
+						}
+						if got > bound {
+							t.Errorf("seed %d: second %d: %d admitted, more than the limit %d and the bound (%d)", seed, i-first, got, perSecond.limit, bound)
+						}
+					}
+					mean := float64(admitted) / float64(n)
+					t.Logf("seed %d: %d of %d asked admitted (%.1f%%), on average %.1f a second of %d; %d seconds above the limit, the most %d (the bound %d)",
+						seed, admitted, asked, 100*float64(admitted)/float64(asked), mean, perSecond.limit, over, worst, bound)
+					if demand < 1 {
+						if share := float64(admitted) / float64(asked); share < 0.92 {
+							t.Errorf("seed %d: %.1f%% of the requests asked admitted under the limit, want 92%%", seed, 100*share)
+						}
+					} else if mean < 0.7*float64(perSecond.limit) {
+						t.Errorf("seed %d: %.1f admitted a second on average, less than 70%% of %d", seed, mean, perSecond.limit)
+					}
+				})
+			}
+		}
+	}
+}
