@@ -131,9 +131,9 @@ type grant struct {
 	entries []config.Entry
 	node    *config.Descriptor // entries' node in cfg
 	mark    time.Time          // what it let the client spend is in bucket.canSpend up to mark
-	// paid is the tokens paid since start (max included), the fill paid
-	// up to takenUntil; window of them in the window that ends at
-	// windowEnd, the one the last payment was counted in.
+	// taken is the tokens taken since start (max included), the fill
+	// taken up to takenUntil; window of them in the window that ends at
+	// windowEnd, the one the last of them were counted in.
 	taken      uint64
 	takenUntil time.Time
 	window     uint64

@@ -44,8 +44,7 @@ const (
 
 // bucket is what a session knows of one of its buckets.
 type bucket struct {
-	id    *rlqsv3.BucketId
-	bytes int
+	id *rlqsv3.BucketId
 
 	cfg     *config.Config     // the config the entries were resolved in
 	entries []config.Entry     // ordered as the descriptor path
@@ -149,7 +148,7 @@ func (ss *Session) newBucket(id *rlqsv3.BucketId, key string) (*bucket, error) {
 	}
 	ss.bytes += n
 	// A copy: the message's unknown fields are not kept.
-	b := &bucket{id: &rlqsv3.BucketId{Bucket: maps.Clone(id.GetBucket())}, bytes: n, interval: DefaultInterval}
+	b := &bucket{id: &rlqsv3.BucketId{Bucket: maps.Clone(id.GetBucket())}, interval: DefaultInterval}
 	ss.buckets[key] = b
 	ss.s.metrics.buckets.Inc()
 	return b, nil
