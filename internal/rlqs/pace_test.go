@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
@@ -108,6 +110,75 @@ func TestShortWindowsAtEnvoysPace(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestTickAtWindowTurn: between reports the server pays each new window
+// of a token bucket's fill; when the window cannot pay, it pushes what
+// fits (here nothing: DENY_ALL until the window turns), and when the
+// next window can, a token bucket again. A step table on the test clock
+// (a limit of 100 a second, RLS clients spending it in between).
+func TestTickAtWindowTurn(t *testing.T) {
+	clock := storetest.NewClock(storetest.T0.Add(500 * time.Millisecond))
+	servers, _ := processes(t, 1, perSecond, clock)
+	ss := servers[0].NewSession()
+	ctx := context.Background()
+	gpt := map[string]string{"model": "gpt"}
+	spend := func() {
+		for {
+			r, err := servers[0].svc.ShouldRateLimit(ctx, &service.Request{Domain: "llm", Descriptors: []service.Descriptor{
+				{Entries: []config.Entry{{Key: "model", Value: "gpt"}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Code != service.OK {
+				return
+			}
+		}
+	}
+	kind := func(resp *rlqsv3.RateLimitQuotaResponse) string {
+		as := resp.GetBucketAction()
+		if len(as) == 0 {
+			return "nothing"
+		}
+		st := as[len(as)-1].GetQuotaAssignmentAction().GetRateLimitStrategy()
+		if st.GetTokenBucket() != nil {
+			return "token_bucket"
+		}
+		return st.GetBlanketRule().String()
+	}
+	steps := []struct {
+		at    time.Duration // after T0
+		spend bool          // RLS clients spend what the window has left first
+		tick  bool          // Tick, else a report
+		want  string
+	}{
+		{at: 500 * time.Millisecond, want: "token_bucket"},                       // the first report
+		{at: 1000 * time.Millisecond, tick: true, want: "nothing"},               // the next window pays its fill
+		{at: 2000 * time.Millisecond, spend: true, tick: true, want: "DENY_ALL"}, // spent before the tick: nothing fits
+		{at: 3000 * time.Millisecond, tick: true, want: "token_bucket"},          // a new window has room
+	}
+	for i, st := range steps {
+		clock.Set(storetest.T0.Add(st.at))
+		if st.spend {
+			spend()
+		}
+		var resp *rlqsv3.RateLimitQuotaResponse
+		var err error
+		if st.tick {
+			resp, err = ss.Tick(ctx)
+		} else {
+			resp, err = ss.Report(ctx, reportOf("llm", gpt, 1))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kind(resp); got != st.want {
+			t.Errorf("step %d (T0+%v, tick %v): %s, want %s", i, st.at, st.tick, got, st.want)
+		}
+		if next, ok := ss.NextTick(); !ok || !next.After(storetest.T0.Add(st.at)) {
+			t.Errorf("step %d: next tick %v (%v), want one after T0+%v", i, next, ok, st.at)
 		}
 	}
 }
