@@ -3,7 +3,6 @@ package rlqs
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,43 +13,17 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/rlsproject/rls/internal/engine/storetest"
+	"github.com/rlsproject/rls/internal/servetest"
 )
 
-// serve serves s on a loopback port until the test ends and returns its
-// address.
-func serve(t *testing.T, s *Server) string {
+// serve serves s on a loopback port until the test ends and returns a
+// client on a connection to it.
+func serve(t *testing.T, s *Server) *grpc.ClientConn {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	s.Register(gs)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		gs.Serve(l)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-served
-	})
-	return l.Addr().String()
-}
-
-// dial returns a client on a connection of its own to addr.
-func dial(t *testing.T, addr string) rlqsv3.RateLimitQuotaServiceClient {
-	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return rlqsv3.NewRateLimitQuotaServiceClient(cc)
+	return servetest.GRPC(t, s.Register)
 }
 
 // TestBucketIDBytes is the regression test of bucket ids bounded by their
@@ -97,8 +70,8 @@ func TestStreamsOfOneConnection(t *testing.T) {
 	servers, _ := processes(t, 1, perMinute, clock)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	addr := serve(t, servers[0])
-	client := dial(t, addr)
+	cc := serve(t, servers[0])
+	client := rlqsv3.NewRateLimitQuotaServiceClient(cc)
 	var streams []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
 	for range MaxStreamsPerConnection {
 		s, err := client.StreamRateLimitQuotas(ctx)
@@ -123,7 +96,7 @@ func TestStreamsOfOneConnection(t *testing.T) {
 	if _, err := extra.Recv(); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("stream %d of one connection: %v, want ResourceExhausted", MaxStreamsPerConnection+1, err)
 	}
-	other, err := dial(t, addr).StreamRateLimitQuotas(ctx)
+	other, err := rlqsv3.NewRateLimitQuotaServiceClient(servetest.Dial(t, cc.Target())).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +118,7 @@ func TestFirstReportDeadline(t *testing.T) {
 	srv := New(svc, Options{Now: clock.Now, FirstReport: 50 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := dial(t, serve(t, srv)).StreamRateLimitQuotas(ctx)
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(serve(t, srv)).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +178,7 @@ func TestSpanAttributesBounded(t *testing.T) {
 	srv := New(svc, Options{Now: clock.Now, Tracer: tp.Tracer("test")})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := dial(t, serve(t, srv)).StreamRateLimitQuotas(ctx)
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(serve(t, srv)).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
