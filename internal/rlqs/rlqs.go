@@ -41,9 +41,10 @@ const (
 	DefaultFirstReport = 10 * time.Second
 
 	// maxBucketKeys bounds a bucket id's keys, as a descriptor's entries;
-	// maxBucketBytes its keys' and values' bytes, as a request's.
+	// maxBucketBytes its keys' and values' bytes, so that with the domain
+	// they make a valid request.
 	maxBucketKeys  = config.MaxDepth
-	maxBucketBytes = service.MaxRequestBytes
+	maxBucketBytes = service.MaxRequestBytes - service.MaxDomainLen
 	// bucketOverhead is what a bucket costs beyond its id's bytes.
 	bucketOverhead = 512
 )
