@@ -3,6 +3,7 @@ package envoy_test
 import (
 	"os"
 	"testing"
+	"time"
 
 	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -14,7 +15,9 @@ import (
 // filter on rls: a valid bootstrap (Envoy 1.40's protos and rules), whose
 // filter names a domain of config/limits.yaml, builds bucket ids whose
 // keys name a descriptor with limits there, and falls back to DENY_ALL
-// when an assignment expires (what the README's bound assumes).
+// when an assignment expires, for a time (what the README's bound
+// assumes: unset, expired_assignment_behavior_timeout is 0 and Envoy
+// goes back to no_assignment_behavior, ALLOW_ALL, at once).
 func TestRLQSConfig(t *testing.T) {
 	data, err := os.ReadFile("envoy-rlqs.yaml")
 	if err != nil {
@@ -54,6 +57,9 @@ func TestRLQSConfig(t *testing.T) {
 		}
 		if got := settings.GetExpiredAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule(); got != typev3.RateLimitStrategy_DENY_ALL || settings.GetExpiredAssignmentBehavior().GetFallbackRateLimit() == nil {
 			t.Errorf("matcher %d: expired_assignment_behavior %v, want fallback_rate_limit DENY_ALL", i, settings.GetExpiredAssignmentBehavior())
+		}
+		if d := settings.GetExpiredAssignmentBehavior().GetExpiredAssignmentBehaviorTimeout().AsDuration(); d < 30*time.Second {
+			t.Errorf("matcher %d: expired_assignment_behavior_timeout %v, want 30 s or more (0, unset, abandons the bucket at once: ALLOW_ALL)", i, d)
 		}
 	}
 }

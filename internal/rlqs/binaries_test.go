@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,13 +53,22 @@ descriptors:
 		t.Cleanup(func() { cc.Close() })
 		conns = append(conns, cc)
 	}
-	stream := func(cc *grpc.ClientConn) reporter {
+	var received sync.WaitGroup
+	t.Cleanup(received.Wait)
+	// envoyOn is an Envoy on a stream of its own to cc.
+	envoyOn := func(cc *grpc.ClientConn, interval time.Duration, firstTick time.Time) *envoy {
 		s, err := rlqsv3.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.CloseSend() })
-		return streamReporter{s}
+		e := newEnvoyOf(streamReporter{s}, interval, firstTick)
+		received.Add(1)
+		go func() {
+			defer received.Done()
+			receive(s, e)
+		}()
+		return e
 	}
 
 	seed := storetest.Seed(t)
@@ -69,9 +79,9 @@ descriptors:
 	time.Sleep(time.Until(start))
 	end := start.Add(3*window + window/2)
 	envoys := []*envoy{
-		newEnvoyOf(stream(conns[0]), 200*time.Millisecond, start.Add(time.Duration(r.Int64N(200))*time.Millisecond)),
-		newEnvoyOf(stream(conns[0]), time.Second, start.Add(time.Duration(r.Int64N(1000))*time.Millisecond)),
-		newEnvoyOf(stream(conns[1]), time.Second, start.Add(time.Duration(r.Int64N(1000))*time.Millisecond)),
+		envoyOn(conns[0], 200*time.Millisecond, start.Add(time.Duration(r.Int64N(200))*time.Millisecond)),
+		envoyOn(conns[0], time.Second, start.Add(time.Duration(r.Int64N(1000))*time.Millisecond)),
+		envoyOn(conns[1], time.Second, start.Add(time.Duration(r.Int64N(1000))*time.Millisecond)),
 	}
 	for _, e := range envoys {
 		e.replaceKeepsRatio = true

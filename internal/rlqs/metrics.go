@@ -2,21 +2,24 @@ package rlqs
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// metrics are the service's own: what its clients report and what it
-// hands out. A grant's requests count in rls_decisions_total too (as one
-// request of that many hits); these say what became of them.
+// metrics are the service's own: what its clients report (bounded to what
+// is plausible) and what it hands out. Payments count in
+// rls_decisions_total too (as one request of that many hits); these say
+// what became of them.
 type metrics struct {
-	streams    prometheus.GaugeFunc
-	buckets    prometheus.Gauge
-	reported   *prometheus.CounterVec        // requests clients report, by result
-	allowed    prometheus.Counter            // reported{result="allowed"}
-	denied     prometheus.Counter            // reported{result="denied"}
-	actions    *prometheus.CounterVec        // actions sent, by kind
-	sent       map[string]prometheus.Counter // actions, by kind: the series made once
-	granted    prometheus.Counter            // requests of the grants taken
-	givenBack  prometheus.Counter            // unused requests of grants given back
-	overuse    prometheus.Counter            // requests beyond a grant, charged at a report
-	overuseNot prometheus.Counter            // of those, the ones the limit had no room for
+	streams       prometheus.GaugeFunc
+	buckets       prometheus.Gauge
+	reported      *prometheus.CounterVec        // requests clients report, by result
+	allowed       prometheus.Counter            // reported{result="allowed"}
+	denied        prometheus.Counter            // reported{result="denied"}
+	actions       *prometheus.CounterVec        // actions sent, by kind
+	sent          map[string]prometheus.Counter // actions, by kind: the series made once
+	granted       prometheus.Counter            // requests paid for the assignments
+	givenBack     prometheus.Counter            // requests paid that clients could not spend, given back
+	givenBackNot  prometheus.Counter            // of those, the ones that could not go back
+	overuse       prometheus.Counter            // requests beyond assignments, charged at a report
+	overuseNot    prometheus.Counter            // of those, the ones the limit had no room for
+	unknownDomain prometheus.Counter            // bucket reports of streams of unknown domains
 }
 
 // The kinds of action of rls_rlqs_actions_total.
@@ -38,13 +41,17 @@ func newMetrics(streams func() float64) *metrics {
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rls_rlqs_actions_total",
 			Help: "Bucket actions sent to RLQS clients, by kind: token_bucket (a grant), deny_all (the limit is spent), allow_all (no limit), abandon (a reload removed the limit)."}, []string{"action"}),
 		granted: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_granted_requests_total",
-			Help: "Requests of the grants handed out (counted in the store when taken)."}),
+			Help: "Requests paid in the store for the token buckets handed out, before their clients can spend them."}),
 		givenBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_given_back_requests_total",
-			Help: "Requests of grants that their clients did not use, given back to the store while their window lasted."}),
+			Help: "Requests paid that a replaced token bucket could no longer spend, given back while their window lasted."}),
+		givenBackNot: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_given_back_lost_requests_total",
+			Help: "Requests to give back that stayed counted: a reload changed the counters that paid them, or the store failed."}),
 		overuse: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_overuse_requests_total",
-			Help: "Requests that clients allowed beyond their grants (before a first assignment, or under a fallback), charged at their next report."}),
+			Help: "Requests that clients report beyond what their assignments let them admit (before a first assignment, or under a fallback), charged at the report."}),
 		overuseNot: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_overuse_uncharged_requests_total",
-			Help: "Requests allowed beyond grants that the limit had no room left for: admitted over the limit."}),
+			Help: "Requests reported beyond assignments that the limit had no room left for."}),
+		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_unknown_domain_total",
+			Help: "Bucket reports of streams whose domain the config does not have, answered ALLOW_ALL until the next report."}),
 	}
 	m.allowed, m.denied = m.reported.WithLabelValues("allowed"), m.reported.WithLabelValues("denied")
 	m.sent = make(map[string]prometheus.Counter)
@@ -58,5 +65,6 @@ func newMetrics(streams func() float64) *metrics {
 // registers them.
 func (s *Server) Collectors() []prometheus.Collector {
 	m := s.metrics
-	return []prometheus.Collector{m.streams, m.buckets, m.reported, m.actions, m.granted, m.givenBack, m.overuse, m.overuseNot}
+	return []prometheus.Collector{m.streams, m.buckets, m.reported, m.actions, m.granted, m.givenBack, m.givenBackNot,
+		m.overuse, m.overuseNot, m.unknownDomain}
 }

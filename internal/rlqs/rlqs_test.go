@@ -3,11 +3,13 @@ package rlqs
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -89,11 +91,8 @@ func TestThreeEnvoysTwoProcesses(t *testing.T) {
 			clock := storetest.NewClock(storetest.T0)
 			servers, store := processes(t, 2, perMinute, clock)
 			seed := storetest.Seed(t)
-			admitted := threeEnvoys(t, seed, perMinute, demand, c.keepsRatio, clock, servers, store)
-			// At a minute, Envoy's 5 s reports fit in the windows: the bound
-			// (a second of each client's demand, here at most 200) is not
-			// reached; every minute is exact.
-			checkWindows(t, seed, perMinute, admitted, perMinute.limit, true)
+			run := threeEnvoys(t, seed, perMinute, demand, c.keepsRatio, clock, servers, store)
+			checkWindows(t, seed, perMinute, run, true)
 			m := servers[0].metrics
 			if got := testutil.ToFloat64(m.granted); got == 0 {
 				t.Errorf("rls_rlqs_granted_requests_total is 0")
@@ -127,104 +126,113 @@ func TestThreeEnvoysTwoProcessesOnRedis(t *testing.T) {
 		return rs
 	})
 	seed := storetest.Seed(t)
-	checkWindows(t, seed, perMinute, threeEnvoys(t, seed, perMinute, 3, true, clock, servers, first), perMinute.limit, true)
-}
-
-// TestSpillOfShortWindows: with a limit per second, every grant's TTL (a
-// whole second at least, as Envoy keeps them) outlives the window it was
-// taken in, so what a client spends of it after the window's end counts
-// in no window: the README bounds that by a second of each client's
-// demand per window. Measured here (the figures are logged) and held to
-// that bound.
-func TestSpillOfShortWindows(t *testing.T) {
-	clock := storetest.NewClock(storetest.T0)
-	servers, store := processes(t, 2, perSecond, clock)
-	seed := storetest.Seed(t)
-	admitted := threeEnvoys(t, seed, perSecond, 3, true, clock, servers, store)
-	// Each client asks at most 2 requests a 10 ms step: 200 a second.
-	checkWindows(t, seed, perSecond, admitted, perSecond.limit+3*200, false)
-	var over, worst, sum int
-	for _, n := range admitted {
-		sum += n
-		if n > perSecond.limit {
-			over++
-		}
-		worst = max(worst, n)
-	}
-	t.Logf("seed %d: %d windows of a second, %d above the limit %d, the most %d, on average %.1f admitted",
-		seed, len(admitted), over, perSecond.limit, worst, float64(sum)/float64(len(admitted)))
+	checkWindows(t, seed, perMinute, threeEnvoys(t, seed, perMinute, 3, true, clock, servers, first), true)
 }
 
 // threeEnvoys runs three emulated Envoys on servers (two processes) for
-// four minutes of the test clock, asking demand × w's limit between them,
-// and returns the requests admitted in each window of w, by its number.
-// keepsRatio: the Envoys start a replacing token bucket with the replaced
-// one's ratio of tokens left (later versions), not full.
-func threeEnvoys(t *testing.T, s uint64, w window, demand float64, keepsRatio bool, clock *storetest.Clock, servers []*Server, store engine.Store) map[int64]int {
-	r := rand.New(rand.NewPCG(s, 7))
-	ctx := context.Background()
-	const step = 10 * time.Millisecond
-	// Each client's ticks fall at a random phase of its interval, as
-	// Envoys' do: not on the windows' boundaries.
-	phase := func(d time.Duration) time.Time {
-		return clock.Now().Add(time.Duration(r.Int64N(int64(d/step))) * step)
-	}
-	envoys := []*envoy{
-		newEnvoy(servers[0], 200*time.Millisecond, phase(200*time.Millisecond)),
-		newEnvoy(servers[0], 5*time.Second, phase(5*time.Second)),
-		newEnvoy(servers[1], 5*time.Second, phase(5*time.Second)),
-	}
-	for _, e := range envoys {
-		e.replaceKeepsRatio = keepsRatio
-	}
-	gpt := map[string]string{"model": "gpt"}
-	admitted := map[int64]int{}
-	deniedByAssignment := 0
-	for now := clock.Now(); now.Before(storetest.T0.Add(4 * time.Minute)); now = now.Add(step) {
-		clock.Set(now)
-		for _, e := range envoys {
-			// Each client asks demand ÷ 3 × the limit: that many requests
-			// per 10 ms step on average, in two draws.
-			for range 2 {
-				if r.Float64() >= demand/3/2 {
-					continue
-				}
-				if e.request(ctx, "llm", gpt, now) {
-					admitted[now.UnixNano()/int64(w.d)]++
-				} else {
-					deniedByAssignment++
-				}
-			}
-			e.tick(ctx, "llm", now)
-		}
-	}
-	if deniedByAssignment == 0 {
-		t.Errorf("seed %d: no request denied by an assignment at 3 × the limit", s)
+// four minutes of the test clock, one reporting every 200 ms and two at
+// Envoy's 5 s, asking demand × w's limit between them, and returns the
+// requests admitted in each window of w, by its number. keepsRatio: the
+// Envoys start a replacing token bucket with the replaced one's ratio of
+// tokens left (later versions), not full. An RLS look at the descriptor
+// sees the RLQS use.
+func threeEnvoys(t *testing.T, s uint64, w window, demand float64, keepsRatio bool, clock *storetest.Clock, servers []*Server, store engine.Store) fleetRun {
+	t.Helper()
+	run := runFleet(t, s, w, fleet{
+		intervals: []time.Duration{200 * time.Millisecond, 5 * time.Second, 5 * time.Second},
+		process:   []int{0, 0, 1},
+		demand:    demand, keepsRatio: keepsRatio, duration: 4 * time.Minute,
+	}, clock, servers)
+	if demand > 1 && run.deniedByAssignment == 0 {
+		t.Errorf("seed %d: no request denied by an assignment at %.1f × the limit", s, demand)
 	}
 	// An RLS look sees the RLQS use.
 	look := []engine.Item{{Desc: string(engine.AppendDescriptorKey(nil, "llm", []engine.Entry{{Key: "model", Value: "gpt"}}, nil)),
 		Rule: engine.MustCompile(engine.Spec{Unit: w.eunit, Multiplier: 1, Limit: uint32(w.limit)})}}
 	res := make([]engine.Result, 1)
-	if _, err := store.Peek(ctx, look, res); err != nil {
+	if _, err := store.Peek(context.Background(), look, res); err != nil {
 		t.Fatal(err)
 	}
 	if int(res[0].Remaining) == w.limit {
 		t.Errorf("the store's counter of model=gpt is untouched: RLS does not see the RLQS use")
 	}
-	return admitted
+	return run
 }
 
-// checkWindows checks every whole window of a run: at most bound
-// admitted, and at least 70% of the limit: in every window when
-// eachWindow, else on average (a short window's use swings with the
-// grants' spill from the window before it).
-func checkWindows(t *testing.T, s uint64, w window, admitted map[int64]int, bound int, eachWindow bool) {
+// fleet is a run of emulated Envoys on model=gpt of domain llm.
+type fleet struct {
+	intervals  []time.Duration // the reporting interval of each Envoy
+	process    []int           // the server each Envoy reports to
+	demand     float64         // what they ask between them, × the limit
+	keepsRatio bool            // Envoy.replaceKeepsRatio
+	duration   time.Duration   // from storetest.T0
+}
+
+// fleetRun is what a fleet's run saw.
+type fleetRun struct {
+	admitted           map[int64]int // by window number
+	asked              map[int64]int
+	deniedByAssignment int
+	// over is the README's bound on what a window admits above the
+	// limit: the sum of the Envoys' overBound.
+	over int
+}
+
+// runFleet runs f's Envoys on the test clock in steps of 10 ms, each
+// asking demand ÷ n × w's limit, at random instants (seeded by s), with
+// its reporting ticks at a random phase of its interval.
+func runFleet(t *testing.T, s uint64, w window, f fleet, clock *storetest.Clock, servers []*Server) fleetRun {
+	t.Helper()
+	r := rand.New(rand.NewPCG(s, 7))
+	ctx := context.Background()
+	const step = 10 * time.Millisecond
+	var envoys []*envoy
+	for i, d := range f.intervals {
+		phase := clock.Now().Add(time.Duration(r.Int64N(int64(d/step))) * step)
+		e := newEnvoy(servers[f.process[i]], d, phase)
+		e.replaceKeepsRatio = f.keepsRatio
+		envoys = append(envoys, e)
+	}
+	// Each client's requests a step, in draws of probability p.
+	perStep := f.demand / float64(len(envoys)) * float64(w.limit) * float64(step) / float64(w.d)
+	draws := int(math.Ceil(perStep)) + 1
+	p := perStep / float64(draws)
+	gpt := map[string]string{"model": "gpt"}
+	run := fleetRun{admitted: map[int64]int{}, asked: map[int64]int{}}
+	for now := clock.Now(); now.Before(storetest.T0.Add(f.duration)); now = now.Add(step) {
+		clock.Set(now)
+		n := now.UnixNano() / int64(w.d)
+		for _, e := range envoys {
+			e.tick(ctx, "llm", now)
+			for range draws {
+				if r.Float64() >= p {
+					continue
+				}
+				run.asked[n]++
+				if e.request(ctx, "llm", gpt, now) {
+					run.admitted[n]++
+				} else {
+					run.deniedByAssignment++
+				}
+			}
+		}
+	}
+	for _, e := range envoys {
+		run.over += e.overBound()
+	}
+	return run
+}
+
+// checkWindows checks every whole window of a fleet's run: at most the
+// limit and its bound admitted, and at least 70% of the limit: in every
+// window when eachWindow, else on average.
+func checkWindows(t *testing.T, s uint64, w window, run fleetRun, eachWindow bool) {
 	t.Helper()
 	first := storetest.T0.UnixNano() / int64(w.d)
 	n := int64(4 * time.Minute / w.d)
-	sum := 0
+	sum, bound := 0, w.limit+run.over
 	for i := first; i < first+n; i++ {
-		got := admitted[i]
+		got := run.admitted[i]
 		sum += got
 		if w.d == time.Minute {
 			t.Logf("seed %d: minute %d: %d admitted of %d (%.0f%%)", s, i-first, got, w.limit, 100*float64(got)/float64(w.limit))
@@ -289,4 +297,14 @@ func TestUnknownAndAbandonedBuckets(t *testing.T) {
 func reportOf(domain string, bucket map[string]string, allowed uint64) *rlqsv3.RateLimitQuotaUsageReports {
 	return &rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		{BucketId: &rlqsv3.BucketId{Bucket: bucket}, NumRequestsAllowed: allowed}}}
+}
+
+// tokenBucketOf is the token bucket of resp's last action, nil when it has
+// none.
+func tokenBucketOf(resp *rlqsv3.RateLimitQuotaResponse) *typev3.TokenBucket {
+	as := resp.GetBucketAction()
+	if len(as) == 0 {
+		return nil
+	}
+	return as[len(as)-1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
 }

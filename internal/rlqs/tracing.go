@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"unicode/utf8"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.opentelemetry.io/otel/attribute"
@@ -33,10 +34,11 @@ func (s *Server) reportTraced(ctx context.Context, ss *Session, r *rlqsv3.RateLi
 		trace.WithAttributes(AttrBuckets.Int(len(r.GetBucketQuotaUsages()))))
 	defer span.End()
 	resp, err := ss.Report(ctx, r)
-	span.SetAttributes(service.AttrDomain.String(ss.domainName()))
+	span.SetAttributes(service.AttrDomain.String(bounded(ss.domainName())))
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		msg := bounded(err.Error())
+		span.AddEvent("exception", trace.WithAttributes(attribute.String("exception.message", msg)))
+		span.SetStatus(codes.Error, msg)
 		return nil, err
 	}
 	span.SetAttributes(AttrActions.Int(len(resp.GetBucketAction())))
@@ -48,4 +50,21 @@ func (ss *Session) domainName() string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.domain
+}
+
+// maxAttr bounds a string put in a span: what a client sends may be long
+// (a stream's domain is checked after its report is traced).
+const maxAttr = 256
+
+// bounded is s cut to maxAttr bytes, on a UTF-8 boundary, with "…" when
+// cut.
+func bounded(s string) string {
+	if len(s) <= maxAttr {
+		return s
+	}
+	cut := maxAttr - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -28,6 +28,10 @@ type Request struct {
 	Descriptors []Descriptor
 	// HitsAddend applies to descriptors without their own Hits; 0 means 1.
 	HitsAddend uint32
+	// Config, when not nil, pins the request to that config: when another
+	// one is current, nothing is decided and ErrConfigChanged is returned.
+	// Hits given back go to the counters that took them, or nowhere.
+	Config *config.Config
 }
 
 // Descriptor is one request descriptor.

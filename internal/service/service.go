@@ -54,6 +54,10 @@ var ErrStoreUnavailable = errors.New("rate-limit store unavailable")
 // does not have.
 var ErrUnknownDomain = errors.New("unknown domain")
 
+// ErrConfigChanged is returned for a request pinned to a config
+// (Request.Config) that is no longer the current one: nothing was decided.
+var ErrConfigChanged = errors.New("the config changed")
+
 // errNoConfig is returned by Ready before a config is loaded.
 var errNoConfig = errors.New("no config loaded")
 
@@ -309,6 +313,9 @@ func (s *Service) decideIn(ctx context.Context, req *Request, headers HeaderMode
 	defer s.scratch.Put(sc)
 
 	cur := s.current.Load()
+	if req.Config != nil && (cur == nil || cur.cfg != req.Config) {
+		return nil, ErrConfigChanged
+	}
 	var dom *config.Domain
 	if cur != nil {
 		dom = cur.cfg.Domain(req.Domain)
