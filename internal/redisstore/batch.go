@@ -111,6 +111,10 @@ type call struct {
 	// written by whoever answers, before done is closed
 	reply reply
 	err   error
+
+	// asking: sent right after ASKING, to a cluster node that imports the
+	// call's slot (each call is an FCALL of its own in a cluster)
+	asking bool
 }
 
 // answer delivers reply or err to the caller, unless it has already been
@@ -155,16 +159,16 @@ var errClosed = errors.New("redis store closed")
 // deadline and grace: it may or may not have been decided.
 var errNoReply = errors.New("redis: no reply within the store timeout")
 
-// do decides one request on node (keys: a key of it, for routing) and
-// returns the script's reply to it; span, when not nil, is told when the
-// request is sent.
-func (b *batcher) do(ctx context.Context, node string, keys []string, req *request, span trace.Span) (reply, error) {
+// do decides one request on node (keys: the FCALL's keys, see
+// request.route; asking: sent after ASKING) and returns the script's reply
+// to it; span, when not nil, is told when the request is sent.
+func (b *batcher) do(ctx context.Context, node string, keys []string, asking bool, req *request, span trace.Span) (reply, error) {
 	select {
 	case <-b.stop: // a closed store: a free queue slot must not win the select below
 		return reply{}, errClosed
 	default:
 	}
-	c := &call{ctx: ctx, span: span, node: node, keys: keys, req: req, done: make(chan struct{})}
+	c := &call{ctx: ctx, span: span, node: node, keys: keys, asking: asking, req: req, done: make(chan struct{})}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -297,6 +301,9 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 		pipe := l.client.Pipeline()
 		for _, i := range which {
 			sc := &scripts[i]
+			if sc.calls[0].asking {
+				pipe.Do(ctx, "asking") // its reply is OK; a failure fails the FCALL too
+			}
 			sc.cmd = pipe.FCall(ctx, lib.decide, sc.calls[0].keys, sc.args...)
 			sc.sent = sent
 		}
