@@ -50,10 +50,10 @@ type links struct {
 	// options returns the options of a connection to the node at addr
 	// (credentials, TLS, timeouts); a new value at each call.
 	options func(addr string) *redis.Options
-	// hook, when not nil, is added to every link's client (with Sentinel:
-	// the master watch, which learns of a failover from where new
-	// connections land).
-	hook redis.Hook
+	// gate, when not nil, says whether the node takes writes now: its
+	// error fails a call at once, with nothing sent (with Sentinel: a
+	// failover under way, see masterWatch).
+	gate func() error
 
 	ctx  context.Context // ends at close: stops the probers
 	stop context.CancelFunc
@@ -240,6 +240,9 @@ func (ls *links) take(addr string, worker int) (*link, error) {
 	if err := n.downErr(); err != nil {
 		return nil, err
 	}
+	if err := ls.writable(); err != nil {
+		return nil, err
+	}
 	l := n.conns[worker]
 	l.lock(context.Background())
 	if n.retired.Load() {
@@ -251,6 +254,14 @@ func (ls *links) take(addr string, worker int) (*link, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// writable returns the gate's error, or nil.
+func (ls *links) writable() error {
+	if ls.gate == nil {
+		return nil
+	}
+	return ls.gate()
 }
 
 // give releases a link that take returned.
@@ -342,9 +353,6 @@ func (ls *links) connect(ctx context.Context, l *link) error {
 	ctx, cancel := context.WithTimeout(ctx, ls.setup)
 	defer cancel()
 	client := redis.NewClient(opts)
-	if ls.hook != nil {
-		client.AddHook(ls.hook)
-	}
 	l.setArmed(true)
 	err := client.Ping(ctx).Err()
 	l.setArmed(false)
@@ -504,6 +512,9 @@ func (ls *links) ready(ctx context.Context, addr string) error {
 	n := ls.node(addr)
 	if err := ls.up(ctx, addr); err != nil {
 		return err
+	}
+	if err := ls.writable(); err != nil {
+		return err // the node is not down: no connection is made meanwhile
 	}
 	if err := ls.connectAll(ctx, n, false); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errLinksClosed) {

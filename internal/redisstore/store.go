@@ -235,7 +235,7 @@ func New(opts Options) (*Store, error) {
 		if len(opts.ClusterSeeds) > 0 {
 			return nil, errors.New("redis: Sentinel and cluster seeds given; choose one")
 		}
-		if s.client, s.master, err = newFailoverClient(opts.Sentinel, ro, s.masterChanged); err != nil {
+		if s.client, s.master, err = newFailoverClient(opts.Sentinel, ro, opts.Logger, s.masterChanged); err != nil {
 			return nil, err
 		}
 	case len(opts.ClusterSeeds) > 0:
@@ -280,13 +280,20 @@ func New(opts Options) (*Store, error) {
 	s.faultLog = rate.Sometimes{Interval: 10 * time.Second}
 	// A connection's setup (dial, handshakes, PING, TIME: about five round
 	// trips) gets the dial's timeout and a pipeline's bound.
-	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, nodeOptions(s.client, *ro))
+	options := nodeOptions(s.client, *ro)
 	if s.master != nil {
-		s.links.hook = s.master
+		options = s.master.linkOptions(options)
+	}
+	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, options)
+	if s.master != nil {
+		s.links.gate = s.master.writable
 	}
 	s.b = newBatcher(s.links, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
 	s.b.late, s.b.unknown = s.late, s.unknown
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
+	if s.master != nil {
+		s.master.start(s.releaseCtx, &s.watching)
+	}
 	if s.clock != nil {
 		s.watching.Add(1)
 		go s.sampleClocks()
@@ -582,6 +589,13 @@ func (s *Store) sendSpan(ctx context.Context, node string, req *request, results
 				*out = rep
 			}
 			return rep.results(req, results)
+		}
+		if s.master != nil && redis.IsReadOnlyError(err) {
+			// A replica answered (nothing ran): the master followed is
+			// stale; the links are set up again, to the one the
+			// sentinels name.
+			s.master.stale()
+			s.links.reconnect("")
 		}
 		r, addr := redirected(err)
 		if r == notRedirected || s.cluster == nil {
