@@ -48,7 +48,7 @@ func (s *Store) watchFreed() {
 		}
 		s.cache.setLive(false)
 		if !warned {
-			s.log.Warn("redis: no subscription to "+channel+" (with ACLs, the account needs &"+channel+"); the denial cache is off until there is", "error", err)
+			s.log.Warn(freedLost(channel, err), "error", err)
 			warned = true
 		}
 		select {
@@ -57,6 +57,19 @@ func (s *Store) watchFreed() {
 		}
 		wait = min(2*wait, freedMaxRetry)
 	}
+}
+
+// freedLost is the warning of a subscription to channel that failed with
+// err: Redis refused the account the channel (ACLs), or the connection
+// failed or was lost (Redis down, restarted, unreachable or silent).
+func freedLost(channel string, err error) string {
+	if redis.IsPermissionError(err) {
+		return "redis: the account may not subscribe to " + channel + " (with ACLs it needs &" + channel + "); the denial cache is off until it may"
+	}
+	if isRedisError(err) {
+		return "redis: Redis refused the subscription to " + channel + "; the denial cache is off until it takes it"
+	}
+	return "redis: the subscription to " + channel + " failed or was lost with its connection to Redis; the denial cache is off until it is back"
 }
 
 // followFreed reads ps until it fails or stays silent through a ping.
