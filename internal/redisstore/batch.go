@@ -42,7 +42,8 @@ import (
 // within the last undoSpan before their deadline, the only ones whose
 // replies can be late unless the way back takes longer than a whole
 // budget. A late reply that consumed without an undo log, and a call whose
-// reply never came (the connection failed or stayed silent), are counted as
+// reply never came (the connection failed, or stayed silent past the
+// drain bound: see sendNode), are counted as
 // indeterminate: the store cannot tell or undo what they consumed.
 type batcher struct {
 	links     *links
@@ -52,6 +53,7 @@ type batcher struct {
 	clock     *redisClock // nil: no deadlines (the scripts run on a test clock)
 	timeout   time.Duration
 	bound     time.Duration          // pipelineBound
+	drain     time.Duration          // drainBound (default: bound)
 	late      func(c *call, r reply) // a reply whose caller stopped waiting
 	unknown   func(node string, err error)
 
@@ -88,8 +90,17 @@ func (b *batcher) budget(c *call, sent time.Time) time.Duration {
 
 // pipelineBound is how long a worker waits for a pipeline's replies: far
 // past the callers' wait, so that late replies are read and given back.
+// Past it the worker goes on, and the pipeline reads on until drainBound.
 func pipelineBound(opts Options) time.Duration {
 	return max(5*opts.Timeout, opts.minPipelineBound)
+}
+
+// drainBound is how long a pipeline reads its replies in all: past its
+// bound (pipelineBound) its worker goes on without it, and replies that
+// come meanwhile are read, late, until then (a Redis paused for less than
+// that says which requests it ran past their deadlines).
+func drainBound(opts Options) time.Duration {
+	return 10 * pipelineBound(opts)
 }
 
 // A call's state: it is answered once, by the worker (a reply or an
@@ -137,6 +148,7 @@ func newBatcher(links *links, maxBatch, perScript, workers int, timeout, bound t
 		clock:     clock,
 		timeout:   timeout,
 		bound:     bound,
+		drain:     bound,
 		late:      func(*call, reply) {},
 		unknown:   func(string, error) {},
 		stop:      make(chan struct{}),
@@ -272,6 +284,44 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	sent := time.Now()
 	b.setDeadlines(calls, sent)
 	markSent(calls, sent)
+	// The pipeline runs on its own, the worker waiting for it up to the
+	// bound. Past it (a node paused, partitioned, lost), the worker goes
+	// on with a new connection, and the pipeline keeps this one and reads
+	// its replies for as long as the drain bound, late: a request that
+	// Redis runs late, past its deadline, says that it decided nothing
+	// (expired), and one that it decided is given back; only one whose
+	// reply never comes is indeterminate.
+	// The pipeline gets its own copy of the calls: it may outlive the
+	// worker's batch, which the worker clears and refills.
+	client, own, state, done := l.client, slices.Clone(calls), new(atomic.Int32), make(chan bool, 1)
+	b.wg.Go(func() {
+		broken := b.pipeline(client, own, sent)
+		if state.CompareAndSwap(pending, answered) {
+			done <- broken
+		} else {
+			client.Close() // handed off
+		}
+	})
+	bound := time.NewTimer(b.bound)
+	defer bound.Stop()
+	select {
+	case broken := <-done:
+		if broken {
+			l.broken()
+		}
+	case <-bound.C:
+		if state.CompareAndSwap(pending, abandoned) {
+			l.handOff()
+		} else if <-done {
+			l.broken()
+		}
+	}
+}
+
+// pipeline sends calls (see sendNode) on client, reads their replies
+// within the drain bound and answers them (late replies go to b.late),
+// and reports whether the connection failed or its state is unknown.
+func (b *batcher) pipeline(client *redis.Client, calls []*call, sent time.Time) (broken bool) {
 	// The callers stop waiting at their deadline plus grace. The timer gets
 	// its own copy of the calls: Stop does not wait for a timer that has
 	// fired, and the worker clears and refills its batch once send returns.
@@ -282,7 +332,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 		}
 	})
 	defer wait.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), b.bound)
+	ctx, cancel := context.WithTimeout(context.Background(), b.drain)
 	defer cancel()
 
 	type script struct {
@@ -298,7 +348,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 		scripts = append(scripts, script{calls: calls, args: scriptArgs(calls)})
 	}
 	run := func(which []int, sent time.Time) {
-		pipe := l.client.Pipeline()
+		pipe := client.Pipeline()
 		for _, i := range which {
 			sc := &scripts[i]
 			if sc.calls[0].asking {
@@ -323,7 +373,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 		}
 	}
 	if len(again) > 0 {
-		if err := l.client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
+		if err := client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
 			// Still Redis's "not found" first: these calls did not run,
 			// whatever the load's error (mayHaveRun).
 			for _, i := range again {
@@ -359,7 +409,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 			err = fmt.Errorf("unexpected decide reply %v", result)
 		}
 		if err != nil && !isRedisError(err) {
-			l.broken() // the connection failed, or its state is unknown: set up again before its next use
+			broken = true // the connection failed, or its state is unknown: set up again before its next use
 		}
 		for j, c := range sc.calls {
 			if err != nil {
@@ -382,6 +432,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 			}
 		}
 	}
+	return broken
 }
 
 // unanswered keeps, in place, the calls still to be sent: a call whose

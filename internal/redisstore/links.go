@@ -283,6 +283,17 @@ func (ls *links) ensure(ctx context.Context, l *link) error {
 // its next use.
 func (l *link) broken() { l.ready.Store(false) }
 
+// handOff gives l's client up to a pipeline that goes on reading its
+// replies, and closes it: l is set up again, on a new connection, before
+// its next use. Requires l held.
+func (l *link) handOff() {
+	l.client = nil
+	l.ready.Store(false)
+	l.mu.Lock()
+	l.conn, l.socket = nil, nil
+	l.mu.Unlock()
+}
+
 // reconnect has every link to the node at addr set up again before its
 // next use: another server answers under that name now (the master that
 // Sentinel names after a failover), and a connection to the former one

@@ -191,13 +191,13 @@ func New(opts Options) (*Store, error) {
 	// (counted twice). Stale connections after a Redis restart are caught by
 	// the pool's health check when taken, not by retries
 	// (TestRestartedRedis). The connections' own timeouts come after the
-	// pipelines' bound, which is in each pipeline's context.
+	// pipelines' drain bound, which is in each pipeline's context.
 	if opts.minPipelineBound <= 0 {
 		opts.minPipelineBound = 100 * time.Millisecond
 	}
 	bound := pipelineBound(opts)
 	ro.DialTimeout = max(5*opts.Timeout, 200*time.Millisecond)
-	ro.ReadTimeout, ro.WriteTimeout = 2*bound, 2*bound
+	ro.ReadTimeout, ro.WriteTimeout = 2*drainBound(opts), 2*drainBound(opts)
 	ro.MaxRetries = -1
 	ro.MinRetryBackoff, ro.MaxRetryBackoff = -1, -1
 	// One dial per connection attempt: go-redis's default is 5, 100 ms
@@ -289,7 +289,7 @@ func New(opts Options) (*Store, error) {
 		s.links.gate = s.master.writable
 	}
 	s.b = newBatcher(s.links, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
-	s.b.late, s.b.unknown = s.late, s.unknown
+	s.b.late, s.b.unknown, s.b.drain = s.late, s.unknown, drainBound(opts)
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
 	if s.master != nil {
 		s.master.start(s.releaseCtx, &s.watching)
