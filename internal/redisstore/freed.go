@@ -74,9 +74,24 @@ func freedLost(channel string, err error) string {
 
 // followFreed reads ps until it fails or stays silent through a ping.
 func (s *Store) followFreed(ctx context.Context, ps *redis.PubSub) error {
+	return receive(ctx, ps, freedPing, func(msg any) {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.cache.setLive(true)
+			}
+		case *redis.Message:
+			s.cache.freed(m.Payload)
+		}
+	})
+}
+
+// receive hands each message of ps to handle until ps fails, or stays
+// silent for ping twice: it is pinged after the first silence.
+func receive(ctx context.Context, ps *redis.PubSub, ping time.Duration, handle func(msg any)) error {
 	pinged := false
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, freedPing)
+		msg, err := ps.ReceiveTimeout(ctx, ping)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -91,14 +106,7 @@ func (s *Store) followFreed(ctx context.Context, ps *redis.PubSub) error {
 			continue
 		}
 		pinged = false
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				s.cache.setLive(true)
-			}
-		case *redis.Message:
-			s.cache.freed(m.Payload)
-		}
+		handle(msg)
 	}
 }
 

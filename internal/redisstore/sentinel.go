@@ -217,23 +217,7 @@ func (w *masterWatch) subscribe(addr string, sc *redis.SentinelClient) {
 // confirmed subscription resets the retries and asks the sentinels where
 // the master is (events may have been missed meanwhile).
 func (w *masterWatch) follow(ctx context.Context, ps *redis.PubSub, wait *time.Duration, warned *bool) error {
-	pinged := false
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, sentinelPing)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil {
-			if !isTimeout(err) || pinged {
-				return err
-			}
-			if err := ps.Ping(ctx); err != nil {
-				return err
-			}
-			pinged = true
-			continue
-		}
-		pinged = false
+	return receive(ctx, ps, sentinelPing, func(msg any) {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "psubscribe" {
@@ -243,7 +227,7 @@ func (w *masterWatch) follow(ctx context.Context, ps *redis.PubSub, wait *time.D
 		case *redis.Message:
 			w.event(m.Channel, m.Payload)
 		}
-	}
+	})
 }
 
 // event handles a sentinel's event on channel.

@@ -113,7 +113,8 @@ type Stats struct {
 	GivenBack uint64
 	// Indeterminate counts requests that may have consumed without their
 	// callers hearing of it and that the store could not give back: sent
-	// with no reply (a broken or silent connection), or a late reply
+	// with no reply (a broken connection, or one silent past the drain
+	// bound), or a late reply
 	// decided too early to carry its undo log, or a give-back that failed.
 	Indeterminate uint64
 }
