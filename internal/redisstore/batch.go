@@ -290,44 +290,60 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	// its replies for as long as the drain bound, late: a request that
 	// Redis runs late, past its deadline, says that it decided nothing
 	// (expired), and one that it decided is given back; only one whose
-	// reply never comes is indeterminate.
-	// The pipeline gets its own copy of the calls: it may outlive the
-	// worker's batch, which the worker clears and refills.
-	client, own, state, done := l.client, slices.Clone(calls), new(atomic.Int32), make(chan bool, 1)
+	// reply never comes is indeterminate. The pipeline gets its own copy
+	// of the calls: it may outlive the worker's batch, which the worker
+	// clears and refills.
+	client, own, f := l.client, slices.Clone(calls), l.flight()
+	f.state.Store(pending)
 	b.wg.Go(func() {
 		broken := b.pipeline(client, own, sent)
-		if state.CompareAndSwap(pending, answered) {
-			done <- broken
+		if f.state.CompareAndSwap(pending, answered) {
+			f.done <- broken
 		} else {
 			client.Close() // handed off
 		}
 	})
-	bound := time.NewTimer(b.bound)
-	defer bound.Stop()
+	f.bound.Reset(b.bound)
 	select {
-	case broken := <-done:
+	case broken := <-f.done:
+		f.bound.Stop()
 		if broken {
 			l.broken()
 		}
-	case <-bound.C:
-		if state.CompareAndSwap(pending, abandoned) {
+	case <-f.bound.C:
+		if f.state.CompareAndSwap(pending, abandoned) {
 			l.handOff()
-		} else if <-done {
+		} else if <-f.done {
 			l.broken()
 		}
 	}
+}
+
+// flight is what a worker and the pipeline it sent on a link share (see
+// sendNode): whether the worker still waits (pending), the pipeline's
+// outcome, and the worker's timer. A link keeps one for its pipelines, and
+// gets a new one when a pipeline is handed off with its own.
+type flight struct {
+	state atomic.Int32 // pending, answered (the pipeline ended), abandoned (handed off)
+	done  chan bool    // the pipeline's broken, when it ended first
+	bound *time.Timer  // stopped between pipelines
+}
+
+func newFlight() *flight {
+	f := &flight{done: make(chan bool, 1), bound: time.NewTimer(time.Hour)}
+	f.bound.Stop()
+	return f
 }
 
 // pipeline sends calls (see sendNode) on client, reads their replies
 // within the drain bound and answers them (late replies go to b.late),
 // and reports whether the connection failed or its state is unknown.
 func (b *batcher) pipeline(client *redis.Client, calls []*call, sent time.Time) (broken bool) {
-	// The callers stop waiting at their deadline plus grace. The timer gets
-	// its own copy of the calls: Stop does not wait for a timer that has
-	// fired, and the worker clears and refills its batch once send returns.
-	timed := slices.Clone(calls)
+	// The callers stop waiting at their deadline plus grace. (Stop does not
+	// wait for a timer that has fired: calls is not changed, but for
+	// copies.)
 	wait := time.AfterFunc(b.timeout+grace(b.timeout), func() {
-		for _, c := range timed {
+		for _, c := range calls {
 			c.answer(reply{}, errNoReply)
 		}
 	})
@@ -388,7 +404,7 @@ func (b *batcher) pipeline(client *redis.Client, calls []*call, sent time.Time) 
 			resend := again[:0]
 			for _, i := range again {
 				sc := &scripts[i]
-				if sc.calls = unanswered(sc.calls); len(sc.calls) > 0 {
+				if sc.calls = unanswered(slices.Clone(sc.calls)); len(sc.calls) > 0 {
 					b.setDeadlines(sc.calls, sent)
 					markSent(sc.calls, sent)
 					sc.args = scriptArgs(sc.calls)

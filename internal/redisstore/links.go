@@ -100,6 +100,9 @@ type link struct {
 	client *redis.Client
 	// ready: set up and not known to be broken since. Read without held.
 	ready atomic.Bool
+	// flying is the flight of its pipelines (lazily made); guarded by
+	// held.
+	flying *flight
 
 	mu     sync.Mutex // guards the fields below, written by the client's dialer
 	armed  bool
@@ -287,11 +290,19 @@ func (l *link) broken() { l.ready.Store(false) }
 // replies, and closes it: l is set up again, on a new connection, before
 // its next use. Requires l held.
 func (l *link) handOff() {
-	l.client = nil
+	l.client, l.flying = nil, nil // the pipeline keeps both
 	l.ready.Store(false)
 	l.mu.Lock()
 	l.conn, l.socket = nil, nil
 	l.mu.Unlock()
+}
+
+// flight returns l's flight, for a pipeline on it. Requires l held.
+func (l *link) flight() *flight {
+	if l.flying == nil {
+		l.flying = newFlight()
+	}
+	return l.flying
 }
 
 // reconnect has every link to the node at addr set up again before its
