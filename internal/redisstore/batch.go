@@ -339,9 +339,9 @@ func newFlight() *flight {
 // within the drain bound and answers them (late replies go to b.late),
 // and reports whether the connection failed or its state is unknown.
 func (b *batcher) pipeline(client *redis.Client, calls []*call, sent time.Time) (broken bool) {
-	// The callers stop waiting at their deadline plus grace. (Stop does not
-	// wait for a timer that has fired: calls is not changed, but for
-	// copies.)
+	// The callers stop waiting at their deadline plus grace. The timer
+	// reads calls, which nothing changes (the reload below works on
+	// copies): Stop does not wait for a timer that has fired.
 	wait := time.AfterFunc(b.timeout+grace(b.timeout), func() {
 		for _, c := range calls {
 			c.answer(reply{}, errNoReply)

@@ -106,6 +106,7 @@ type masterWatch struct {
 	sentinels map[string]*redis.SentinelClient // by address; guarded by mu
 	ctx       context.Context                  // start's (nil before); set under mu, then read only
 	wg        *sync.WaitGroup                  // start's; set under mu, then read only
+	stopped   bool                             // ctx ended: no goroutine starts; guarded by mu
 }
 
 // How the watch follows the sentinels: see masterWatch.
@@ -151,7 +152,8 @@ func newMasterWatch(sen *Sentinel, ro *redis.Options, log *slog.Logger, onChange
 }
 
 // start starts the subscriptions and the resolver, counted in wg, until
-// ctx ends; the sentinels' clients are closed then.
+// ctx ends; the sentinels' clients are closed then (a sentinel learnt of
+// later, when it is closed as it is added).
 func (w *masterWatch) start(ctx context.Context, wg *sync.WaitGroup) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -177,7 +179,7 @@ func (w *masterWatch) watchLocked(addr string) {
 
 // subscribeLocked starts the subscription to sc. Requires w.mu held.
 func (w *masterWatch) subscribeLocked(addr string, sc *redis.SentinelClient) {
-	if w.ctx.Err() != nil {
+	if w.stopped {
 		sc.Close()
 		return
 	}
@@ -296,6 +298,11 @@ func (w *masterWatch) resolver() {
 	for {
 		select {
 		case <-ctx.Done():
+			// Counted in wg until here: a subscription that a late resolve
+			// would start is not started (wg may be waited for already).
+			w.mu.Lock()
+			w.stopped = true
+			w.mu.Unlock()
 			return
 		case <-w.kick:
 		case <-poll.C:
