@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,7 +43,8 @@ import (
 // within the last undoSpan before their deadline, the only ones whose
 // replies can be late unless the way back takes longer than a whole
 // budget. A late reply that consumed without an undo log, and a call whose
-// reply never came (the connection failed or stayed silent), are counted as
+// reply never came (the connection failed, or stayed silent past the
+// drain bound: see sendNode), are counted as
 // indeterminate: the store cannot tell or undo what they consumed.
 type batcher struct {
 	links     *links
@@ -51,6 +54,7 @@ type batcher struct {
 	clock     *redisClock // nil: no deadlines (the scripts run on a test clock)
 	timeout   time.Duration
 	bound     time.Duration          // pipelineBound
+	drain     time.Duration          // drainBound (default: bound)
 	late      func(c *call, r reply) // a reply whose caller stopped waiting
 	unknown   func(node string, err error)
 
@@ -88,8 +92,17 @@ func (b *batcher) budget(c *call, sent time.Time) time.Duration {
 
 // pipelineBound is how long a worker waits for a pipeline's replies: far
 // past the callers' wait, so that late replies are read and given back.
+// Past it the worker goes on, and the pipeline reads on until drainBound.
 func pipelineBound(opts Options) time.Duration {
 	return max(5*opts.Timeout, opts.minPipelineBound)
+}
+
+// drainBound is how long a pipeline reads its replies in all: past its
+// bound (pipelineBound) its worker goes on without it, and replies that
+// come meanwhile are read, late, until then (a Redis paused for less than
+// that says which requests it ran past their deadlines).
+func drainBound(opts Options) time.Duration {
+	return 10 * pipelineBound(opts)
 }
 
 // A call's state is its status, and while it is pending the number of
@@ -122,6 +135,10 @@ type call struct {
 	// written by whoever answers, before done is closed
 	reply reply
 	err   error
+
+	// asking: sent right after ASKING, to a cluster node that imports the
+	// call's slot (each call is an FCALL of its own in a cluster)
+	asking bool
 }
 
 // status returns the call's status: pending, answered or abandoned.
@@ -195,6 +212,7 @@ func newBatcher(links *links, maxBatch, perScript, workers int, timeout, bound t
 		clock:     clock,
 		timeout:   timeout,
 		bound:     bound,
+		drain:     bound,
 		late:      func(*call, reply) {},
 		unknown:   func(string, error) {},
 		stop:      make(chan struct{}),
@@ -217,16 +235,16 @@ var errClosed = errors.New("redis store closed")
 // deadline and grace: it may or may not have been decided.
 var errNoReply = errors.New("redis: no reply within the store timeout")
 
-// do decides one request on node (keys: a key of it, for routing) and
-// returns the script's reply to it; span, when not nil, is told when the
-// request is sent.
-func (b *batcher) do(ctx context.Context, node string, keys []string, req *request, span trace.Span) (reply, error) {
+// do decides one request on node (keys: the FCALL's keys, see
+// request.route; asking: sent after ASKING) and returns the script's reply
+// to it; span, when not nil, is told when the request is sent.
+func (b *batcher) do(ctx context.Context, node string, keys []string, asking bool, req *request, span trace.Span) (reply, error) {
 	select {
 	case <-b.stop: // a closed store: a free queue slot must not win the select below
 		return reply{}, errClosed
 	default:
 	}
-	c := &call{ctx: ctx, span: span, node: node, keys: keys, req: req, done: make(chan struct{})}
+	c := &call{ctx: ctx, span: span, node: node, keys: keys, asking: asking, req: req, done: make(chan struct{})}
 	c.state.Store(pending | 1<<statusBits) // its first send
 	select {
 	case b.queue <- c:
@@ -331,18 +349,74 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	sent := time.Now()
 	b.setDeadlines(calls, sent)
 	markSent(calls, sent)
+	// The pipeline runs on its own, the worker waiting for it up to the
+	// bound. Past it (a node paused, partitioned, lost), the worker goes
+	// on with a new connection, and the pipeline keeps this one and reads
+	// its replies for as long as the drain bound, late: a request that
+	// Redis runs late, past its deadline, says that it decided nothing
+	// (expired), and one that it decided is given back; only one whose
+	// reply never comes is indeterminate. The pipeline gets its own copy
+	// of the calls: it may outlive the worker's batch, which the worker
+	// clears and refills.
+	client, socket, own, f := l.client, l.rawSocket(), slices.Clone(calls), l.flight()
+	f.state.Store(pending)
+	b.wg.Go(func() {
+		broken := b.pipeline(client, socket, own, sent)
+		if f.state.CompareAndSwap(pending, answered) {
+			f.done <- broken
+		} else {
+			client.Close() // handed off
+		}
+	})
+	f.bound.Reset(b.bound)
+	select {
+	case broken := <-f.done:
+		f.bound.Stop()
+		if broken {
+			l.broken()
+		}
+	case <-f.bound.C:
+		if f.state.CompareAndSwap(pending, abandoned) {
+			l.handOff()
+		} else if <-f.done {
+			l.broken()
+		}
+	}
+}
+
+// flight is what a worker and the pipeline it sent on a link share (see
+// sendNode): whether the worker still waits (pending), the pipeline's
+// outcome, and the worker's timer. A link keeps one for its pipelines, and
+// gets a new one when a pipeline is handed off with its own.
+type flight struct {
+	state atomic.Int32 // pending, answered (the pipeline ended), abandoned (handed off)
+	done  chan bool    // the pipeline's broken, when it ended first
+	bound *time.Timer  // stopped between pipelines
+}
+
+func newFlight() *flight {
+	f := &flight{done: make(chan bool, 1), bound: time.NewTimer(time.Hour)}
+	f.bound.Stop()
+	return f
+}
+
+// pipeline sends calls (see sendNode) on client (whose socket is socket,
+// nil when it cannot be looked at), reads their replies
+// within the drain bound and answers them (late replies go to b.late),
+// and reports whether the connection failed or its state is unknown.
+func (b *batcher) pipeline(client *redis.Client, socket syscall.RawConn, calls []*call, sent time.Time) (broken bool) {
 	// The callers stop waiting at their deadline plus grace, or later while
-	// their replies wait to be read (replyWait). The timer gets its own copy of
-	// the calls, each with the number of this send: the worker clears and
-	// refills its batch once send returns, and a call sent again is its
-	// next send's to answer.
-	wait := &replyWait{link: l, span: b.timeout + grace(b.timeout), bound: b.bound, calls: make([]timedCall, len(calls))}
+	// their replies wait to be read on socket (replyWait). The wait answers
+	// each call of this send of it (a call sent again is its next send's
+	// to answer); it reads calls, which nothing changes (the reload below
+	// works on copies).
+	wait := &replyWait{socket: socket, span: b.timeout + grace(b.timeout), bound: b.bound, calls: make([]timedCall, len(calls))}
 	for i, c := range calls {
 		wait.calls[i] = timedCall{c, c.sends()}
 	}
 	wait.start(sent)
 	defer wait.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), b.bound)
+	ctx, cancel := context.WithTimeout(context.Background(), b.drain)
 	defer cancel()
 
 	type script struct {
@@ -358,9 +432,12 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 		scripts = append(scripts, script{calls: calls, args: scriptArgs(calls)})
 	}
 	run := func(which []int, sent time.Time) {
-		pipe := l.client.Pipeline()
+		pipe := client.Pipeline()
 		for _, i := range which {
 			sc := &scripts[i]
+			if sc.calls[0].asking {
+				pipe.Do(ctx, "asking") // its reply is OK; a failure fails the FCALL too
+			}
 			sc.cmd = pipe.FCall(ctx, lib.decide, sc.calls[0].keys, sc.args...)
 			sc.sent = sent
 		}
@@ -380,7 +457,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 		}
 	}
 	if len(again) > 0 {
-		if err := l.client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
+		if err := client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
 			// Still Redis's "not found" first: these calls did not run,
 			// whatever the load's error (mayHaveRun).
 			for _, i := range again {
@@ -395,7 +472,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 			resend := again[:0]
 			for _, i := range again {
 				sc := &scripts[i]
-				if sc.calls = unanswered(sc.calls); len(sc.calls) > 0 {
+				if sc.calls = unanswered(slices.Clone(sc.calls)); len(sc.calls) > 0 {
 					b.setDeadlines(sc.calls, sent)
 					markSent(sc.calls, sent)
 					sc.args = scriptArgs(sc.calls)
@@ -416,7 +493,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 			err = fmt.Errorf("unexpected decide reply %v", result)
 		}
 		if err != nil && !isRedisError(err) {
-			l.broken() // the connection failed, or its state is unknown: set up again before its next use
+			broken = true // the connection failed, or its state is unknown: set up again before its next use
 		}
 		for j, c := range sc.calls {
 			if err != nil {
@@ -442,6 +519,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 			}
 		}
 	}
+	return broken
 }
 
 // timedCall is a call that a replyWait answers, and the number of the
@@ -453,12 +531,12 @@ type timedCall struct {
 
 // replyWait answers the calls of a pipeline with errNoReply when their
 // replies do not come in time: span (the deadline plus grace) after they
-// were sent, or later while bytes of the replies wait on the link's
-// connection, unread (rls itself waited for a core: the replies came, and
+// were sent, or later while bytes of the replies wait on the pipeline's
+// connection (socket), unread (rls itself waited for a core: the replies came, and
 // Redis decided them by their deadlines), but never later than bound after
 // they were sent. Safe for concurrent use.
 type replyWait struct {
-	link        *link
+	socket      syscall.RawConn // nil: cannot be looked at
 	span, bound time.Duration
 	calls       []timedCall
 
@@ -482,14 +560,14 @@ func (w *replyWait) start(sent time.Time) {
 	w.t = time.AfterFunc(time.Until(sent.Add(w.span)), w.fire)
 }
 
-// fire answers the calls, or waits on while the node was heard from.
+// fire answers the calls, or waits on while bytes of their replies wait.
 func (w *replyWait) fire() {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
 		return
 	}
-	if d := time.Until(w.sent.Add(w.bound)); d > 0 && w.link.replyWaiting() {
+	if d := time.Until(w.sent.Add(w.bound)); d > 0 && socketReadable(w.socket) {
 		// Looked at again soon: the worker stops the wait once it has read.
 		w.t = time.AfterFunc(min(d, replyPoll), w.fire)
 		w.mu.Unlock()

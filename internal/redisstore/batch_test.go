@@ -29,13 +29,13 @@ func TestReplyWaitingKeepsTheCallWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	l := &link{node: &nodeLinks{}, conn: conn, socket: socketOf(conn)}
+	socket := socketOf(conn)
 
 	const span = 20 * time.Millisecond
 	wait := func() (*call, *replyWait) {
 		c := &call{ctx: context.Background(), done: make(chan struct{})}
 		c.state.Store(pending | 1<<statusBits)
-		w := &replyWait{link: l, span: span, bound: time.Minute, calls: []timedCall{{c, 1}}}
+		w := &replyWait{socket: socket, span: span, bound: time.Minute, calls: []timedCall{{c, 1}}}
 		w.start(time.Now())
 		return c, w
 	}
@@ -57,7 +57,7 @@ func TestReplyWaitingKeepsTheCallWaiting(t *testing.T) {
 	if _, err := peer.Write([]byte("+OK\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	for !l.replyWaiting() {
+	for !socketReadable(socket) {
 		time.Sleep(time.Millisecond) // the bytes cross loopback
 	}
 	c, w = wait()

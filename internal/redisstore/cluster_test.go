@@ -1,9 +1,13 @@
 package redisstore
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -275,5 +279,236 @@ func TestClusterDifferential(t *testing.T) {
 	t.Logf("%d of %d requests denied, %d releases", denied, steps, cl.Stats().Releases)
 	if denied < steps/10 || cl.Stats().Releases == 0 {
 		t.Errorf("%d denied, %d releases: the comparison did not cover released reservations", denied, cl.Stats().Releases)
+	}
+}
+
+// TestClusterSlotMigration: while the slot of a descriptor migrates to
+// another master (IMPORTING, MIGRATING, its keys moved one MIGRATE at a
+// time, then SETSLOT NODE), requests on it are decided: on the source
+// while it has their keys, on the target (ASK, then ASKING) once it has
+// them all, on the target again once the slot is its (MOVED). Only a
+// request whose keys are split between the two masters fails (TRYAGAIN),
+// with nothing consumed. Requests of one descriptor, of two keys of it (a
+// hash and a sliding log's sorted set), and of it and a descriptor of
+// another slot on the same master; across the migration the counters hold
+// exactly the hits admitted, and the descriptor's limit admits exactly its
+// limit.
+func TestClusterSlotMigration(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{ClusterSeeds: c.Seeds(), Now: clock.Now})
+	const limit = 150
+	fw := storetest.Rule(engine.FixedWindow, limit, time.Hour, 0)
+	wide := storetest.Rule(engine.FixedWindow, 100000, time.Hour, 0)
+	wide.ID += ":4:wide"
+	sl := storetest.Rule(engine.SlidingLog, 10000, time.Hour, 0)
+	const d1 = "mig/user=a"
+	hash1 := engine.DescriptorKey(s.opts.Prefix, d1)
+	log1 := s.base(&engine.Item{Desc: d1, Rule: sl})
+	slot := c.KeySlot(hash1)
+	source := c.Master(slot)
+	// d2: another slot of the same master.
+	d2 := ""
+	for i := 0; d2 == "" && i < 10000; i++ {
+		d := fmt.Sprintf("mig/user=b%d", i)
+		if k := engine.DescriptorKey(s.opts.Prefix, d); c.KeySlot(k) != slot && c.Master(c.KeySlot(k)) == source {
+			d2 = d
+		}
+	}
+	var target *redistest.Server
+	for _, n := range c.Nodes {
+		if n != source {
+			target = n
+			break
+		}
+	}
+	requests := []struct {
+		name  string
+		items []engine.Item
+	}{
+		{"one key", []engine.Item{{Desc: d1, Rule: fw, Hits: 1}}},
+		{"hash and log", []engine.Item{{Desc: d1, Rule: fw, Hits: 1}, {Desc: d1, Rule: sl, Hits: 1}}},
+		{"two slots", []engine.Item{{Desc: d1, Rule: fw, Hits: 1}, {Desc: d2, Rule: wide, Hits: 1}}},
+	}
+	ctx := context.Background()
+	admitted := map[string]int{} // by counter
+	var total int
+	run := func(phase string, n int, failing ...string) (errs map[string]int) {
+		t.Helper()
+		errs = map[string]int{}
+		// A look (Peek) at the three counters: followed as a decision is.
+		look := []engine.Item{{Desc: d1, Rule: fw}, {Desc: d1, Rule: sl}, {Desc: d2, Rule: wide}}
+		if _, err := s.Peek(ctx, look, make([]engine.Result, len(look))); err != nil && !slices.Contains(failing, "hash and log") {
+			errs["peek"]++
+			t.Logf("%s: peek: %v", phase, err)
+		}
+		for i := range n {
+			r := requests[i%len(requests)]
+			res := make([]engine.Result, len(r.items))
+			ok, err := s.Apply(ctx, r.items, res)
+			switch {
+			case err != nil:
+				errs[r.name]++
+				if errs[r.name] == 1 {
+					t.Logf("%s: %s: %v", phase, r.name, err)
+				}
+			case ok:
+				total++
+				for _, it := range r.items {
+					admitted[s.base(&it)]++
+				}
+			}
+		}
+		t.Logf("%s: errors %v", phase, errs)
+		return errs
+	}
+	want := func(phase string, errs map[string]int, failing ...string) {
+		t.Helper()
+		for name, n := range errs {
+			if n > 0 && !slices.Contains(failing, name) {
+				t.Errorf("%s: %d requests %q failed, want none", phase, n, name)
+			}
+		}
+	}
+	want("stable", run("stable", 30))
+	m := c.StartMigration(slot, target)
+	want("migrating, no key moved", run("migrating, no key moved", 30))
+	m.Move(log1)
+	// Of the requests of the hash and the log, split between the masters,
+	// Redis lets none run (TRYAGAIN): they fail, having consumed nothing.
+	want("the log moved", run("the log moved", 30, "hash and log"), "hash and log")
+	m.Move(hash1)
+	want("every key moved", run("every key moved", 30))
+	m.Finish()
+	want("slot given to the target", run("slot given to the target", 30))
+	// Until the limit is spent: then denied.
+	for range limit {
+		if admitted[s.base(&engine.Item{Desc: d1, Rule: fw})] >= limit {
+			break
+		}
+		run("after", 3)
+	}
+	if got := admitted[s.base(&engine.Item{Desc: d1, Rule: fw})]; got != limit {
+		t.Errorf("admitted %d requests of a limit of %d", got, limit)
+	}
+	// Every counter holds exactly what was admitted, on the target.
+	look := []engine.Item{{Desc: d1, Rule: fw}, {Desc: d1, Rule: sl}, {Desc: d2, Rule: wide}}
+	res := make([]engine.Result, len(look))
+	if _, err := s.Apply(ctx, look, res); err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range look {
+		if used := int(it.Rule.Limit - uint32(res[i].Remaining)); used != admitted[s.base(&it)] {
+			t.Errorf("%s: %d hits counted, %d admitted", s.base(&it), used, admitted[s.base(&it)])
+		}
+	}
+	if n, err := target.Do("EXISTS", hash1, log1); err != nil || n != "2" {
+		t.Errorf("EXISTS %s %s on the target: %q %v, want 2", hash1, log1, n, err)
+	}
+	if st := s.Stats(); st.Indeterminate != 0 {
+		t.Errorf("Stats() = %+v, want nothing indeterminate", st)
+	}
+}
+
+// TestKeySlot: the slots of keys as Redis's CLUSTER KEYSLOT gives them
+// (read from redis-server 7.0), hash tags included.
+func TestKeySlot(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"123456789", 12739},
+		{"somekey", 11058},
+		{"foo", 12182},
+		{"bar", 5061},
+		{"hello", 866},
+		{"{user1000}.following", 3443},
+		{"foo{}{bar}", 8363},    // an empty tag: the whole key
+		{"foo{{bar}}zap", 4015}, // the tag is "{bar"
+		{"foo{bar}{zap}", 5061}, // the first tag: "bar"
+		{"rls:{api/remote_address=203.0.113.7}", 15970},
+		{"{}", 15257},
+		{"", 0},
+	} {
+		if got := keySlot(tc.key); got != tc.want {
+			t.Errorf("keySlot(%q) = %d, want %d", tc.key, got, tc.want)
+		}
+	}
+}
+
+// TestRouteKeysAreTheKeysTouched: the keys that a request declares in a
+// cluster (request.route) are exactly the keys that the decide function
+// touches for it, every algorithm, with and without a penalty, admitted
+// and denied: what Redis shows in MONITOR of the commands the function
+// runs.
+func TestRouteKeysAreTheKeysTouched(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now})
+	mon, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	fmt.Fprintf(mon, "MONITOR\r\n")
+	lines := bufio.NewReader(mon)
+	if l, err := lines.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	var rules []*engine.Rule
+	for _, alg := range storetest.Algorithms() {
+		burst := uint32(0)
+		if alg == engine.TokenBucket {
+			burst = 1
+		}
+		rules = append(rules, storetest.Rule(alg, 1, time.Minute, burst))
+		if alg != engine.Concurrency {
+			rules = append(rules, storetest.PenaltyRule(alg, 1, time.Minute, []time.Duration{time.Minute}, time.Hour))
+		}
+	}
+	ctx := context.Background()
+	for i, r := range rules {
+		items := []engine.Item{{Desc: fmt.Sprintf("route/n=%d", i), Rule: r, Hits: 1}}
+		req := newRequest(modeFinal, "", clock.Now(), items, []string{s.base(&items[0])})
+		want, oneSlot := req.route(true)
+		if !oneSlot {
+			t.Fatalf("%s: one descriptor's keys in several slots", r.ID)
+		}
+		slices.Sort(want)
+		for step, wantOK := range []bool{true, false} { // admitted, then denied (a penalty's strike)
+			res := make([]engine.Result, 1)
+			if ok, err := s.Apply(ctx, items, res); err != nil || ok != wantOK {
+				t.Fatalf("%s step %d: %v %v, want %v", r.ID, step, ok, err, wantOK)
+			}
+			// The commands the function ran, up to a PING of ours.
+			if _, err := redistest.Command(srv.Addr(), "PING", "route-mark"); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				l, err := lines.ReadString('\n')
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(l, `"route-mark"`) {
+					break
+				}
+				f := strings.Fields(l)
+				if len(f) < 5 || f[2] != "lua]" {
+					continue // not run by the function
+				}
+				switch cmd := strings.Trim(f[3], `"`); cmd {
+				case "TIME", "PUBLISH":
+				default:
+					if k := strings.Trim(f[4], `"`); !slices.Contains(got, k) {
+						got = append(got, k)
+					}
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s step %d: the function touched %q, the request declares %q", r.ID, step, got, want)
+			}
+		}
 	}
 }

@@ -371,3 +371,50 @@ func TestExpiredRequestSentAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestPausedRedisNotIndeterminate: requests sent to a Redis paused
+// (SIGSTOP) for longer than the pipeline's bound are answered with an
+// error at their deadline; when Redis resumes it runs them past their
+// deadlines, deciding nothing, and says so: they are counted expired, not
+// indeterminate, and nothing is consumed.
+func TestPausedRedisNotIndeterminate(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 20 * time.Millisecond})
+	bound := pipelineBound(s.opts)
+	items := everyAlgorithm("d/k=paused", 1)
+	res := make([]engine.Result, len(items))
+	ctx := context.Background()
+	if ok, err := s.Apply(ctx, everyAlgorithm("d/k=warm", 1), res); err != nil || !ok {
+		t.Fatalf("before the pause: %v %v", ok, err)
+	}
+	before := s.Stats()
+	srv.Pause()
+	for i := range 4 {
+		callCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		if _, err := s.Apply(callCtx, items, res); err == nil {
+			t.Fatalf("request %d to a paused Redis: no error", i)
+		}
+		cancel()
+	}
+	time.Sleep(3 * bound) // the fault lasts past the pipelines' bound
+	srv.Resume()
+	// Every request sent (a pipeline counts its scripts once it is read)
+	// has an outcome.
+	var st Stats
+	var sent uint64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st = s.Stats()
+		sent = st.Scripts - before.Scripts
+		if sent > 0 && st.Expired-before.Expired+st.Indeterminate-before.Indeterminate == sent || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%d requests sent during the pause: %d expired, %d indeterminate", sent, st.Expired-before.Expired, st.Indeterminate-before.Indeterminate)
+	if sent == 0 || st.Indeterminate != before.Indeterminate || st.Expired-before.Expired != sent {
+		t.Errorf("%d requests sent to the paused Redis: %d expired, %d indeterminate; want all expired, none indeterminate",
+			sent, st.Expired-before.Expired, st.Indeterminate-before.Indeterminate)
+	}
+	settle(t, s)
+	lookFull(t, s, items, "after the pause")
+}

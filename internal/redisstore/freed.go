@@ -48,7 +48,7 @@ func (s *Store) watchFreed() {
 		}
 		s.cache.setLive(false)
 		if !warned {
-			s.log.Warn("redis: no subscription to "+channel+" (with ACLs, the account needs &"+channel+"); the denial cache is off until there is", "error", err)
+			s.log.Warn(freedLost(channel, err), "error", err)
 			warned = true
 		}
 		select {
@@ -59,11 +59,39 @@ func (s *Store) watchFreed() {
 	}
 }
 
+// freedLost is the warning of a subscription to channel that failed with
+// err: Redis refused the account the channel (ACLs), or the connection
+// failed or was lost (Redis down, restarted, unreachable or silent).
+func freedLost(channel string, err error) string {
+	if redis.IsPermissionError(err) {
+		return "redis: the account may not subscribe to " + channel + " (with ACLs it needs &" + channel + "); the denial cache is off until it may"
+	}
+	if isRedisError(err) {
+		return "redis: Redis refused the subscription to " + channel + "; the denial cache is off until it takes it"
+	}
+	return "redis: the subscription to " + channel + " failed or was lost with its connection to Redis; the denial cache is off until it is back"
+}
+
 // followFreed reads ps until it fails or stays silent through a ping.
 func (s *Store) followFreed(ctx context.Context, ps *redis.PubSub) error {
+	return receive(ctx, ps, freedPing, func(msg any) {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.cache.setLive(true)
+			}
+		case *redis.Message:
+			s.cache.freed(m.Payload)
+		}
+	})
+}
+
+// receive hands each message of ps to handle until ps fails, or stays
+// silent for ping twice: it is pinged after the first silence.
+func receive(ctx context.Context, ps *redis.PubSub, ping time.Duration, handle func(msg any)) error {
 	pinged := false
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, freedPing)
+		msg, err := ps.ReceiveTimeout(ctx, ping)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -78,14 +106,7 @@ func (s *Store) followFreed(ctx context.Context, ps *redis.PubSub) error {
 			continue
 		}
 		pinged = false
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				s.cache.setLive(true)
-			}
-		case *redis.Message:
-			s.cache.freed(m.Payload)
-		}
+		handle(msg)
 	}
 }
 

@@ -50,10 +50,10 @@ type links struct {
 	// options returns the options of a connection to the node at addr
 	// (credentials, TLS, timeouts); a new value at each call.
 	options func(addr string) *redis.Options
-	// hook, when not nil, is added to every link's client (with Sentinel:
-	// the master watch, which learns of a failover from where new
-	// connections land).
-	hook redis.Hook
+	// gate, when not nil, says whether the node takes writes now: its
+	// error fails a call at once, with nothing sent (with Sentinel: a
+	// failover under way, see masterWatch).
+	gate func() error
 
 	ctx  context.Context // ends at close: stops the probers
 	stop context.CancelFunc
@@ -100,6 +100,9 @@ type link struct {
 	client *redis.Client
 	// ready: set up and not known to be broken since. Read without held.
 	ready atomic.Bool
+	// flying is the flight of its pipelines (lazily made); guarded by
+	// held.
+	flying *flight
 
 	mu     sync.Mutex // guards the fields below, written by the client's dialer
 	armed  bool
@@ -240,6 +243,9 @@ func (ls *links) take(addr string, worker int) (*link, error) {
 	if err := n.downErr(); err != nil {
 		return nil, err
 	}
+	if err := ls.writable(); err != nil {
+		return nil, err
+	}
 	l := n.conns[worker]
 	l.lock(context.Background())
 	if n.retired.Load() {
@@ -251,6 +257,14 @@ func (ls *links) take(addr string, worker int) (*link, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// writable returns the gate's error, or nil.
+func (ls *links) writable() error {
+	if ls.gate == nil {
+		return nil
+	}
+	return ls.gate()
 }
 
 // give releases a link that take returned.
@@ -272,6 +286,25 @@ func (ls *links) ensure(ctx context.Context, l *link) error {
 // its next use.
 func (l *link) broken() { l.ready.Store(false) }
 
+// handOff gives l's client up to a pipeline that goes on reading its
+// replies, and closes it: l is set up again, on a new connection, before
+// its next use. Requires l held.
+func (l *link) handOff() {
+	l.client, l.flying = nil, nil // the pipeline keeps both
+	l.ready.Store(false)
+	l.mu.Lock()
+	l.conn, l.socket = nil, nil
+	l.mu.Unlock()
+}
+
+// flight returns l's flight, for a pipeline on it. Requires l held.
+func (l *link) flight() *flight {
+	if l.flying == nil {
+		l.flying = newFlight()
+	}
+	return l.flying
+}
+
 // reconnect has every link to the node at addr set up again before its
 // next use: another server answers under that name now (the master that
 // Sentinel names after a failover), and a connection to the former one
@@ -292,13 +325,12 @@ func (l *link) alive() bool {
 	return c != nil && socketAlive(socket)
 }
 
-// replyWaiting reports whether bytes of a reply wait, unread, on l's
-// connection.
-func (l *link) replyWaiting() bool {
+// rawSocket returns the socket of l's connection, nil when it has none or
+// it cannot be looked at.
+func (l *link) rawSocket() syscall.RawConn {
 	l.mu.Lock()
-	socket := l.socket
-	l.mu.Unlock()
-	return socketReadable(socket)
+	defer l.mu.Unlock()
+	return l.socket
 }
 
 // errLinksClosed is the error of a connection asked for after close.
@@ -351,9 +383,6 @@ func (ls *links) connect(ctx context.Context, l *link) error {
 	ctx, cancel := context.WithTimeout(ctx, ls.setup)
 	defer cancel()
 	client := redis.NewClient(opts)
-	if ls.hook != nil {
-		client.AddHook(ls.hook)
-	}
 	l.setArmed(true)
 	err := client.Ping(ctx).Err()
 	l.setArmed(false)
@@ -513,6 +542,9 @@ func (ls *links) ready(ctx context.Context, addr string) error {
 	n := ls.node(addr)
 	if err := ls.up(ctx, addr); err != nil {
 		return err
+	}
+	if err := ls.writable(); err != nil {
+		return err // the node is not down: no connection is made meanwhile
 	}
 	if err := ls.connectAll(ctx, n, false); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errLinksClosed) {

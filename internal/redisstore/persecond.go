@@ -114,16 +114,18 @@ func (s *Store) applySplit(ctx context.Context, items []engine.Item, results []e
 		ctx, cancel = context.WithTimeout(ctx, pipelineBound(s.opts)+s.opts.Timeout)
 		defer cancel()
 	}
-	var parts []*part
-	for _, sh := range shares {
-		p, err := sh.store.split(ctx, sh.idx, sh.items, sh.bases)
-		if err != nil {
-			s.errs.Add(1)
-			return false, err
+	admitted, err := followSlots(ctx, func(bySlot bool) (bool, []*part, error) {
+		var parts []*part
+		for _, sh := range shares {
+			p, err := sh.store.split(ctx, sh.idx, sh.items, sh.bases, bySlot)
+			if err != nil {
+				return false, nil, err
+			}
+			parts = append(parts, p...)
 		}
-		parts = append(parts, p...)
-	}
-	admitted, err := applyParts(ctx, items, results, parts)
+		ok, err := applyParts(ctx, items, results, parts)
+		return ok, parts, err
+	})
 	if err != nil {
 		s.errs.Add(1)
 		if errors.Is(err, errExpired) {

@@ -23,6 +23,7 @@ import (
 type part struct {
 	store    *Store // the store whose node holds it
 	addr     string // the node's address ("" for a store's one node)
+	slot     int    // its one cluster slot, or -1 (a part per node: split)
 	idx      []int  // positions in the request
 	items    []engine.Item
 	bases    []string
@@ -74,8 +75,11 @@ func applyParts(ctx context.Context, items []engine.Item, results []engine.Resul
 		for _, p := range parts {
 			if p.err == nil && p.admitted {
 				unreserve(p, results)
-				if !p.released.Load() {
-					continue // not given back (yet): its count-denied hits are still counted
+				if !p.released.Load() || firstErr != nil {
+					// Not given back (yet): its count-denied hits are still
+					// counted. Or the request failed: it decided nothing, and
+					// consumes nothing (it may be sent again: followSlots).
+					continue
 				}
 				if err := p.store.chargeReleased(ctx, p, results); err != nil && firstErr == nil {
 					firstErr = err
@@ -94,9 +98,7 @@ func applyParts(ctx context.Context, items []engine.Item, results []engine.Resul
 // in p.
 func (p *part) reserve(ctx context.Context, items []engine.Item) {
 	p.reply, p.reserved = reply{}, items
-	p.admitted, p.err = p.store.retryMoved(ctx, func() (bool, error) {
-		return p.store.applyNode(ctx, p.addr, modeReserve, items, p.bases, p.results, &p.reply)
-	})
+	p.admitted, p.err = p.store.applyNode(ctx, p.addr, modeReserve, items, p.bases, p.results, &p.reply)
 }
 
 // gather copies the parts' results into the request's and returns the
@@ -246,7 +248,7 @@ func (s *Store) release(key string, undo []any, bases []string) error {
 			args = append(args, undoPublish, b)
 		}
 	}
-	if err := lib.fcall(ctx, s.client, lib.release, []string{key}, args...).Err(); err != nil && err != redis.Nil {
+	if err := s.fcallRouted(ctx, lib.release, []string{key}, args...); err != nil && err != redis.Nil {
 		return err
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,10 +181,10 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
-// TestMasterChangeForgetsWhatHeldForTheOldOne: when a new connection
-// reaches another node than the one before, the store forgets that node's
-// clock (a TIME is read before the next request) and empties the denial
-// cache. The first connection changes nothing.
+// TestMasterChangeForgetsWhatHeldForTheOldOne: when the store follows
+// another master than the one before, it forgets that node's clock (a TIME
+// is read before the next request) and empties the denial cache. The first
+// master known changes nothing.
 func TestMasterChangeForgetsWhatHeldForTheOldOne(t *testing.T) {
 	// No sentinel answers: the store never subscribes, which this test
 	// does not need.
@@ -204,15 +206,15 @@ func TestMasterChangeForgetsWhatHeldForTheOldOne(t *testing.T) {
 		return len(s.cache.m)
 	}
 	put()
-	s.master.reached("127.0.0.1:7001")
-	s.master.reached("127.0.0.1:7001")
+	s.master.switchTo("127.0.0.1:7001")
+	s.master.switchTo("127.0.0.1:7001")
 	if !s.clock.known("") || cachedEntries() != 1 {
-		t.Fatalf("after the first master's connections: clock known %v, %d cached; want known, 1", s.clock.known(""), cachedEntries())
+		t.Fatalf("after the first master is known: clock known %v, %d cached; want known, 1", s.clock.known(""), cachedEntries())
 	}
 	moved := s.master.next()
-	s.master.reached("127.0.0.1:7002")
+	s.master.switchTo("127.0.0.1:7002")
 	if s.clock.known("") || cachedEntries() != 0 || moved.Err() == nil {
-		t.Errorf("after a connection to another node: clock known %v, %d cached, subscription told %v; want forgotten, 0, told",
+		t.Errorf("after a switch to another node: clock known %v, %d cached, subscription told %v; want forgotten, 0, told",
 			s.clock.known(""), cachedEntries(), moved.Err())
 	}
 }
@@ -257,5 +259,141 @@ func TestSentinelOptionsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error containing %q", tc.opts, err, tc.want)
 		}
+	}
+}
+
+// TestSentinelFailoverLosesNoCounts: a failover asked of the sentinels
+// (SENTINEL FAILOVER) while requests run, the old master alive throughout:
+// every hit admitted is counted on the new master. Hits that went to the
+// old master after its replica was promoted would be lost (the old master
+// is made a replica of the new one and drops them); the store stops
+// writing when a sentinel announces that it promotes the replica and
+// writes again on the new master when one announces the switch.
+func TestSentinelFailoverLosesNoCounts(t *testing.T) {
+	st := redistest.StartSentinel(t, redistest.SentinelConfig{DownAfter: 5 * time.Second})
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{Sentinel: sentinelOf(st), Now: clock.Now, Timeout: time.Second})
+	const limit = 1_000_000
+	items := []engine.Item{{Desc: "d/k=failover", Rule: storetest.Rule(engine.FixedWindow, limit, time.Hour, 0), Hits: 1}}
+	var admitted, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			res := make([]engine.Result, 1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ok, err := s.Apply(ctx, items, res)
+				cancel()
+				switch {
+				case err != nil:
+					failed.Add(1)
+					time.Sleep(time.Millisecond) // no busy loop while there is no master
+				case ok:
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waitCount := func(what string, c *atomic.Int64, n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); c.Load() < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d within 30 s, want %d", what, c.Load(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitCount("requests admitted before the failover", &admitted, 200)
+	old := st.Master()
+	if _, err := st.Sentinels[0].Do("SENTINEL", "FAILOVER", st.Name); err != nil {
+		t.Fatal(err)
+	}
+	asked := time.Now()
+	promoted := st.WaitFailover(old)
+	t.Logf("sentinels agree on %s %s after the failover was asked; admitted %d", promoted.Addr(), time.Since(asked), admitted.Load())
+	for deadline := time.Now().Add(30 * time.Second); s.master.current() != promoted.Addr(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the store follows %s 30 s after the failover, want %s", s.master.current(), promoted.Addr())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("the store follows it %s after the failover was asked; admitted %d", time.Since(asked), admitted.Load())
+	waitCount("requests admitted after the failover", &admitted, admitted.Load()+200)
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{})
+
+	// What the new master counted, as another process reads it.
+	look := []engine.Item{{Desc: items[0].Desc, Rule: items[0].Rule}}
+	res := make([]engine.Result, 1)
+	other := newStore(t, Options{Sentinel: sentinelOf(st), Now: clock.Now, Timeout: time.Second})
+	if _, err := other.Apply(context.Background(), look, res); err != nil {
+		t.Fatal(err)
+	}
+	counted := int64(limit - res[0].Remaining)
+	t.Logf("admitted %d, counted on the new master %d (lost %d), %d requests failed", admitted.Load(), counted, admitted.Load()-counted, failed.Load())
+	if counted != admitted.Load() {
+		t.Errorf("admitted %d hits across the failover, the new master counts %d: %d lost", admitted.Load(), counted, admitted.Load()-counted)
+	}
+}
+
+// TestSentinelRefusesAReplica: told that the master is a node that is a
+// replica (a sentinel's stale answer), here one that takes writes
+// (replica-read-only no), the store refuses its connections, sending
+// nothing, asks the sentinels again and decides on the master they name:
+// every hit admitted is counted there.
+func TestSentinelRefusesAReplica(t *testing.T) {
+	st := redistest.StartSentinel(t, redistest.SentinelConfig{DownAfter: 5 * time.Second})
+	clock := storetest.NewClock(storetest.T0)
+	s := newStore(t, Options{Sentinel: sentinelOf(st), Now: clock.Now, Timeout: time.Second})
+	items := []engine.Item{{Desc: "d/k=replica", Rule: storetest.Rule(engine.FixedWindow, 100, time.Hour, 0), Hits: 1}}
+	res := make([]engine.Result, 1)
+	ctx := context.Background()
+	if ok, err := s.Apply(ctx, items, res); err != nil || !ok {
+		t.Fatalf("first request: %v %v", ok, err)
+	}
+	master := st.Master()
+	replica := st.Nodes[0]
+	if replica == master {
+		replica = st.Nodes[1]
+	}
+	if _, err := replica.Do("CONFIG", "SET", "replica-read-only", "no"); err != nil {
+		t.Fatal(err)
+	}
+	s.master.switchTo(replica.Addr())
+	ok, err := s.Apply(ctx, items, res)
+	if err == nil || !strings.Contains(err.Error(), "not the master") {
+		t.Fatalf("a request with the replica named: %v %v, want an error saying it is not the master", ok, err)
+	}
+	admitted := 1
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ok, err := s.Apply(ctx, items, res)
+		if err == nil && ok {
+			admitted++
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request decided within 10 s of the replica's refusal: %v %v", ok, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := s.master.current(); got != master.Addr() {
+		t.Errorf("the store follows %s, want the master %s", got, master.Addr())
+	}
+	if res[0].Remaining != uint64(100-admitted) {
+		t.Errorf("remaining %d after %d hits admitted, want %d: a hit went elsewhere", res[0].Remaining, admitted, 100-admitted)
+	}
+	if st := s.Stats(); st.Indeterminate != 0 {
+		t.Errorf("Stats() = %+v, want nothing indeterminate", st)
 	}
 }

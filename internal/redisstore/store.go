@@ -116,7 +116,8 @@ type Stats struct {
 	GivenBack uint64
 	// Indeterminate counts requests that may have consumed without their
 	// callers hearing of it and that the store could not give back: sent
-	// with no reply (a broken or silent connection), or a late reply
+	// with no reply (a broken connection, or one silent past the drain
+	// bound), or a late reply
 	// decided too early to carry its undo log, or a give-back that failed.
 	Indeterminate uint64
 }
@@ -195,13 +196,13 @@ func New(opts Options) (*Store, error) {
 	// (counted twice). Stale connections after a Redis restart are caught by
 	// the pool's health check when taken, not by retries
 	// (TestRestartedRedis). The connections' own timeouts come after the
-	// pipelines' bound, which is in each pipeline's context.
+	// pipelines' drain bound, which is in each pipeline's context.
 	if opts.minPipelineBound <= 0 {
 		opts.minPipelineBound = 100 * time.Millisecond
 	}
 	bound := pipelineBound(opts)
 	ro.DialTimeout = max(5*opts.Timeout, 200*time.Millisecond)
-	ro.ReadTimeout, ro.WriteTimeout = 2*bound, 2*bound
+	ro.ReadTimeout, ro.WriteTimeout = 2*drainBound(opts), 2*drainBound(opts)
 	ro.MaxRetries = -1
 	ro.MinRetryBackoff, ro.MaxRetryBackoff = -1, -1
 	// One dial per connection attempt: go-redis's default is 5, 100 ms
@@ -239,7 +240,7 @@ func New(opts Options) (*Store, error) {
 		if len(opts.ClusterSeeds) > 0 {
 			return nil, errors.New("redis: Sentinel and cluster seeds given; choose one")
 		}
-		if s.client, s.master, err = newFailoverClient(opts.Sentinel, ro, s.masterChanged); err != nil {
+		if s.client, s.master, err = newFailoverClient(opts.Sentinel, ro, opts.Logger, s.masterChanged); err != nil {
 			return nil, err
 		}
 	case len(opts.ClusterSeeds) > 0:
@@ -260,7 +261,8 @@ func New(opts Options) (*Store, error) {
 			// -1: one attempt. go-redis's cluster pipeline sends again the
 			// commands of a pipeline whose connection failed, up to
 			// MaxRedirects times: a script that had run would run again.
-			// MOVED and ASK come back as errors; retryMoved follows them.
+			// MOVED and ASK come back as errors; sendSpan and
+			// followSlots follow them.
 			MaxRedirects: -1,
 		})
 		s.client = s.cluster
@@ -283,13 +285,20 @@ func New(opts Options) (*Store, error) {
 	s.faultLog = rate.Sometimes{Interval: 10 * time.Second}
 	// A connection's setup (dial, handshakes, PING, TIME: about five round
 	// trips) gets the dial's timeout and a pipeline's bound.
-	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, nodeOptions(s.client, *ro))
+	options := nodeOptions(s.client, *ro)
 	if s.master != nil {
-		s.links.hook = s.master
+		options = s.master.linkOptions(options)
+	}
+	s.links = newLinks(opts.Workers, ro.DialTimeout+bound, s.clock, opts.Logger, s.cluster, options)
+	if s.master != nil {
+		s.links.gate = s.master.writable
 	}
 	s.b = newBatcher(s.links, opts.MaxBatch, perScript, opts.Workers, opts.Timeout, bound, s.clock)
-	s.b.late, s.b.unknown = s.late, s.unknown
+	s.b.late, s.b.unknown, s.b.drain = s.late, s.unknown, drainBound(opts)
 	s.releaseCtx, s.stopReleases = context.WithCancel(context.Background())
+	if s.master != nil {
+		s.master.start(s.releaseCtx, &s.watching)
+	}
 	if s.clock != nil {
 		s.watching.Add(1)
 		go s.sampleClocks()
@@ -514,35 +523,36 @@ func (s *Store) Peek(ctx context.Context, items []engine.Item, results []engine.
 		ctx, cancel = context.WithTimeout(ctx, pipelineBound(s.opts)+s.opts.Timeout)
 		defer cancel()
 	}
-	var parts []*part
-	for _, st := range []*Store{s, s.perSecond} {
-		if st == nil {
-			continue
-		}
-		var idx []int
-		var its []engine.Item
-		var bases []string
-		for i := range items {
-			if (st == s.perSecond) == (s.perSecond != nil && perSecondLimit(items[i].Rule)) {
-				idx, its, bases = append(idx, i), append(its, items[i]), append(bases, st.base(&items[i]))
+	_, err := followSlots(ctx, func(bySlot bool) (bool, []*part, error) {
+		var parts []*part
+		for _, st := range []*Store{s, s.perSecond} {
+			if st == nil {
+				continue
 			}
+			var idx []int
+			var its []engine.Item
+			var bases []string
+			for i := range items {
+				if (st == s.perSecond) == (s.perSecond != nil && perSecondLimit(items[i].Rule)) {
+					idx, its, bases = append(idx, i), append(its, items[i]), append(bases, st.base(&items[i]))
+				}
+			}
+			p, err := st.split(ctx, idx, its, bases, bySlot)
+			if err != nil {
+				return false, nil, err
+			}
+			parts = append(parts, p...)
 		}
-		p, err := st.split(ctx, idx, its, bases)
-		if err != nil {
-			return false, err
-		}
-		parts = append(parts, p...)
-	}
-	var wg sync.WaitGroup
-	for _, p := range parts {
-		wg.Go(func() {
-			_, p.err = p.store.retryMoved(ctx, func() (bool, error) {
-				return p.store.applyNode(ctx, p.addr, modePeek, p.items, p.bases, p.results, nil)
+		var wg sync.WaitGroup
+		for _, p := range parts {
+			wg.Go(func() {
+				_, p.err = p.store.applyNode(ctx, p.addr, modePeek, p.items, p.bases, p.results, nil)
 			})
-		})
-	}
-	wg.Wait()
-	if err := gather(parts, results); err != nil {
+		}
+		wg.Wait()
+		return false, parts, gather(parts, results)
+	})
+	if err != nil {
 		return false, err
 	}
 	admitted, _ := engine.Admit(items, results)
@@ -565,19 +575,58 @@ func (s *Store) send(ctx context.Context, node string, req *request, results []e
 	return s.sendSpan(ctx, node, req, results, out, nil)
 }
 
-// sendSpan is send, its trip recorded in span (nil: none).
+// sendSpan is send, its trip recorded in span (nil: none). In a cluster
+// it follows the redirections of a slot that moves (see cluster.go): a
+// request of one slot is sent to the node that ASK names, with ASKING, and
+// again after TRYAGAIN; a request of several slots told ASK, and any told
+// MOVED, fails with a redirectError, for the caller to split anew. Each
+// such error reply means that nothing ran: nothing is sent again that may
+// have run.
 func (s *Store) sendSpan(ctx context.Context, node string, req *request, results []engine.Result, out *reply, span trace.Span) (bool, error) {
-	if err := s.links.up(ctx, node); err != nil {
-		return false, err // nothing sent
+	keys, oneSlot := req.route(s.cluster != nil)
+	to, asking, wait := node, false, tryAgainPause
+	for tries := 1; ; tries++ {
+		if err := s.links.up(ctx, to); err != nil {
+			return false, err // nothing sent
+		}
+		rep, err := s.b.do(ctx, to, keys, asking, req, span)
+		if err == nil {
+			if out != nil {
+				*out = rep
+			}
+			return rep.results(req, results)
+		}
+		if s.master != nil && redis.IsReadOnlyError(err) {
+			// A replica answered (nothing ran): the master followed is
+			// stale; the links are set up again, to the one the
+			// sentinels name.
+			s.master.stale()
+			s.links.reconnect("")
+		}
+		r, addr := redirected(err)
+		if r == notRedirected || s.cluster == nil {
+			return false, err
+		}
+		if tries == maxRedirects || ctx.Err() != nil {
+			// Not split anew either: a slot whose keys stay split between
+			// two masters (a first hit of a sliding log in a slot that
+			// migrates) answers TRYAGAIN until the migration ends.
+			return false, fmt.Errorf("%w (%d redirections followed, nothing decided)", err, tries)
+		}
+		switch {
+		case r == redirectAsk && oneSlot:
+			to, asking = addr, true
+		case r == redirectAsk:
+			return false, &redirectError{err} // split by slot, each part then asks
+		case r == redirectTryAgain:
+			// Back to the slot's master: the move may be over by then.
+			pause(ctx, wait)
+			to, asking, wait = node, false, 2*wait
+		default:
+			s.reloadSlots(ctx)
+			return false, &redirectError{err}
+		}
 	}
-	rep, err := s.b.do(ctx, node, []string{req.items[0].base}, req, span)
-	if err != nil {
-		return false, err
-	}
-	if out != nil {
-		*out = rep
-	}
-	return rep.results(req, results)
 }
 
 // late handles the reply of a request whose caller stopped waiting (its

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/redistest"
+	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/testpki"
 )
 
@@ -987,5 +989,53 @@ func TestBadURLHidesThePassword(t *testing.T) {
 		if strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("New(%q) = %v: the password is in the error", url, err)
 		}
+	}
+}
+
+// TestFreedWarningSaysWhy: when the subscription to the freed notices
+// fails, the warning says why: an account without the channel (ACLs), or
+// a connection to Redis that failed (Redis killed), which is no matter of
+// ACLs.
+func TestFreedWarningSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		fault      func(t *testing.T, srv *redistest.Server) (user string)
+		want, nope string
+	}{
+		{"no channel permission", func(t *testing.T, srv *redistest.Server) string {
+			if _, err := redistest.Command(srv.Addr(), "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil {
+				t.Fatal(err)
+			}
+			return "limiter:pw@"
+		}, "it needs &rls:freed", "connection"},
+		{"Redis killed", nil, "lost with its connection to Redis", "&rls:freed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			user := ""
+			if tc.fault != nil {
+				user = tc.fault(t, srv)
+			}
+			var logs servetest.SyncBuffer
+			s, err := New(Options{URL: "redis://" + user + srv.Addr() + "/0", DenyCache: true, Timeout: time.Second,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if tc.fault == nil {
+				waitLive(t, s)
+				srv.Kill()
+			}
+			for i := 0; !strings.Contains(logs.String(), "denial cache is off"); i++ {
+				if i == 500 {
+					t.Fatalf("no warning within 5 s:\n%s", logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := logs.String(); !strings.Contains(got, tc.want) || strings.Contains(got, tc.nope) {
+				t.Errorf("the warning says:\n%s\nwant %q, not %q", got, tc.want, tc.nope)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -349,6 +350,64 @@ func (r *request) bases() []string {
 		bases[i] = r.items[i].base
 	}
 	return bases
+}
+
+// route returns the keys of the request's FCALL, and whether they are all
+// the keys it touches. Off a cluster one key, its first counter's: slots
+// mean nothing there. In a cluster, every key that the decide function touches
+// in the slot of the first (touched), each once: they route the call, and
+// a node that migrates or imports that slot checks them all before
+// anything runs (see cluster.go), so that a call runs only where its keys
+// are. oneSlot reports whether the request touches no other slot.
+func (r *request) route(cluster bool) (keys []string, oneSlot bool) {
+	if !cluster {
+		return []string{r.items[0].base}, true
+	}
+	slot := -1
+	oneSlot = true
+	for i := range r.items {
+		for _, k := range r.items[i].touched() {
+			if k == "" {
+				continue
+			}
+			ks := keySlot(k)
+			if slot < 0 {
+				slot = ks
+			}
+			if ks != slot {
+				oneSlot = false
+			} else if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys, oneSlot
+}
+
+// touched returns the keys that the decide function reads and writes for
+// the item (the package doc's key layout): its descriptor's hash for a
+// counter kept there (and a penalty's field), its counter's own sorted set
+// for a sliding log or a concurrency limit; "" for none.
+func (w *wireItem) touched() [2]string {
+	var t [2]string
+	if inSortedSet(w.limit) {
+		t[1] = w.base
+		if w.limit.Penalized() {
+			t[0] = w.key.(string)
+		}
+	} else {
+		t[0] = w.key.(string)
+	}
+	return t
+}
+
+// inSortedSet reports whether the counter of rule r is a sorted set of its
+// own rather than a field of its descriptor's hash: decide.lua's sections
+// whose in_hash is not set (TestRouteKeysAreTheKeysTouched holds the two
+// to agree).
+func inSortedSet(r *engine.Rule) bool {
+	a := r.Algorithm()
+	return a == engine.SlidingLog || a == engine.Concurrency
 }
 
 // errExpired is the error of a request that Redis refused to decide because

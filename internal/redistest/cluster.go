@@ -177,3 +177,107 @@ func (s *Server) LogTail() string {
 	}
 	return fmt.Sprintf("--- %s ---\n%s", s.addr, b)
 }
+
+// ID returns the cluster node ID of n (CLUSTER MYID).
+func (c *Cluster) ID(n *Server) string {
+	c.tb.Helper()
+	id, err := Command(n.addr, "CLUSTER", "MYID")
+	if err != nil {
+		c.tb.Fatalf("redistest: CLUSTER MYID on %s: %v", n.addr, err)
+	}
+	return id
+}
+
+// Migration moves one slot from its master to another, step by step, as
+// redis-cli --cluster reshard does: the slot is IMPORTING on To and
+// MIGRATING on From (StartMigration), keys are moved a few at a time
+// (Move), and the slot is given to To (Finish). Meanwhile From answers ASK
+// for the slot's keys it no longer has, and TRYAGAIN for commands of
+// several keys some of which it no longer has.
+type Migration struct {
+	Slot     int
+	From, To *Server
+	c        *Cluster
+}
+
+// StartMigration opens the migration of slot from its master to to.
+func (c *Cluster) StartMigration(slot int, to *Server) *Migration {
+	c.tb.Helper()
+	m := &Migration{Slot: slot, From: c.Master(slot), To: to, c: c}
+	if m.From == to {
+		c.tb.Fatalf("redistest: slot %d is on %s already", slot, to.addr)
+	}
+	s := strconv.Itoa(slot)
+	m.do(to, "CLUSTER", "SETSLOT", s, "IMPORTING", c.ID(m.From))
+	m.do(m.From, "CLUSTER", "SETSLOT", s, "MIGRATING", c.ID(to))
+	return m
+}
+
+// Move moves keys (of the slot) from From to To in one MIGRATE: atomic
+// for them together.
+func (m *Migration) Move(keys ...string) {
+	m.c.tb.Helper()
+	host, port, _ := net.SplitHostPort(m.To.addr)
+	args := append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)
+	m.do(m.From, args...)
+}
+
+// Finish gives the slot to To on every master (To first, then From, as
+// redis-cli does) and waits until every node agrees that To serves it.
+func (m *Migration) Finish() {
+	m.c.tb.Helper()
+	s, id := strconv.Itoa(m.Slot), m.c.ID(m.To)
+	m.do(m.To, "CLUSTER", "SETSLOT", s, "NODE", id)
+	m.do(m.From, "CLUSTER", "SETSLOT", s, "NODE", id)
+	for _, n := range m.c.Nodes {
+		if n != m.To && n != m.From {
+			Command(n.addr, "CLUSTER", "SETSLOT", s, "NODE", id) // a replica refuses: it follows its master
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range m.c.Nodes {
+		for {
+			out, err := Command(n.addr, "CLUSTER", "NODES")
+			if err == nil && slotOwner(out, m.Slot) == id {
+				break
+			}
+			if time.Now().After(deadline) {
+				m.c.tb.Fatalf("redistest: %s does not say that %s serves slot %d within 30s:\n%s", n.addr, m.To.addr, m.Slot, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func (m *Migration) do(n *Server, args ...string) {
+	m.c.tb.Helper()
+	if out, err := Command(n.addr, args...); err != nil {
+		m.c.tb.Fatalf("redistest: %s on %s: %v (%s)", strings.Join(args, " "), n.addr, err, out)
+	}
+}
+
+// slotOwner returns the ID of the master that CLUSTER NODES's output says
+// serves slot, or "".
+func slotOwner(nodes string, slot int) string {
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.Contains(f[2], "master") {
+			continue
+		}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // a slot being migrated or imported
+			}
+			lo, hi, ok := strings.Cut(r, "-")
+			if !ok {
+				hi = lo
+			}
+			a, e1 := strconv.Atoi(lo)
+			b, e2 := strconv.Atoi(hi)
+			if e1 == nil && e2 == nil && a <= slot && slot <= b {
+				return f[0]
+			}
+		}
+	}
+	return ""
+}
