@@ -532,9 +532,9 @@ type timedCall struct {
 // replyWait answers the calls of a pipeline with errNoReply when their
 // replies do not come in time: span (the deadline plus grace) after they
 // were sent, or later while bytes of the replies wait on the pipeline's
-// connection (socket), unread (rls itself waited for a core: the replies came, and
-// Redis decided them by their deadlines), but never later than bound after
-// they were sent. Safe for concurrent use.
+// connection (socket), unread (the replies came, Redis decided them by
+// their deadlines, and rls had no core to read them yet), but never later
+// than bound after they were sent. Safe for concurrent use.
 type replyWait struct {
 	socket      syscall.RawConn // nil: cannot be looked at
 	span, bound time.Duration
