@@ -62,6 +62,7 @@ func rules() []rule {
 		otel       = []string{"go.opentelemetry.io/..."}
 		otelSDK    = []string{"go.opentelemetry.io/otel/sdk/...", "go.opentelemetry.io/otel/exporters/..."}
 		tracing    = own("internal/tracing")
+		spans      = own("internal/tracing/spans")
 		engine     = own("internal/engine")
 		config     = own("internal/config")
 		service    = own("internal/service")
@@ -112,6 +113,14 @@ func rules() []rule {
 			pkgs:      transports,
 			notImport: engine,
 			notDepend: slices.Concat(stores, compat, daemon, tracing, otelSDK),
+		},
+		{
+			what: "the spans helper (how rls's own operations make spans, with OpenTelemetry's API only)",
+			pkgs: spans,
+			// The service, the stores and the transports use it: it knows
+			// none of them, and nothing of the SDK.
+			notDepend: slices.Concat(own("..."), otelSDK, grpc),
+			except:    spans,
 		},
 		{
 			what: "tracing (the OpenTelemetry SDK, the OTLP exporter, the server spans of the listeners)",

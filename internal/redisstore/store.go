@@ -17,6 +17,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/tlsfiles"
+	"github.com/rlsproject/rls/internal/tracing/spans"
 )
 
 // Options configure a Store.
@@ -567,12 +568,19 @@ func (s *Store) applyNode(ctx context.Context, node, mode string, items []engine
 }
 
 // send runs the decide function on req (all on node) and writes its
-// results; out, when not nil, gets the whole reply.
+// results; out, when not nil, gets the whole reply. A call that a recorded
+// span led to makes a SpanRedis span of its trip (tracing.go).
 func (s *Store) send(ctx context.Context, node string, req *request, results []engine.Result, out *reply) (bool, error) {
-	if s.traced(ctx) {
-		return s.sendTraced(ctx, node, req, results, out)
+	ctx, span := spans.Child(ctx, s.opts.Tracer, SpanRedis, trace.SpanKindClient)
+	if span.Recording() {
+		span.Set(AttrDBSystem.String("redis"), AttrDBOperation.String("FCALL"), AttrMode.String(modeNames[req.mode]), AttrItems.Int(len(req.items)))
+		if node != "" {
+			span.Set(AttrServerAddress.String(node))
+		}
 	}
-	return s.sendSpan(ctx, node, req, results, out, nil)
+	admitted, err := s.sendSpan(ctx, node, req, results, out, span.Trace())
+	span.End(err)
+	return admitted, err
 }
 
 // sendSpan is send, its trip recorded in span (nil: none). In a cluster

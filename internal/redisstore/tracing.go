@@ -5,10 +5,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/rlsproject/rls/internal/engine"
 )
 
 // The store's spans, with Options.Tracer (README "Tracing"): names and
@@ -43,33 +40,9 @@ const (
 // modeNames name the request modes in spans.
 var modeNames = map[string]string{modeFinal: "final", modeReserve: "reserve", modeCharge: "charge", modePeek: "peek"}
 
-// traced reports whether a call with ctx makes spans: the store traces and
-// its caller's span is recorded. (A call that no recorded span led to, a
-// debug explanation, a sampled-out request, makes none: no orphan roots.)
-func (s *Store) traced(ctx context.Context) bool {
-	return s.opts.Tracer != nil && trace.SpanFromContext(ctx).IsRecording()
-}
-
-// sendTraced is send inside a SpanRedis span.
-func (s *Store) sendTraced(ctx context.Context, node string, req *request, results []engine.Result, out *reply) (bool, error) {
-	attrs := []attribute.KeyValue{AttrDBSystem.String("redis"), AttrDBOperation.String("FCALL"),
-		AttrMode.String(modeNames[req.mode]), AttrItems.Int(len(req.items))}
-	if node != "" {
-		attrs = append(attrs, AttrServerAddress.String(node))
-	}
-	ctx, span := s.opts.Tracer.Start(ctx, SpanRedis, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	defer span.End()
-	admitted, err := s.sendSpan(ctx, node, req, results, out, span)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	return admitted, err
-}
-
 // cacheHit marks the caller's span as answered by the denial cache.
 func (s *Store) cacheHit(ctx context.Context) {
-	if s.traced(ctx) {
+	if s.opts.Tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
 		trace.SpanFromContext(ctx).SetAttributes(AttrDenyCacheHit.Bool(true))
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/servetest"
+	"github.com/rlsproject/rls/internal/tracing/spans"
 )
 
 // serve serves s on a loopback port until the test ends and returns a
@@ -189,17 +190,17 @@ func TestSpanAttributesBounded(t *testing.T) {
 	s.CloseSend()
 	for _, span := range rec.Ended() {
 		for _, a := range span.Attributes() {
-			if n := len(a.Value.Emit()); n > maxAttr {
-				t.Errorf("span %s: attribute %s of %d bytes, more than %d", span.Name(), a.Key, n, maxAttr)
+			if n := len(a.Value.Emit()); n > spans.MaxString {
+				t.Errorf("span %s: attribute %s of %d bytes, more than %d", span.Name(), a.Key, n, spans.MaxString)
 			}
 		}
-		if n := len(span.Status().Description); n > maxAttr {
-			t.Errorf("span %s: status description of %d bytes, more than %d", span.Name(), n, maxAttr)
+		if n := len(span.Status().Description); n > spans.MaxString {
+			t.Errorf("span %s: status description of %d bytes, more than %d", span.Name(), n, spans.MaxString)
 		}
 		for _, ev := range span.Events() {
 			for _, a := range ev.Attributes {
-				if n := len(a.Value.Emit()); n > maxAttr {
-					t.Errorf("span %s: event %s: attribute %s of %d bytes, more than %d", span.Name(), ev.Name, a.Key, n, maxAttr)
+				if n := len(a.Value.Emit()); n > spans.MaxString {
+					t.Errorf("span %s: event %s: attribute %s of %d bytes, more than %d", span.Name(), ev.Name, a.Key, n, spans.MaxString)
 				}
 			}
 		}

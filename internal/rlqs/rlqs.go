@@ -160,11 +160,7 @@ func (s *Server) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Strea
 			return status.Errorf(codes.DeadlineExceeded, "no usage report within %v of the stream's start", s.opts.FirstReport)
 		case r := <-reports:
 			first.Stop()
-			if s.opts.Tracer != nil {
-				resp, err = s.reportTraced(ctx, ss, r)
-			} else {
-				resp, err = ss.Report(ctx, r)
-			}
+			resp, err = s.report(ctx, ss, r)
 		case <-tick.C:
 			resp, err = ss.Tick(ctx)
 		}

@@ -2,14 +2,13 @@ package rlqs
 
 import (
 	"context"
-	"unicode/utf8"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/tracing/spans"
 )
 
 // SpanReport is the span of one usage report of a stream, with
@@ -27,22 +26,21 @@ const (
 	AttrActions = attribute.Key("rls.rlqs.actions")
 )
 
-// reportTraced is ss.Report inside a SpanReport span (s.opts.Tracer is
-// set).
-func (s *Server) reportTraced(ctx context.Context, ss *Session, r *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
-	ctx, span := s.opts.Tracer.Start(ctx, SpanReport, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(AttrBuckets.Int(len(r.GetBucketQuotaUsages()))))
-	defer span.End()
-	resp, err := ss.Report(ctx, r)
-	span.SetAttributes(service.AttrDomain.String(bounded(ss.domainName())))
-	if err != nil {
-		msg := bounded(err.Error())
-		span.AddEvent("exception", trace.WithAttributes(attribute.String("exception.message", msg)))
-		span.SetStatus(codes.Error, msg)
-		return nil, err
+// report is ss.Report, inside a SpanReport span when the server traces.
+func (s *Server) report(ctx context.Context, ss *Session, r *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+	ctx, span := spans.Start(ctx, s.opts.Tracer, SpanReport, trace.SpanKindServer)
+	if span.Recording() {
+		span.Set(AttrBuckets.Int(len(r.GetBucketQuotaUsages())))
 	}
-	span.SetAttributes(AttrActions.Int(len(resp.GetBucketAction())))
-	return resp, nil
+	resp, err := ss.Report(ctx, r)
+	if span.Recording() {
+		span.Set(service.AttrDomain.String(spans.Bound(ss.domainName())))
+		if err == nil {
+			span.Set(AttrActions.Int(len(resp.GetBucketAction())))
+		}
+	}
+	span.End(err)
+	return resp, err
 }
 
 // domainName is the stream's domain, "" before its first report.
@@ -50,21 +48,4 @@ func (ss *Session) domainName() string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.domain
-}
-
-// maxAttr bounds a string put in a span: what a client sends may be long
-// (a stream's domain is checked after its report is traced).
-const maxAttr = 256
-
-// bounded is s cut to maxAttr bytes, on a UTF-8 boundary, with "…" when
-// cut.
-func bounded(s string) string {
-	if len(s) <= maxAttr {
-		return s
-	}
-	cut := maxAttr - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
