@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rlsproject/rls/internal/httpapi"
-	"github.com/rlsproject/rls/internal/service"
 )
 
 // explainFlags are rls explain's flags.
@@ -104,7 +103,7 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 		_, err := stdout.Write(answer)
 		return err
 	}
-	var ex service.Explanation
+	var ex httpapi.Explanation
 	if err := json.Unmarshal(answer, &ex); err != nil {
 		return exitError{checkFailed, fmt.Errorf("explain: the answer is not an explanation: %w", err)}
 	}
@@ -189,7 +188,7 @@ func (f *explainFlags) body(args []string) ([]byte, error) {
 //
 // A limit with a penalty has a line of its own under it: the ladder, and
 // the block in force.
-func writeExplanation(w io.Writer, ex *service.Explanation, now time.Time) {
+func writeExplanation(w io.Writer, ex *httpapi.Explanation, now time.Time) {
 	switch {
 	case ex.StoreError != "":
 		fmt.Fprintf(w, "%s: the limits' state could not be read: %s\n", ex.Domain, ex.StoreError)
@@ -236,7 +235,7 @@ func writeExplanation(w io.Writer, ex *service.Explanation, now time.Time) {
 // the block in force with its end (now plus what is left of it), e.g.
 //
 //	penalty 2m0s, 10m0s, 1h0m0s, starting over after 24h0m0s without a denial; blocked for 2m0s, until 2025-03-01T12:02:00Z: every request denied
-func penaltyLine(l service.LimitExplanation, now time.Time) string {
+func penaltyLine(l httpapi.LimitExplanation, now time.Time) string {
 	if len(l.Penalty) == 0 {
 		return ""
 	}
@@ -256,7 +255,7 @@ func penaltyLine(l service.LimitExplanation, now time.Time) string {
 }
 
 // limitLine is one limit of a descriptor as rls explain prints it.
-func limitLine(l service.LimitExplanation) string {
+func limitLine(l httpapi.LimitExplanation) string {
 	var b strings.Builder
 	if l.Unlimited {
 		fmt.Fprintf(&b, "%-28s %-32s %s", l.Label, "unlimited", l.Applies)

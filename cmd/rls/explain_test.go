@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/servetest"
-	"github.com/rlsproject/rls/internal/service"
 )
 
 // TestExplainCommand: rls explain against a served config/limits.yaml says
@@ -122,17 +122,17 @@ func TestExplainTextShowsPenaltyBlock(t *testing.T) {
 // the ladder, and the block's end as now plus what is left of it.
 func TestPenaltyLine(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	ladder := service.LimitExplanation{Penalty: []string{"2m0s", "10m0s"}, PenaltyReset: "24h0m0s"}
+	ladder := httpapi.LimitExplanation{Penalty: []string{"2m0s", "10m0s"}, PenaltyReset: "24h0m0s"}
 	blocked := ladder
-	blocked.State = &service.LimitState{BlockedFor: "1m30s"}
+	blocked.State = &httpapi.LimitState{BlockedFor: "1m30s"}
 	notBlocked := ladder
-	notBlocked.State = &service.LimitState{Remaining: 3, Reset: "40s", Admits: true}
+	notBlocked.State = &httpapi.LimitState{Remaining: 3, Reset: "40s", Admits: true}
 	for _, tc := range []struct {
 		name string
-		l    service.LimitExplanation
+		l    httpapi.LimitExplanation
 		want string
 	}{
-		{"no penalty", service.LimitExplanation{State: &service.LimitState{BlockedFor: "1m"}}, ""},
+		{"no penalty", httpapi.LimitExplanation{State: &httpapi.LimitState{BlockedFor: "1m"}}, ""},
 		{"the ladder, no state", ladder, "penalty 2m0s, 10m0s, starting over after 24h0m0s without a denial"},
 		{"not blocked", notBlocked, "penalty 2m0s, 10m0s, starting over after 24h0m0s without a denial"},
 		{"blocked", blocked, "penalty 2m0s, 10m0s, starting over after 24h0m0s without a denial; blocked for 1m30s, until 2025-03-01T12:01:30Z: every request denied"},

@@ -14,6 +14,7 @@ import (
 	"github.com/rlsproject/rls/internal/compat"
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/daemon"
+	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/redisstore"
@@ -152,7 +153,7 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.UintVar(&f.grpcMaxStreams, "grpc-max-streams", uint(l.GRPC.MaxStreams), "bound on concurrent gRPC `streams` (requests in flight) per connection; more are refused, and Envoy opens another connection")
 	fs.DurationVar(&l.GRPC.MaxConnectionAge, "grpc-max-connection-age", l.GRPC.MaxConnectionAge, "ask a gRPC client to reconnect (GOAWAY) once its connection is this old, so that connections spread over replicas")
 	fs.DurationVar(&l.GRPC.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", l.GRPC.MaxConnectionAgeGrace, "after --grpc-max-connection-age, how long requests in flight have before the connection is closed")
-	fs.IntVar(&c.Service.MaxValueSeries, "metrics-max-values", c.Service.MaxValueSeries, "bound on the distinct per-value `series` of one limit in rls_descriptor_decisions_total (descriptors with detailed_metric or value_to_metric); further values are counted in descriptor=\""+service.OtherSeries+"\"")
+	fs.IntVar(&c.Service.MaxValueSeries, "metrics-max-values", c.Service.MaxValueSeries, "bound on the distinct per-value `series` of one limit in rls_descriptor_decisions_total (descriptors with detailed_metric or value_to_metric); further values are counted in descriptor=\""+decisionmetrics.OtherSeries+"\"")
 	fs.StringVar(&c.Tracing.Endpoint, "otlp-endpoint", "", "export traces to the OTLP receiver at `host:port` (or an http:// or https:// URL), over gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says http/protobuf; empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT, else no OTLP. OTEL_TRACES_EXPORTER=console prints the spans on stdout instead (otlp,console: both)")
 	fs.BoolVar(&f.otlpInsecure, "otlp-insecure", false, "send traces to a host:port --otlp-endpoint in plain text (true) or over TLS (false); unset: plain text to a loopback address, TLS elsewhere")
 	fs.StringVar(&f.level, "log-level", "info", "least `level` logged: debug, info, warn or error")

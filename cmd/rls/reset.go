@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/rlsproject/rls/internal/service"
+	"github.com/rlsproject/rls/internal/httpapi"
 )
 
 // resetFlags are rls reset's flags.
@@ -82,7 +82,7 @@ func reset(ctx context.Context, args []string, stdout io.Writer) error {
 		_, err := stdout.Write(answer)
 		return err
 	}
-	var res service.ResetResult
+	var res httpapi.ResetResult
 	if err := json.Unmarshal(answer, &res); err != nil {
 		return exitError{checkFailed, fmt.Errorf("reset: the answer is not a reset's: %w", err)}
 	}

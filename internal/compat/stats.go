@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/series"
 	"github.com/rlsproject/rls/internal/service"
@@ -102,7 +103,7 @@ type StatsOptions struct {
 	// NearLimitRatio is the share of a limit above which hits count as
 	// near_limit (NEAR_LIMIT_RATIO; 0 means 0.8, the reference's default).
 	NearLimitRatio float64
-	// MaxValues (0: service.DefaultMaxValueSeries) bounds the
+	// MaxValues (0: decisionmetrics.DefaultMaxValueSeries) bounds the
 	// request-valued label sets of one stats key.
 	MaxValues int
 	// LocalCache says that the store answers denials from a cache (the
@@ -121,7 +122,7 @@ func NewStats(reg prometheus.Registerer, o StatsOptions) *Stats {
 	}
 	maxValues := o.MaxValues
 	if maxValues <= 0 {
-		maxValues = service.DefaultMaxValueSeries
+		maxValues = decisionmetrics.DefaultMaxValueSeries
 	}
 	r.labels.New = func() any { return new([]byte) }
 	vec := func(name, help string) *prometheus.CounterVec {
@@ -189,8 +190,11 @@ func (rs *Stats) Reloaded(err error) {
 }
 
 // Decided implements service.Observer: each item's hits split as the
-// reference splits them.
+// reference splits them (a request the store did not judge has none).
 func (rs *Stats) Decided(state any, d *service.Decision) {
+	if len(d.Items) == 0 {
+		return
+	}
 	rc := state.(*refConfig)
 	buf := rs.labels.Get().(*[]byte)
 	for i := range d.Items {
@@ -198,6 +202,9 @@ func (rs *Stats) Decided(state any, d *service.Decision) {
 	}
 	rs.labels.Put(buf)
 }
+
+// Cleared implements service.Observer: the reference has no resets.
+func (rs *Stats) Cleared(any, *service.Cleared) {}
 
 // declare sets the stats keys of the limits of nodes and their subtrees,
 // in domain.

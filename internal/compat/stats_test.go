@@ -12,10 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/httpdesc"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/series"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -131,7 +133,7 @@ func TestReferenceStats(t *testing.T) {
 	for _, v := range []string{"/api/a", "/api/b", "/api/c"} {
 		ask(t, svc, 1, desc("path", v))
 	}
-	for _, tc := range []struct{ key1 string }{{"path_/api/a"}, {"path_/api/b"}, {service.OtherSeries}} {
+	for _, tc := range []struct{ key1 string }{{"path_/api/a"}, {"path_/api/b"}, {series.Other}} {
 		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", tc.key1, ""); err != nil || c != 1 {
 			t.Errorf("total_hits{key1=%q} = %v (%v), want 1", tc.key1, c, err)
 		}
@@ -222,7 +224,7 @@ func TestReferenceStatsReload(t *testing.T) {
 	for _, tc := range []struct {
 		key1 string
 		want float64 // 0: no series
-	}{{"k", 2}, {"svc_b", 0}, {"path_/api/a", 0}, {service.OtherSeries, 1}} {
+	}{{"k", 2}, {"svc_b", 0}, {"path_/api/a", 0}, {series.Other, 1}} {
 		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", tc.key1, ""); err != nil || c != tc.want {
 			t.Errorf("after the reload: total_hits{key1=%q} = %v (%v), want %v", tc.key1, c, err, tc.want)
 		}
@@ -235,7 +237,7 @@ func TestReferenceStatsReload(t *testing.T) {
 	if err := svc.Reload(func() (*config.Config, error) { return other, nil }); err != nil {
 		t.Fatal(err)
 	}
-	for _, key1 := range []string{"k", service.OtherSeries} {
+	for _, key1 := range []string{"k", series.Other} {
 		if c, err := refCounter(reg, "ratelimit_service_rate_limit_total_hits", "d", key1, ""); err != nil || c != 0 {
 			t.Errorf("domain d dropped: total_hits{domain=d,key1=%q} = %v (%v), want no series", key1, c, err)
 		}
@@ -305,7 +307,8 @@ func newReferenceServiceFrom(t *testing.T, limitsYAML string, opts service.Optio
 	ms := memstore.New(memstore.Options{Now: clock.Now})
 	t.Cleanup(func() { ms.Close() })
 	reg := prometheus.NewRegistry()
-	opts.Store, opts.Registry, opts.MaxValueSeries = ms, reg, maxValues
+	opts.Store = ms
+	opts.Observers = append(opts.Observers, decisionmetrics.New(reg, decisionmetrics.Options{MaxValueSeries: maxValues}))
 	r.plug(&opts, reg, maxValues)
 	svc := service.New(opts)
 	if err := svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
@@ -467,7 +470,7 @@ func TestReferenceStatsOverLimitWithLocalCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := service.Options{Store: cachedDenials{}, Registry: reg, CountDeniedHits: true}
+	opts := service.Options{Store: cachedDenials{}, CountDeniedHits: true, Observers: []service.Observer{decisionmetrics.New(reg, decisionmetrics.Options{})}}
 	ref{localCache: true}.plug(&opts, reg, 0)
 	svc := service.New(opts)
 	svc.SetConfig(cfg)
@@ -573,7 +576,7 @@ descriptors:
 	ms := memstore.New(memstore.Options{})
 	defer ms.Close()
 	reg := prometheus.NewRegistry()
-	svc := service.New(service.Options{Store: ms, Registry: reg, Observers: []service.Observer{NewStats(reg, StatsOptions{})}})
+	svc := service.New(service.Options{Store: ms, Observers: []service.Observer{decisionmetrics.New(reg, decisionmetrics.Options{}), NewStats(reg, StatsOptions{})}})
 	svc.SetConfig(cfg)
 	req := &service.Request{Domain: "api", Descriptors: []service.Descriptor{desc("remote_address", "10.0.0.1")}}
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
@@ -273,7 +274,7 @@ func Defaults() Config {
 		Service: Service{
 			OnStoreError:   service.FailError,
 			Headers:        service.HeadersOff,
-			MaxValueSeries: service.DefaultMaxValueSeries,
+			MaxValueSeries: decisionmetrics.DefaultMaxValueSeries,
 		},
 		Files: Files{
 			Path:   "config/limits.yaml",

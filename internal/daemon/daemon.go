@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/rlqs"
@@ -102,6 +103,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 			return nil, err
 		}
 	}
+	// rls's own metrics watch every decision, then the plug-ins' observers.
+	metrics := decisionmetrics.New(s.reg, decisionmetrics.Options{MaxValueSeries: cfg.Service.MaxValueSeries, ShadowAll: cfg.Service.ShadowAll})
+	observers := append([]service.Observer{metrics}, hooks.Observers...)
 	s.svc = service.New(service.Options{
 		Store:           store,
 		StoreDoesIO:     cfg.Store.Kind == Redis,
@@ -110,10 +114,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		CountDeniedHits: cfg.Service.CountDeniedHits,
 		QuotaAll:        cfg.Service.QuotaAll,
 		ShadowAll:       cfg.Service.ShadowAll,
-		MaxValueSeries:  cfg.Service.MaxValueSeries,
-		Registry:        s.reg,
 		Logger:          log,
-		Observers:       hooks.Observers,
+		Observers:       observers,
 		AnswerRules:     hooks.AnswerRules,
 		Tracer:          tracer,
 		StoreName:       string(cfg.Store.Kind),

@@ -176,6 +176,7 @@ func (*countingObserver) Reloaded(error)               {}
 func (o *countingObserver) Decided(any, *service.Decision) {
 	o.decided.Add(1)
 }
+func (*countingObserver) Cleared(any, *service.Cleared) {}
 
 // The plug-in points: a Source that starts with no config (/healthcheck
 // and /readyz say not ready until it brings one) and is told of the

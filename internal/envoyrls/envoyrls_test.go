@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/service"
@@ -188,7 +189,7 @@ descriptors:
     rate_limits:
       - {unit: minute, requests_per_unit: 1000000000}
       - {unit: hour, requests_per_unit: 1000000000, algorithm: sliding_window}
-`, service.Options{Store: servetest.MemoryStore(b, time.Now), Registry: prometheus.NewRegistry()}))
+`, service.Options{Store: servetest.MemoryStore(b, time.Now), Observers: []service.Observer{decisionmetrics.New(prometheus.NewRegistry(), decisionmetrics.Options{})}}))
 }
 
 // BenchmarkHandler3x2 is the load harness's second shape in process.

@@ -72,8 +72,8 @@ func (h *handler) refuse(r *http.Request, why string) {
 
 // reset answers POST /admin/reset: the body is a RateLimitRequest in
 // proto3 JSON; every counter of the limits its descriptors match is
-// cleared. The answer is the service's ResetResult in JSON, 200 (400 for
-// a bad body, 501 when the store cannot reset).
+// cleared. The answer is the service's ResetResult in JSON (ResetResult),
+// 200 (400 for a bad body, 501 when the store cannot reset).
 func (h *handler) reset(w http.ResponseWriter, r *http.Request, who string) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
 	if err != nil {
@@ -95,12 +95,13 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request, who string) {
 		http.Error(w, err.Error(), status)
 		return
 	}
+	js := resetJSON(res)
 	var limits []string
-	for _, d := range res.Descriptors {
+	for _, d := range js.Descriptors {
 		limits = append(limits, d.Limits...)
 	}
-	h.Logger.Info("admin reset", "by", who, "domain", res.Domain, "descriptors", res.Descriptors, "limits", limits, "cleared", res.Cleared)
-	out, err := json.MarshalIndent(res, "", "  ")
+	h.Logger.Info("admin reset", "by", who, "domain", js.Domain, "descriptors", js.Descriptors, "limits", limits, "cleared", js.Cleared)
+	out, err := json.MarshalIndent(js, "", "  ")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

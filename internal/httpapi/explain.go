@@ -43,7 +43,7 @@ type explainHTTP struct {
 // explain answers POST /debug/explain: the body is a RateLimitRequest in
 // proto3 JSON, or {"domain": ..., "http": {...}} for the descriptors that
 // the domain's http_descriptors make of an HTTP request; the answer is the
-// service's Explanation in JSON, 200 (400 for a bad body).
+// service's Explanation in JSON (Explanation), 200 (400 for a bad body).
 func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
 	if err != nil {
@@ -78,7 +78,7 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(ex); err != nil {
+	if err := enc.Encode(explanationJSON(ex)); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

@@ -71,7 +71,7 @@ func TestExplainWhyMatchingStopped(t *testing.T) {
 			if code != 200 {
 				t.Fatalf("POST /debug/explain %s = %d %s, want 200", tc.body, code, body)
 			}
-			var ex service.Explanation
+			var ex Explanation
 			if err := json.Unmarshal([]byte(body), &ex); err != nil {
 				t.Fatalf("answer is not an explanation: %v\n%s", err, body)
 			}
@@ -97,7 +97,7 @@ func TestExplainHTTPForm(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("POST /debug/explain (HTTP form) = %d %s", code, body)
 	}
-	var ex service.Explanation
+	var ex Explanation
 	if err := json.Unmarshal([]byte(body), &ex); err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ type fixture struct {
 func newFixture(t *testing.T, store engine.Store, opts Options) *fixture {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	svc := servetest.Service(t, limitsYAML, service.Options{Store: store, Registry: reg})
+	svc := servetest.Service(t, limitsYAML, service.Options{Store: store})
 	opts.Service, opts.Gatherer = svc, reg
 	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)

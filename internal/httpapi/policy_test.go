@@ -29,7 +29,7 @@ descriptors:
 `
 	clock := storetest.NewClock(time.Date(2024, 2, 10, 12, 0, 0, 0, time.UTC))
 	reg := prometheus.NewRegistry()
-	svc := servetest.Service(t, yaml, service.Options{Store: servetest.MemoryStore(t, clock.Now), Now: clock.Now, Registry: reg})
+	svc := servetest.Service(t, yaml, service.Options{Store: servetest.MemoryStore(t, clock.Now), Now: clock.Now})
 	srv := httptest.NewServer(New(Options{Service: svc, Gatherer: reg}))
 	t.Cleanup(srv.Close)
 	f := &fixture{srv: srv, svc: svc}

@@ -59,13 +59,16 @@ func rules() []rule {
 		// OpenTelemetry: its API (a trace.Tracer, spans) may be used where
 		// spans are made; its SDK and exporters only by internal/tracing,
 		// which the running server wires in.
-		otel       = []string{"go.opentelemetry.io/..."}
-		otelSDK    = []string{"go.opentelemetry.io/otel/sdk/...", "go.opentelemetry.io/otel/exporters/..."}
-		tracing    = own("internal/tracing")
-		spans      = own("internal/tracing/spans")
-		engine     = own("internal/engine")
-		config     = own("internal/config")
-		service    = own("internal/service")
+		otel    = []string{"go.opentelemetry.io/..."}
+		otelSDK = []string{"go.opentelemetry.io/otel/sdk/...", "go.opentelemetry.io/otel/exporters/..."}
+		tracing = own("internal/tracing")
+		spans   = own("internal/tracing/spans")
+		engine  = own("internal/engine")
+		config  = own("internal/config")
+		service = own("internal/service")
+		// rls's own metrics of decisions: an observer that the running
+		// server installs in the service.
+		observers  = own("internal/decisionmetrics")
 		stores     = own("internal/memstore", "internal/redisstore", "internal/lease")
 		transports = own("internal/envoyrls", "internal/authz", "internal/httpapi", "internal/rlqs")
 		// The package of the envoyproxy/ratelimit mode (issue 22): nothing
@@ -90,7 +93,7 @@ func rules() []rule {
 			notDepend: slices.Concat(stores, service, transports, compat, daemon),
 		},
 		{
-			what:      "the metric series type (the service and the compatibility package use it)",
+			what:      "the metric series type (rls's metrics and the compatibility package use it)",
 			pkgs:      own("internal/series"),
 			notDepend: own("..."),
 			except:    own("internal/series"),
@@ -98,21 +101,29 @@ func rules() []rule {
 		{
 			what:      "a store",
 			pkgs:      stores,
-			notDepend: slices.Concat(transports, service, config, compat, daemon, tracing, otelSDK),
+			notDepend: slices.Concat(transports, service, observers, config, compat, daemon, tracing, otelSDK),
 		},
 		{
 			what:      "the service",
 			pkgs:      service,
-			notDepend: slices.Concat(redis, grpc, stores, transports, compat, daemon, tracing, otelSDK),
+			notDepend: slices.Concat(redis, grpc, stores, transports, observers, compat, daemon, tracing, otelSDK),
 			// The Prometheus client brings net/http: the rule is about the
 			// service's own code.
+			notImport: []string{"net/http"},
+		},
+		{
+			what: "rls's own observers of decisions (its Prometheus metrics, the fullness sample)",
+			pkgs: observers,
+			// It watches the service's decisions: it knows no wire protocol
+			// and no store.
+			notDepend: slices.Concat(redis, grpc, envoy, stores, transports, compat, daemon, tracing, otelSDK),
 			notImport: []string{"net/http"},
 		},
 		{
 			what:      "a transport (protocol adapter)",
 			pkgs:      transports,
 			notImport: engine,
-			notDepend: slices.Concat(stores, compat, daemon, tracing, otelSDK),
+			notDepend: slices.Concat(stores, observers, compat, daemon, tracing, otelSDK),
 		},
 		{
 			what: "the spans helper (how rls's own operations make spans, with OpenTelemetry's API only)",

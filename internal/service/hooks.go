@@ -1,15 +1,19 @@
 package service
 
 import (
+	"time"
+
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
-// The service's hooks, for what a front end adds to rls's own behaviour
-// (the compatibility package plugs another server's stats and answer rules
-// in here). The service knows nothing of what uses them.
+// The service's hooks, for what watches or completes its answers: rls's
+// own metrics (internal/decisionmetrics), and what a front end adds (the
+// compatibility package plugs another server's stats and answer rules in
+// here). The service knows nothing of what uses them.
 
-// Observer is told what the service decides. Its methods are called
+// Observer is told what the service decides and clears: rls's own metrics
+// (internal/decisionmetrics), a front end's stats. Its methods are called
 // concurrently and must not block; they must not keep what they are given
 // past the call.
 type Observer interface {
@@ -21,25 +25,57 @@ type Observer interface {
 	// Reloaded is told the outcome of each load: nil when a config became
 	// current, the error when the previous one stays.
 	Reloaded(err error)
-	// Decided is told each request that the store decided (not the ones
-	// answered per --on-store-error, not explanations), once its statuses
-	// are filled, with the state ForConfig returned for its config.
+	// Decided is told each request answered (ShouldRateLimit, CheckHTTP):
+	// judged by the store, answered without it (an unknown domain, no limit
+	// to count) or per --on-store-error; not invalid requests, not
+	// explanations. It is called once the statuses are filled, before the
+	// headers and the answer rules, with the state ForConfig returned for
+	// the config of the decision (nil when none is loaded).
 	Decided(state any, d *Decision)
+	// Cleared is told each Reset that reached the store.
+	Cleared(state any, c *Cleared)
 }
 
-// Decision is one decided request, as observers see it: the store's items
-// and their results. Valid only during the call.
+// Decision is one answered request, as observers see it. Valid only during
+// the call.
 type Decision struct {
 	Request *Request
+	// Domain is the request's domain in the config; nil when the config
+	// has none (every descriptor is then answered OK with no limit).
+	Domain *config.Domain
+	// Response is the answer before the headers and the answer rules: its
+	// Code, Never and statuses. nil when the request got an error (the
+	// store failed under FailError).
+	Response *Response
+	// Unmatched counts the descriptors without an override that matched no
+	// node with limits (all of them for an unknown domain).
+	Unmatched int
 	// Items are what the store judged; Limits[i] is the limit of Items[i],
 	// Owners[i] the index of its descriptor in Request.Descriptors, and
-	// Results[i] its result.
+	// Results[i] its result. Empty when the store judged nothing: no limit
+	// to count, or a failed call.
 	Items   []engine.Item
 	Limits  []*config.Limit
 	Owners  []int
 	Results []engine.Result
-	// Admitted is the request's verdict before any answer rule.
-	Admitted bool
+	// StoreErr is the error of a failed store call: Response is then the
+	// store-error policy's answer.
+	StoreErr error
+	// StoreTime is how long the store call took, when the service times
+	// it (Options.StoreDoesIO); 0 otherwise.
+	StoreTime time.Duration
+}
+
+// Cleared is one Reset that reached the store, as observers see it. Valid
+// only during the call.
+type Cleared struct {
+	Domain *config.Domain
+	// Items are the counters reset (Items[i].Desc their descriptor's
+	// identity), Limits[i] the limit of Items[i].
+	Items  []engine.Item
+	Limits []*config.Limit
+	// Counters is how many of them held state.
+	Counters int
 }
 
 // AnswerRule is a last step on a decided answer, once its statuses and

@@ -21,15 +21,18 @@ func (s *Service) CheckHTTP(ctx context.Context, domain string, r httpdesc.Reque
 		return nil, ErrUnknownDomain
 	}
 	sc := s.scratch.Get().(*scratch)
-	defer s.scratch.Put(sc)
+	defer s.release(sc)
 	sc.built = dom.HTTPDescriptors.Build(r, sc.built[:0])
-	if len(sc.built) == 0 {
-		s.m.requestsOK.Inc()
-		return &Response{Code: OK}, nil
+	req := &sc.httpReq
+	req.Domain, req.Descriptors = domain, req.Descriptors[:0]
+	for _, entries := range sc.built {
+		req.Descriptors = append(req.Descriptors, Descriptor{Entries: entries})
 	}
-	req := &Request{Domain: domain, Descriptors: make([]Descriptor, len(sc.built))}
-	for i, entries := range sc.built {
-		req.Descriptors[i].Entries = entries
+	if len(req.Descriptors) == 0 {
+		// Nothing to decide: OK with no limit.
+		sc.decision = Decision{Request: req, Domain: dom, Response: &Response{Code: OK}}
+		s.observe(cur, &sc.decision)
+		return sc.decision.Response, nil
 	}
 	// The entries come from the config's actions and from header values
 	// that the HTTP server already bounds, so validate's limits on client

@@ -1,9 +1,6 @@
 package service
 
-import (
-	"github.com/rlsproject/rls/internal/config"
-	"github.com/rlsproject/rls/internal/engine"
-)
+import "github.com/rlsproject/rls/internal/engine"
 
 // never reports whether a denied request can never pass as it is: with
 // every item that a wait could lift counted as admitted (all but the
@@ -21,17 +18,16 @@ func never(items []engine.Item, results []engine.Result) bool {
 	return !admitted
 }
 
-// impossible counts a request that can never pass, and logs it at a
-// bounded rate with the first limit that never admits: the client (or the
+// logImpossible logs a request that can never pass (Response.Never), at a
+// bounded rate, with the first limit that never admits: the client (or the
 // proxy's hits_addend) asks for more than the config allows.
-func (s *Service) impossible(cur *loaded, dom *config.Domain, sc *scratch, results []engine.Result) {
-	cur.domains[dom.Name].countImpossible()
+func (s *Service) logImpossible(d *Decision) {
 	s.neverLog.Do(func() {
-		for i := range sc.items {
-			if r := &results[i]; r.Never && !sc.items[i].Shadow {
-				l := sc.limits[i]
+		for i := range d.Items {
+			if r := &d.Results[i]; r.Never && !d.Items[i].Shadow {
+				l := d.Limits[i]
 				s.log.Warn("a request asks more hits than a limit can ever admit: denied, with no Retry-After",
-					"domain", dom.Name, "limit", l.Label, "hits", sc.items[i].Hits, "capacity", l.Rule.Capacity(), "algorithm", l.Rule.Algorithm())
+					"domain", d.Domain.Name, "limit", l.Label, "hits", d.Items[i].Hits, "capacity", l.Rule.Capacity(), "algorithm", l.Rule.Algorithm())
 				return
 			}
 		}

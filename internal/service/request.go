@@ -194,13 +194,8 @@ func orMore(atLeast bool) string {
 	return ""
 }
 
-// hits returns the hits of descriptor d of req.
-func (req *Request) hits(d *Descriptor) uint64 {
-	if d.HasHits {
-		return d.Hits
-	}
-	return uint64(max(req.HitsAddend, 1))
-}
+// OverrideLabel is the label of every request override's limit.
+const OverrideLabel = "override"
 
 // overrideLimit builds the limit of a request override (validate checked
 // it). Its counter is the one of a configured, unnamed fixed window of the
@@ -208,7 +203,7 @@ func (req *Request) hits(d *Descriptor) uint64 {
 func overrideLimit(o *Override) *config.Limit {
 	return &config.Limit{
 		Rule:  engine.MustCompile(engine.Spec{Unit: o.Unit, Multiplier: max(o.UnitMultiplier, 1), Limit: o.RequestsPerUnit}),
-		Label: overrideLabel,
+		Label: OverrideLabel,
 		Index: -1,
 	}
 }
@@ -247,17 +242,6 @@ type Response struct {
 	Metadata map[string]any
 
 	statusBuf [4]Status // Statuses of small requests, in the same allocation
-}
-
-// newResponse returns an OK response with n statuses.
-func newResponse(n int) *Response {
-	r := &Response{Code: OK}
-	if n <= len(r.statusBuf) {
-		r.Statuses = r.statusBuf[:n:n]
-	} else {
-		r.Statuses = make([]Status, n)
-	}
-	return r
 }
 
 // Status is the verdict on one descriptor.

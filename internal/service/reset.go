@@ -3,36 +3,26 @@ package service
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 )
 
-// ResetResult says what a Reset cleared.
+// ResetResult says what a Reset cleared. A value, built per call.
 type ResetResult struct {
-	Domain      string            `json:"domain"`
-	Descriptors []ResetDescriptor `json:"descriptors"`
+	Domain      string
+	Descriptors []ResetDescriptor
 	// Cleared is the number of counters that held state and were cleared
 	// (a counter never used, or whose window ended, holds none).
-	Cleared int `json:"cleared"`
+	Cleared int
 }
 
 // ResetDescriptor is what a Reset did to one descriptor of the request.
 type ResetDescriptor struct {
-	Entries []EntryJSON `json:"entries"`
-	// Limits are the labels of the limits whose counters were reset, in
-	// the config's order; empty when the descriptor matched no limit.
-	Limits []string `json:"limits"`
-}
-
-// String writes the descriptor key=value,... as rls check takes it.
-func (d ResetDescriptor) String() string {
-	parts := make([]string, len(d.Entries))
-	for i, e := range d.Entries {
-		parts[i] = e.Key + "=" + e.Value
-	}
-	return strings.Join(parts, ",")
+	Entries []config.Entry
+	// Limits are the limits whose counters were reset, in the config's
+	// order; empty when the descriptor matched no limit.
+	Limits []*config.Limit
 }
 
 // ErrCannotReset is returned by Reset when the store cannot clear
@@ -43,14 +33,15 @@ var ErrCannotReset = errors.New("the store cannot reset counters")
 // as a decision would find them (all windows, all algorithms; not those a
 // replaces rule or unlimited sets aside), so that they start afresh. Hits
 // and refunds of the request are ignored. It returns an *InvalidError for
-// a malformed request; an unknown domain clears nothing.
+// a malformed request; an unknown domain clears nothing. The observers are
+// told of a reset that reached the store (Cleared).
 func (s *Service) Reset(ctx context.Context, req *Request) (*ResetResult, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	res := &ResetResult{Domain: req.Domain, Descriptors: make([]ResetDescriptor, len(req.Descriptors))}
 	for i := range req.Descriptors {
-		res.Descriptors[i] = ResetDescriptor{Entries: entriesJSON(req.Descriptors[i].Entries), Limits: []string{}}
+		res.Descriptors[i].Entries = req.Descriptors[i].Entries
 	}
 	cur := s.current.Load()
 	var dom *config.Domain
@@ -76,11 +67,12 @@ func (s *Service) Reset(ctx context.Context, req *Request) (*ResetResult, error)
 	}
 	for i, l := range sc.limits {
 		d := &res.Descriptors[sc.owner[i]]
-		d.Limits = append(d.Limits, l.Label)
+		d.Limits = append(d.Limits, l)
 	}
 	res.Cleared = n
-	s.forgetFullness(cur, dom, sc)
-	s.m.resets.Inc()
-	s.m.resetCounters.Add(float64(n))
+	c := Cleared{Domain: dom, Items: sc.items, Limits: sc.limits, Counters: n}
+	for i, o := range s.observers {
+		o.Cleared(cur.observed[i], &c)
+	}
 	return res, nil
 }

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
@@ -60,7 +57,7 @@ descriptors:
 type fixture struct {
 	svc   *Service
 	clock *storetest.Clock
-	reg   *prometheus.Registry
+	seen  *tally // what the service tells its observers
 }
 
 func newFixture(t *testing.T, opts Options) *fixture {
@@ -69,13 +66,13 @@ func newFixture(t *testing.T, opts Options) *fixture {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	f := &fixture{clock: storetest.NewClock(storetest.T0), reg: prometheus.NewRegistry()}
+	f := &fixture{clock: storetest.NewClock(storetest.T0), seen: newTally()}
 	if opts.Store == nil {
 		ms := memstore.New(memstore.Options{Now: f.clock.Now})
 		t.Cleanup(func() { ms.Close() })
 		opts.Store = ms
 	}
-	opts.Registry = f.reg
+	opts.Observers = append(opts.Observers, f.seen)
 	f.svc = New(opts)
 	if err := f.svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil {
 		t.Fatal(err)
@@ -231,12 +228,10 @@ func TestShadow(t *testing.T) {
 			t.Errorf("request %d: user's binding limit %+v, want the enforced minute limit, not the shadow one", i, got)
 		}
 	}
-	denials := testutil.ToFloat64(f.svc.m.shadowDenials.WithLabelValues("api", "try_strict"))
-	if denials != 3 {
-		t.Errorf("shadow denials of try_strict = %v, want 3", denials)
-	}
-	if got := testutil.ToFloat64(f.svc.m.shadowDenials.WithLabelValues("api", "tenant/1m")); got != 3 {
-		t.Errorf("shadow denials of tenant/1m = %v, want 3", got)
+	for _, label := range []string{"try_strict", "tenant/1m"} {
+		if got := f.seen.verdicts[label]["shadow_over_limit"]; got != 3 {
+			t.Errorf("shadow denials of %s told to the observers: %v, want 3", label, got)
+		}
 	}
 }
 
@@ -363,8 +358,8 @@ func TestStoreErrorPolicy(t *testing.T) {
 	if resp.Code != OverLimit || resp.Statuses[0].Code != OK || resp.Statuses[1].Code != OverLimit {
 		t.Errorf("policy deny: %s (%s, %s), want OVER_LIMIT (OK for the unlimited-free descriptor, OVER_LIMIT)", resp.Code, resp.Statuses[0].Code, resp.Statuses[1].Code)
 	}
-	if got := testutil.ToFloat64(f.svc.m.storeErrors); got != 1 {
-		t.Errorf("rls_store_errors_total = %v, want 1", got)
+	if f.seen.storeErrors != 1 || f.seen.codes["OVER_LIMIT"] != 1 || len(f.seen.verdicts) != 0 {
+		t.Errorf("observers told of %d store errors, answers %v, verdicts %v; want 1 error, 1 OVER_LIMIT, no verdict", f.seen.storeErrors, f.seen.codes, f.seen.verdicts)
 	}
 
 	// The headers follow the caller's mode: /auth and ext_authz always
@@ -441,15 +436,15 @@ func TestReloadKeepsOldConfigOnError(t *testing.T) {
 	if err == nil || f.svc.Config() != old {
 		t.Fatalf("Reload(failing) = %v, config swapped = %v; want an error and the old config kept", err, f.svc.Config() != old)
 	}
-	if got := testutil.ToFloat64(f.svc.m.reloadOK); got != 0 {
-		t.Errorf("rls_config_last_reload_successful = %v after a failed reload, want 0", got)
+	if n := len(f.seen.reloads); n != 2 || f.seen.reloads[1] == nil {
+		t.Errorf("observers told of reloads %v after a failed one, want the first's nil and the failure", f.seen.reloads)
 	}
 	cfg, _ := config.Parse("new.yaml", []byte("domain: fresh\n"))
 	if err := f.svc.Reload(func() (*config.Config, error) { return cfg, nil }); err != nil || f.svc.Config() != cfg {
 		t.Fatalf("Reload(good) = %v, want the new config in use", err)
 	}
-	if got := testutil.ToFloat64(f.svc.m.reloadOK); got != 1 {
-		t.Errorf("rls_config_last_reload_successful = %v after a good reload, want 1", got)
+	if n := len(f.seen.reloads); n != 3 || f.seen.reloads[2] != nil || f.seen.configs != 2 {
+		t.Errorf("observers told of reloads %v and %d configs after a good reload, want a third reload, nil, and 2 configs", f.seen.reloads, f.seen.configs)
 	}
 }
 
@@ -518,8 +513,8 @@ func TestAnswerMargin(t *testing.T) {
 }
 
 // --shadow (ShadowAll): every limit judged and counted, nothing denied;
-// what would have been denied is counted in rls_shadow_denials_total, and
-// rls_shadow_mode reads 1.
+// what would have been denied is told to the observers as a shadow
+// denial.
 func TestShadowAll(t *testing.T) {
 	f := newFixture(t, Options{ShadowAll: true})
 	ip := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1")}}
@@ -530,23 +525,14 @@ func TestShadowAll(t *testing.T) {
 		}
 	}
 	// 3 a second: the 4th and 5th would have been denied.
-	if got := testutil.ToFloat64(f.svc.m.shadowDenials.WithLabelValues("api", "remote_address/1s")); got != 2 {
-		t.Errorf("rls_shadow_denials_total{limit=remote_address/1s} = %v, want 2", got)
+	if got := f.seen.verdicts["remote_address/1s"]["shadow_over_limit"]; got != 2 {
+		t.Errorf("shadow denials of remote_address/1s told to the observers: %v, want 2", got)
 	}
 	ex, err := f.svc.Explain(context.Background(), ip)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ex.Descriptors[0].Limits[0].Applies; got != "shadow" {
-		t.Errorf("explain under --shadow: applies %q, want shadow", got)
-	}
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "rls_shadow_mode" && mf.GetMetric()[0].GetGauge().GetValue() != 1 {
-			t.Errorf("rls_shadow_mode = %v, want 1", mf.GetMetric()[0].GetGauge().GetValue())
-		}
+	if got := ex.Descriptors[0].Limits[0].Applies; got != Shadow {
+		t.Errorf("explain under --shadow: applies %s, want shadow", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -123,9 +122,10 @@ func TestDecisionSpansStoreError(t *testing.T) {
 
 // benchDecisions measures ShouldRateLimit of one descriptor that three
 // limits judge on the memory store, on a service configured by opts (its
-// store and registry aside). The third (an hour's sliding window) admits
-// perHour hits: a billion admits everything, 1 denies every request after
-// the first.
+// store aside), told to an observer that does nothing (rls's metrics are
+// measured in internal/decisionmetrics). The third limit (an hour's
+// sliding window) admits perHour hits: a billion admits everything, 1
+// denies every request after the first.
 func benchDecisions(b *testing.B, opts Options, perHour uint32) {
 	cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
 domain: api
@@ -141,7 +141,7 @@ descriptors:
 	}
 	ms := memstore.New(memstore.Options{})
 	b.Cleanup(func() { ms.Close() })
-	opts.Store, opts.Registry = ms, prometheus.NewRegistry()
+	opts.Store, opts.Observers = ms, []Observer{nopObserver{}}
 	svc := New(opts)
 	svc.SetConfig(cfg)
 	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1")}}
@@ -178,6 +178,14 @@ func BenchmarkShouldRateLimitTracing(b *testing.B) {
 		})
 	}
 }
+
+// nopObserver is told everything and does nothing.
+type nopObserver struct{}
+
+func (nopObserver) ForConfig(*config.Config) any { return nil }
+func (nopObserver) Reloaded(error)               {}
+func (nopObserver) Decided(any, *Decision)       {}
+func (nopObserver) Cleared(any, *Cleared)        {}
 
 // dropProcessor takes ended spans and keeps nothing.
 type dropProcessor struct{}

@@ -192,9 +192,9 @@ descriptors:
 	var got []string
 	for _, l := range ex.Descriptors[0].Limits {
 		if l.Policy == nil {
-			t.Fatalf("limit %s has no policy", l.Label)
+			t.Fatalf("limit %s has no policy", l.Limit.Label)
 		}
-		got = append(got, fmt.Sprintf("%d/%d", l.Policy.Quota, l.Policy.WindowSeconds))
+		got = append(got, fmt.Sprintf("%d/%d", l.Policy.Quota, int64(l.Policy.Window/time.Second)))
 	}
 	resp, err := svc.ShouldRateLimit(context.Background(), req)
 	if err != nil {

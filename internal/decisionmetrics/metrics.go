@@ -1,4 +1,4 @@
-package service
+package decisionmetrics
 
 import (
 	"hash/fnv"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/series"
+	"github.com/rlsproject/rls/internal/service"
 )
 
 // metrics are the service's Prometheus metrics. Label values come from the
@@ -203,7 +204,7 @@ func (m *metrics) forConfig(cfg *config.Config) (byLimit []limitMetrics, overrid
 	byLimit = make([]limitMetrics, len(cfg.Limits()))
 	override = make(map[string]*limitMetrics, len(cfg.Domains()))
 	for _, d := range cfg.Domains() {
-		override[d.Name] = &limitMetrics{series: limits.Series(d.Name, overrideLabel)}
+		override[d.Name] = &limitMetrics{series: limits.Series(d.Name, service.OverrideLabel)}
 		walk(d.Descriptors, func(l *config.Limit) {
 			lm := &byLimit[l.Index]
 			lm.series = limits.Series(d.Name, l.Label)
@@ -238,7 +239,7 @@ func perValue(n *config.Descriptor) bool {
 // made valid UTF-8 and shortened past 64 bytes (with a hash, so that they
 // stay apart).
 func appendValueLabel(dst []byte, node *config.Descriptor, entries []config.Entry) []byte {
-	var levels [MaxEntries]*config.Descriptor
+	var levels [service.MaxEntries]*config.Descriptor
 	for n := node; n != nil; n = n.Parent {
 		levels[n.Depth] = n
 	}

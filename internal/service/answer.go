@@ -8,7 +8,158 @@ import (
 	"time"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/engine"
 )
+
+// The answer to a request: each descriptor's status from the store's
+// results and the limit that binds it (or the store-error policy's
+// answer), told to the observers, then the rate-limit headers and the
+// answer rules.
+
+// fillStatuses turns the store's results for d's items into resp's
+// statuses, one per descriptor: the limit that binds it and, with
+// withLimits, every limit's policy for the headers.
+func (s *Service) fillStatuses(resp *Response, d *Decision, withLimits bool) {
+	var now time.Time // read once, when a calendar limit needs it
+	for i := range d.Items {
+		it, r, l := &d.Items[i], &d.Results[i], d.Limits[i]
+		st := &resp.Statuses[d.Owners[i]]
+		if withLimits {
+			st.Policies = append(st.Policies, s.policy(l, r.Reset, &now))
+		}
+		if binds(st, it, r) {
+			st.Limit = l
+			st.Remaining = uint32(min(r.Remaining, math.MaxUint32))
+			st.ResetAfter = r.Reset
+			st.Never = false
+			if !r.Admitted && !it.Shadow {
+				st.Code = OverLimit
+				if st.Never = r.Never; !r.Never {
+					st.ResetAfter = r.RetryAfter
+				}
+			}
+		}
+	}
+}
+
+// binds reports whether item it (with result r) is more binding than the
+// limit that st holds so far (see bindKey).
+func binds(st *Status, it *engine.Item, r *engine.Result) bool {
+	if st.Limit == nil {
+		return true
+	}
+	deny := !r.Admitted && !it.Shadow
+	k := bindKey{shadow: it.Shadow, deny: deny, never: deny && r.Never, wait: r.Reset, remaining: r.Remaining, window: it.Rule.Window}
+	if deny && !r.Never {
+		k.wait = r.RetryAfter
+	}
+	return k.over(st.bindKey())
+}
+
+// bindKey is what decides which limit binds a descriptor (its status) or a
+// response (its single-valued headers): a denying non-shadow limit beats
+// the others (one that never admits, else the one that waits longest),
+// then the least remaining, then the longest window. Shadow limits bind
+// only what has nothing else.
+type bindKey struct {
+	shadow, deny, never bool
+	wait                time.Duration // until the retry when denying, else the reset
+	remaining           uint64
+	window              time.Duration
+}
+
+func (st *Status) bindKey() bindKey {
+	return bindKey{shadow: st.Limit.Shadow, deny: st.Code == OverLimit, never: st.Never, wait: st.ResetAfter, remaining: uint64(st.Remaining), window: st.Limit.Rule.Window}
+}
+
+// over reports whether k binds rather than b.
+func (k bindKey) over(b bindKey) bool {
+	switch {
+	case k.shadow != b.shadow:
+		return b.shadow
+	case k.deny != b.deny:
+		return k.deny
+	case k.deny && k.never != b.never:
+		return k.never
+	case k.deny:
+		return k.wait > b.wait
+	case k.remaining != b.remaining:
+		return k.remaining < b.remaining
+	}
+	return k.window > b.window
+}
+
+// storeFailed answers the decision in sc, whose store call failed with
+// err, per the store-error policy: resp as it is (allow), resp denied
+// (deny), or the error. It tells the observers.
+func (s *Service) storeFailed(cur *loaded, sc *scratch, resp *Response, mode HeaderMode, err error) (*Response, error) {
+	d := &sc.decision
+	d.StoreErr = err
+	s.errLog.Do(func() {
+		s.log.Warn("store call failed", "domain", d.Request.Domain, "policy", s.onStoreError, "error", err)
+	})
+	switch s.onStoreError {
+	case FailAllow:
+	case FailDeny:
+		s.denyAll(resp, sc, mode)
+	default:
+		d.Response = nil
+	}
+	s.observe(cur, d)
+	if d.Response == nil {
+		return nil, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	}
+	return resp, nil
+}
+
+// denyAll answers every limit of sc's items in resp as denying (FailDeny):
+// with no result, each for its window from now (a calendar limit for what
+// is left of its window), with the headers of mode and no answer rule.
+func (s *Service) denyAll(resp *Response, sc *scratch, mode HeaderMode) {
+	resp.Code = OverLimit
+	var now time.Time
+	for i, it := range sc.items {
+		st, l := &resp.Statuses[sc.owner[i]], sc.limits[i]
+		reset := l.Rule.Window
+		if l.Rule.Calendar != nil {
+			reset = s.calendarLeft(l, &now)
+		}
+		if !it.Shadow && st.Limit == nil {
+			st.Code = OverLimit
+			st.Limit = l
+			st.ResetAfter = reset
+		}
+		if mode != HeadersOff {
+			st.Policies = append(st.Policies, s.policy(l, reset, &now)) // every policy in the headers
+		}
+	}
+	resp.Headers = appendHeaders(nil, mode, resp)
+}
+
+// observe tells the observers of decision d, made on the config cur (nil
+// when none is loaded).
+func (s *Service) observe(cur *loaded, d *Decision) {
+	for i, o := range s.observers {
+		var state any
+		if cur != nil {
+			state = cur.observed[i]
+		}
+		o.Decided(state, d)
+	}
+}
+
+// finishAnswer completes resp, a decided answer for req, whose
+// descriptors matched nodes (nil for a domain the config lacks): the
+// headers of mode, then the answer rules.
+func (s *Service) finishAnswer(req *Request, nodes []*config.Descriptor, resp *Response, mode HeaderMode) {
+	resp.Headers = appendHeaders(nil, mode, resp)
+	if len(s.rules) > 0 {
+		a := Answer{Request: req, Response: resp, Nodes: nodes}
+		for _, r := range s.rules {
+			r.Finish(&a)
+		}
+	}
+}
 
 // HeaderMode selects the rate-limit headers of a response.
 type HeaderMode uint8

@@ -1,4 +1,4 @@
-package service
+package decisionmetrics
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/service"
 )
 
 const unmatchedConfig = `
@@ -41,22 +42,22 @@ func TestUnmatchedDescriptorsCounted(t *testing.T) {
 		t.Fatalf("series before any request: %v, want none", got)
 	}
 	over := desc("nothing", "x")
-	over.Override = &Override{RequestsPerUnit: 1, Unit: engine.Minute}
+	over.Override = &service.Override{RequestsPerUnit: 1, Unit: engine.Minute}
 	for _, tc := range []struct {
 		domain string
-		descs  []Descriptor
+		descs  []service.Descriptor
 	}{
-		{"api", []Descriptor{desc("remote_address", "10.0.0.1")}},               // matched
-		{"api", []Descriptor{desc("path", "/admin")}},                           // unlimited: what the config says
-		{"api", []Descriptor{over}},                                             // an override: no match needed
-		{"api", []Descriptor{desc("user", "u")}},                                // 1: no node for the key
-		{"api", []Descriptor{desc("tenant", "t")}},                              // 2: a node without limits
-		{"api", []Descriptor{desc("remote_address", "1.2.3.4", "x", "y")}},      // 3: deeper than the tree
-		{"api", []Descriptor{desc("tenant", "t", "plan", "p"), desc("a", "b")}}, // 4: one of two
-		{"web", []Descriptor{desc("k", "v"), desc("j", "v")}},                   // web 1
-		{"nope", []Descriptor{desc("k", "v"), desc("k", "w")}},                  // _unknown 2
+		{"api", []service.Descriptor{desc("remote_address", "10.0.0.1")}},               // matched
+		{"api", []service.Descriptor{desc("path", "/admin")}},                           // unlimited: what the config says
+		{"api", []service.Descriptor{over}},                                             // an override: no match needed
+		{"api", []service.Descriptor{desc("user", "u")}},                                // 1: no node for the key
+		{"api", []service.Descriptor{desc("tenant", "t")}},                              // 2: a node without limits
+		{"api", []service.Descriptor{desc("remote_address", "1.2.3.4", "x", "y")}},      // 3: deeper than the tree
+		{"api", []service.Descriptor{desc("tenant", "t", "plan", "p"), desc("a", "b")}}, // 4: one of two
+		{"web", []service.Descriptor{desc("k", "v"), desc("j", "v")}},                   // web 1
+		{"nope", []service.Descriptor{desc("k", "v"), desc("k", "w")}},                  // _unknown 2
 	} {
-		if _, err := f.svc.ShouldRateLimit(context.Background(), &Request{Domain: tc.domain, Descriptors: tc.descs}); err != nil {
+		if _, err := f.svc.ShouldRateLimit(context.Background(), &service.Request{Domain: tc.domain, Descriptors: tc.descs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,23 +74,18 @@ func TestUnmatchedDescriptorsCounted(t *testing.T) {
 	}
 }
 
-// TestUnmatchedCostsNoAllocation: matching and counting an unmatched
-// descriptor allocates nothing once its series exists.
+// TestUnmatchedCostsNoAllocation: counting an unmatched descriptor
+// allocates nothing once its series exists.
 func TestUnmatchedCostsNoAllocation(t *testing.T) {
 	f := newMetricsFixture(t, 0)
 	f.load(t, unmatchedConfig)
-	cur := f.svc.current.Load()
-	dom := cur.cfg.Domain("api")
-	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1"), desc("user", "u")}}
-	sc := new(scratch)
-	count := func() {
-		if _, n := sc.resolve(dom, req); n > 0 {
-			cur.domains[dom.Name].countUnmatched(n)
-		}
-	}
-	count() // makes the series and grows the scratch
+	cur := f.m.current.Load()
+	req := &service.Request{Domain: "api", Descriptors: []service.Descriptor{desc("remote_address", "10.0.0.1"), desc("user", "u")}}
+	d := &service.Decision{Request: req, Domain: cur.cfg.Domain("api"), Response: &service.Response{Code: service.OK}, Unmatched: 1}
+	count := func() { f.m.Decided(cur, d) }
+	count() // makes the series
 	if allocs := testing.AllocsPerRun(100, count); allocs != 0 {
-		t.Errorf("resolving and counting an unmatched descriptor: %v allocations, want 0", allocs)
+		t.Errorf("counting an unmatched descriptor: %v allocations, want 0", allocs)
 	}
 	if got := f.series(t, "rls_descriptors_unmatched_total"); !slices.Equal(got, []string{"domain=api 102"}) {
 		t.Errorf("series %v, want api counted 102 times", got)
@@ -103,9 +99,9 @@ func BenchmarkShouldRateLimitUnmatched(b *testing.B) {
 	}
 	ms := memstore.New(memstore.Options{})
 	defer ms.Close()
-	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry()})
+	svc, _ := observed(prometheus.NewRegistry(), service.Options{Store: ms}, Options{})
 	svc.SetConfig(cfg)
-	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("remote_address", "10.0.0.1"), desc("user", "u")}}
+	req := &service.Request{Domain: "api", Descriptors: []service.Descriptor{desc("remote_address", "10.0.0.1"), desc("user", "u")}}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,4 +1,4 @@
-package service
+package decisionmetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

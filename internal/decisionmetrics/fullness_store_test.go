@@ -1,4 +1,4 @@
-package service
+package decisionmetrics
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/redistest"
+	"github.com/rlsproject/rls/internal/service"
 )
 
 const fullnessConfig = `
@@ -70,7 +71,7 @@ func onBothStores(t *testing.T, test func(*testing.T, engine.Store, *storetest.C
 
 func testFullnessPenalty(t *testing.T, store engine.Store, clock *storetest.Clock) {
 	reg := prometheus.NewPedanticRegistry()
-	svc := New(Options{Store: store, Registry: reg, Now: clock.Now})
+	svc, _ := observed(reg, service.Options{Store: store, Now: clock.Now}, Options{Now: clock.Now})
 	cfg, err := config.Parse("login.yaml", []byte(`
 domain: login
 descriptors:
@@ -81,9 +82,9 @@ descriptors:
 		t.Fatal(err)
 	}
 	svc.SetConfig(cfg)
-	ask := func() Code {
+	ask := func() service.Code {
 		t.Helper()
-		resp, err := svc.ShouldRateLimit(context.Background(), &Request{Domain: "login", Descriptors: []Descriptor{desc("remote_address", "192.0.2.1")}})
+		resp, err := svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "login", Descriptors: []service.Descriptor{desc("remote_address", "192.0.2.1")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,12 +93,12 @@ descriptors:
 	for i, st := range []struct {
 		name string
 		at   time.Duration
-		want Code // of a request then; 0 for none
+		want service.Code // of a request then; 0 for none
 		full []string
 	}{
-		{"the first of 2", 0, OK, series3("login/remote_address/1m", 1, 0, 0)},
-		{"the second", 0, OK, series3("login/remote_address/1m", 1, 1, 1)},
-		{"a third: denied, a strike, blocked for 5 minutes", time.Second, OverLimit, series3("login/remote_address/1m", 1, 1, 1)},
+		{"the first of 2", 0, service.OK, series3("login/remote_address/1m", 1, 0, 0)},
+		{"the second", 0, service.OK, series3("login/remote_address/1m", 1, 1, 1)},
+		{"a third: denied, a strike, blocked for 5 minutes", time.Second, service.OverLimit, series3("login/remote_address/1m", 1, 1, 1)},
 		{"+1m: the window has reset, the block holds", time.Minute, 0, series3("login/remote_address/1m", 1, 1, 1)},
 		{"+5m1s: the block is over", 5*time.Minute + time.Second, 0, series3("login/remote_address/1m", 0, 0, 0)},
 	} {
@@ -115,7 +116,7 @@ descriptors:
 
 func testFullness(t *testing.T, store engine.Store, clock *storetest.Clock) {
 	reg := prometheus.NewPedanticRegistry()
-	svc := New(Options{Store: store, Registry: reg, Now: clock.Now})
+	svc, m := observed(reg, service.Options{Store: store, Now: clock.Now}, Options{Now: clock.Now})
 	load := func(yaml string) {
 		t.Helper()
 		cfg, err := config.Parse("fill.yaml", []byte(yaml))
@@ -126,22 +127,22 @@ func testFullness(t *testing.T, store engine.Store, clock *storetest.Clock) {
 	}
 	load(fullnessConfig)
 	config20 := strings.Replace(fullnessConfig, "requests_per_unit: 10}", "requests_per_unit: 20}", 1)
-	ask := func(times int, d Descriptor) {
+	ask := func(times int, d service.Descriptor) {
 		t.Helper()
 		for range times {
-			if _, err := svc.ShouldRateLimit(context.Background(), &Request{Domain: "fill", Descriptors: []Descriptor{d}}); err != nil {
+			if _, err := svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "fill", Descriptors: []service.Descriptor{d}}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	refund := func(hits uint64, kv ...string) Descriptor {
+	refund := func(hits uint64, kv ...string) service.Descriptor {
 		d := desc(kv...)
 		d.HasHits, d.Hits, d.Refund = true, hits, true
 		return d
 	}
-	override := func(kv ...string) Descriptor {
+	override := func(kv ...string) service.Descriptor {
 		d := desc(kv...)
-		d.Override = &Override{RequestsPerUnit: 4, Unit: engine.Minute}
+		d.Override = &service.Override{RequestsPerUnit: 4, Unit: engine.Minute}
 		return d
 	}
 	steps := []struct {
@@ -181,7 +182,7 @@ func testFullness(t *testing.T, store engine.Store, clock *storetest.Clock) {
 			ask(1, desc("user", "b"))
 		}, want(series3("fill/user/1m", 1, 0, 0), series3("fill/tenant/1m", 1, 1, 1), series3("fill/bucket/1m", 0, 0, 0), series3("fill/override", 1, 1, 1))},
 		{"a reset of user=b: out", func() {
-			if _, err := svc.Reset(context.Background(), &Request{Domain: "fill", Descriptors: []Descriptor{desc("user", "b")}}); err != nil {
+			if _, err := svc.Reset(context.Background(), &service.Request{Domain: "fill", Descriptors: []service.Descriptor{desc("user", "b")}}); err != nil {
 				t.Fatal(err)
 			}
 		}, want(series3("fill/user/1m", 0, 0, 0), series3("fill/tenant/1m", 1, 1, 1), series3("fill/bucket/1m", 0, 0, 0), series3("fill/override", 1, 1, 1))},
@@ -198,10 +199,10 @@ func testFullness(t *testing.T, store engine.Store, clock *storetest.Clock) {
 			t.Errorf("step %d (%s): rls_limit_keys_fullness\n got %v\nwant %v", i, st.name, got, st.want)
 		}
 	}
-	if n := testutil.ToFloat64(svc.full.dropped); n != 0 {
+	if n := testutil.ToFloat64(m.full.dropped); n != 0 {
 		t.Errorf("rls_limit_keys_fullness_dropped_total = %v, want 0", n)
 	}
-	if got := svc.full.size.Load(); got != 0 {
+	if got := m.full.size.Load(); got != 0 {
 		t.Errorf("entries in all samples: %d, want 0 (every window reset)", got)
 	}
 }
@@ -213,7 +214,7 @@ func TestFullnessBoundsThroughService(t *testing.T) {
 	ms := memstore.New(memstore.Options{Now: clock.Now})
 	t.Cleanup(func() { ms.Close() })
 	reg := prometheus.NewPedanticRegistry()
-	svc := New(Options{Store: ms, Registry: reg, Now: clock.Now, FullnessKeysPerLimit: 3})
+	svc, m := observed(reg, service.Options{Store: ms, Now: clock.Now}, Options{Now: clock.Now, FullnessKeysPerLimit: 3})
 	cfg, err := config.Parse("fill.yaml", []byte(fullnessConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +222,7 @@ func TestFullnessBoundsThroughService(t *testing.T) {
 	svc.SetConfig(cfg)
 	for i := range 5 {
 		for range 10 {
-			if _, err := svc.ShouldRateLimit(context.Background(), &Request{Domain: "fill", Descriptors: []Descriptor{desc("user", fmt.Sprint(i))}}); err != nil {
+			if _, err := svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "fill", Descriptors: []service.Descriptor{desc("user", fmt.Sprint(i))}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -231,28 +232,8 @@ func TestFullnessBoundsThroughService(t *testing.T) {
 	}
 	// Keys 3 and 4 each: 5 decisions at 50 % to 90 % found no place among
 	// full keys, and the 10th displaced one of them.
-	if n := testutil.ToFloat64(svc.full.dropped); n != 12 {
+	if n := testutil.ToFloat64(m.full.dropped); n != 12 {
 		t.Errorf("rls_limit_keys_fullness_dropped_total = %v, want 12", n)
-	}
-}
-
-// Without a registry nothing is sampled.
-func TestFullnessOffWithoutMetrics(t *testing.T) {
-	ms := memstore.New(memstore.Options{})
-	t.Cleanup(func() { ms.Close() })
-	svc := New(Options{Store: ms})
-	if svc.full != nil {
-		t.Fatal("a service without a registry keeps a fullness sample")
-	}
-	cfg, err := config.Parse("fill.yaml", []byte(fullnessConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.SetConfig(cfg)
-	for range 11 {
-		if _, err := svc.ShouldRateLimit(context.Background(), &Request{Domain: "fill", Descriptors: []Descriptor{desc("user", "a")}}); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -260,7 +241,7 @@ func TestFullnessOffWithoutMetrics(t *testing.T) {
 // stays full (every request denied): the sample's entry updated in place on
 // each decision.
 func BenchmarkShouldRateLimitFull(b *testing.B) {
-	benchDecisions(b, Options{}, 1)
+	benchDecisions(b, service.Options{}, 1)
 }
 
 // Decisions, scrapes and reloads at once (run with -race): afterwards the
@@ -270,7 +251,7 @@ func TestFullnessConcurrent(t *testing.T) {
 	ms := memstore.New(memstore.Options{})
 	t.Cleanup(func() { ms.Close() })
 	reg := prometheus.NewPedanticRegistry()
-	svc := New(Options{Store: ms, Registry: reg, FullnessKeysPerLimit: 20, FullnessKeys: 50})
+	svc, m := observed(reg, service.Options{Store: ms}, Options{FullnessKeysPerLimit: 20, FullnessKeys: 50})
 	var configs []*config.Config
 	for _, y := range []string{fullnessConfig, strings.Replace(fullnessConfig, "requests_per_unit: 10}", "requests_per_unit: 20}", 1)} {
 		cfg, err := config.Parse("fill.yaml", []byte(y))
@@ -289,7 +270,7 @@ func TestFullnessConcurrent(t *testing.T) {
 				if i%11 == 0 {
 					d.HasHits, d.Hits, d.Refund = true, 3, true
 				}
-				if _, err := svc.ShouldRateLimit(context.Background(), &Request{Domain: "fill", Descriptors: []Descriptor{d}}); err != nil {
+				if _, err := svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "fill", Descriptors: []service.Descriptor{d}}); err != nil {
 					errs <- err
 					return
 				}
@@ -321,7 +302,7 @@ func TestFullnessConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	f := svc.full
+	f := m.full
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	total := 0

@@ -1,4 +1,4 @@
-package service
+package decisionmetrics
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/service"
 )
 
 // How full the keys of each limit are, without a series per key: every
@@ -159,7 +160,7 @@ func (f *fullness) forConfig(cfg *config.Config, byLimit []limitMetrics, overrid
 			into.Store(ks)
 		}
 		for _, d := range cfg.Domains() {
-			keep(sampleID{d.Name, overrideLabel}, 0, &override[d.Name].sample)
+			keep(sampleID{d.Name, service.OverrideLabel}, 0, &override[d.Name].sample)
 			walk(d.Descriptors, func(l *config.Limit) {
 				if l.Rule != nil {
 					keep(sampleID{d.Name, l.Label}, l.Rule.Capacity(), &byLimit[l.Index].sample)
@@ -222,17 +223,13 @@ func (f *fullness) reserve() bool {
 	}
 }
 
-// overrideLabel is the limit label of request overrides, as in
-// overrideLimit.
-const overrideLabel = "override"
-
-// sampleFullness records how full item it's key is after its result r:
-// in the sample of c, the metrics of limit l of domain dom in cur. now is
-// the fullness clock's reading, read (once per request, into *now) when an
+// sample records how full item it's key is after its result r: in the
+// sample of c, the metrics of limit l of domain dom in cm. now is the
+// fullness clock's reading, read (once per request, into *now) when an
 // entry needs it; 0 means not yet. Leased limits are left out: an answer
 // from a process's slice says what the slice holds, not what remains of
-// the counter. Requires s.full not nil.
-func (s *Service) sampleFullness(cur *loaded, dom *config.Domain, c *limitMetrics, l *config.Limit, it *engine.Item, r *engine.Result, now *int64) {
+// the counter.
+func (f *fullness) sample(cm *configMetrics, dom *config.Domain, c *limitMetrics, l *config.Limit, it *engine.Item, r *engine.Result, now *int64) {
 	if it.Rule.Lease {
 		return
 	}
@@ -246,25 +243,22 @@ func (s *Service) sampleFullness(cur *loaded, dom *config.Domain, c *limitMetric
 		if l.Index < 0 {
 			capacity = 0 // a domain's overrides: one sample, any capacity
 		}
-		if ks = s.full.sampleFor(&c.sample, cur.fullGen, sampleID{dom.Name, l.Label}, capacity); ks == nil {
+		if ks = f.sampleFor(&c.sample, cm.fullGen, sampleID{dom.Name, l.Label}, capacity); ks == nil {
 			return
 		}
 	}
 	if *now == 0 {
-		*now = s.full.clock()
+		*now = f.clock()
 	}
 	ks.observe(it.Desc, lv, *now, *now+int64(r.Reset))
 }
 
-// forgetFullness takes the keys of sc's items, whose counters a reset
-// cleared, out of their limits' samples in cur.
-func (s *Service) forgetFullness(cur *loaded, dom *config.Domain, sc *scratch) {
-	if s.full == nil {
-		return
-	}
-	for i, l := range sc.limits {
-		if ks := cur.metricsOf(dom, l).sample.Load(); ks != nil {
-			ks.forget(sc.items[i].Desc)
+// forget takes the keys of c's items, whose counters a reset cleared, out
+// of their limits' samples in cm.
+func (f *fullness) forget(cm *configMetrics, c *service.Cleared) {
+	for i, l := range c.Limits {
+		if ks := cm.metricsOf(c.Domain, l).sample.Load(); ks != nil {
+			ks.forget(c.Items[i].Desc)
 		}
 	}
 }

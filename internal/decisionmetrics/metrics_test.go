@@ -1,4 +1,4 @@
-package service
+package decisionmetrics
 
 import (
 	"context"
@@ -13,12 +13,14 @@ import (
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/service"
 )
 
-// metricsFixture is a service on a memory store at a fixed instant, with a
-// registry of its own.
+// metricsFixture is a service on a memory store at a fixed instant,
+// observed by its metrics in a registry of their own.
 type metricsFixture struct {
-	svc *Service
+	svc *service.Service
+	m   *Metrics
 	reg *prometheus.Registry
 }
 
@@ -27,7 +29,8 @@ func newMetricsFixture(t *testing.T, maxValues int) *metricsFixture {
 	ms := memstore.New(memstore.Options{Now: storetest.NewClock(storetest.T0).Now})
 	t.Cleanup(func() { ms.Close() })
 	reg := prometheus.NewPedanticRegistry()
-	return &metricsFixture{svc: New(Options{Store: ms, Registry: reg, MaxValueSeries: maxValues}), reg: reg}
+	svc, m := observed(reg, service.Options{Store: ms}, Options{MaxValueSeries: maxValues})
+	return &metricsFixture{svc: svc, m: m, reg: reg}
 }
 
 func (f *metricsFixture) load(t *testing.T, yaml string) {
@@ -41,13 +44,13 @@ func (f *metricsFixture) load(t *testing.T, yaml string) {
 
 func (f *metricsFixture) ask(t *testing.T, domain string, kv ...string) {
 	t.Helper()
-	if _, err := f.svc.ShouldRateLimit(context.Background(), &Request{Domain: domain, Descriptors: []Descriptor{desc(kv...)}}); err != nil {
+	if _, err := f.svc.ShouldRateLimit(context.Background(), &service.Request{Domain: domain, Descriptors: []service.Descriptor{desc(kv...)}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// series returns the series of the counter or gauge name as
-// "label=value,… value", sorted.
+// series returns the series of the counter, gauge or histogram name as
+// "label=value,… value", sorted (a histogram's value: its count).
 func (f *metricsFixture) series(t *testing.T, name string) []string {
 	t.Helper()
 	mfs, err := f.reg.Gather()
@@ -73,8 +76,11 @@ func seriesString(m *dto.Metric) string {
 		parts = append(parts, lp.GetName()+"="+lp.GetValue())
 	}
 	v := m.GetCounter().GetValue()
-	if g := m.GetGauge(); g != nil {
-		v = g.GetValue()
+	switch {
+	case m.GetGauge() != nil:
+		v = m.GetGauge().GetValue()
+	case m.GetHistogram() != nil:
+		v = float64(m.GetHistogram().GetSampleCount())
 	}
 	return strings.Join(parts, ",") + fmt.Sprintf(" %g", v)
 }
@@ -132,7 +138,7 @@ func TestReloadDropsSeriesOfRemovedLimits(t *testing.T) {
 func TestLateRequestMakesNoDeletedSeries(t *testing.T) {
 	f := newMetricsFixture(t, 0)
 	f.load(t, "domain: d\ndescriptors:\n  - key: old\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	old := f.svc.current.Load()
+	old := f.m.current.Load()
 	f.load(t, "domain: d\ndescriptors:\n  - key: new\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
 	old.counters[0].count(resultOK, nil, nil)
 	if got := f.series(t, "rls_decisions_total"); len(got) != 0 {
@@ -244,10 +250,10 @@ func BenchmarkScrape(b *testing.B) {
 	ms := memstore.New(memstore.Options{})
 	b.Cleanup(func() { ms.Close() })
 	reg := prometheus.NewRegistry()
-	svc := New(Options{Store: ms, Registry: reg})
+	svc, _ := observed(reg, service.Options{Store: ms}, Options{})
 	svc.SetConfig(cfg)
 	for i := range 1000 {
-		svc.ShouldRateLimit(context.Background(), &Request{Domain: "big", Descriptors: []Descriptor{desc("k", fmt.Sprint("v", i))}})
+		svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "big", Descriptors: []service.Descriptor{desc("k", fmt.Sprint("v", i))}})
 	}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -262,7 +268,7 @@ func BenchmarkScrape(b *testing.B) {
 // every limit had decided, with the reference's stats.
 func BenchmarkSetConfig(b *testing.B) {
 	configs := make([]*config.Config, 2)
-	reqs := make([][]*Request, 2)
+	reqs := make([][]*service.Request, 2)
 	for c := range configs {
 		var y strings.Builder
 		y.WriteString("domain: big\ndescriptors:\n")
@@ -272,7 +278,7 @@ func BenchmarkSetConfig(b *testing.B) {
 				v = fmt.Sprint("config", c, "-", i)
 			}
 			fmt.Fprintf(&y, "  - key: k\n    value: %s\n    rate_limit: {unit: minute, requests_per_unit: 10}\n", v)
-			reqs[c] = append(reqs[c], &Request{Domain: "big", Descriptors: []Descriptor{desc("k", v)}})
+			reqs[c] = append(reqs[c], &service.Request{Domain: "big", Descriptors: []service.Descriptor{desc("k", v)}})
 		}
 		cfg, err := config.Parse("big.yaml", []byte(y.String()))
 		if err != nil {
@@ -282,7 +288,7 @@ func BenchmarkSetConfig(b *testing.B) {
 	}
 	ms := memstore.New(memstore.Options{})
 	b.Cleanup(func() { ms.Close() })
-	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry()})
+	svc, _ := observed(prometheus.NewRegistry(), service.Options{Store: ms}, Options{})
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := range b.N {
@@ -305,9 +311,9 @@ func TestPerValueCountAllocatesNothing(t *testing.T) {
 	}
 	ms := memstore.New(memstore.Options{})
 	t.Cleanup(func() { ms.Close() })
-	svc := New(Options{Store: ms, Registry: prometheus.NewRegistry(), MaxValueSeries: 2})
+	svc, m := observed(prometheus.NewRegistry(), service.Options{Store: ms}, Options{MaxValueSeries: 2})
 	svc.SetConfig(cfg)
-	cur := svc.current.Load()
+	cur := m.current.Load()
 	perValue := []config.Entry{{Key: "ip", Value: "10.0.0.1"}}
 	l := cfg.Domain("d").Match(perValue).Limits[0]
 	over := []config.Entry{{Key: "o", Value: "v"}}

@@ -1,4 +1,4 @@
-package service
+package decisionmetrics
 
 import (
 	"strings"
@@ -22,11 +22,11 @@ import (
 // values of the first of them in the config. Unlimited limits have none.
 // It is a prometheus.Collector, safe for concurrent use.
 type limitValues struct {
-	current         *atomic.Pointer[loaded]
+	current         *atomic.Pointer[configMetrics]
 	perUnit, window *prometheus.Desc
 }
 
-func newLimitValues(current *atomic.Pointer[loaded]) *limitValues {
+func newLimitValues(current *atomic.Pointer[configMetrics]) *limitValues {
 	labels := []string{"domain", "limit"}
 	return &limitValues{
 		current: current,
