@@ -148,7 +148,7 @@ func (m *Metrics) Decided(state any, d *service.Decision) {
 // countVerdicts counts the verdict on each item of d and samples how full
 // it left its key.
 func (m *Metrics) countVerdicts(cm *configMetrics, d *service.Decision) {
-	buf := m.labels.Get().(*[]byte)
+	var buf *[]byte   // for per-value labels: from the pool when a limit has them
 	var fullNow int64 // the fullness clock, read once when a sample needs it
 	for i := range d.Items {
 		it, r, l := &d.Items[i], &d.Results[i], d.Limits[i]
@@ -160,10 +160,19 @@ func (m *Metrics) countVerdicts(cm *configMetrics, d *service.Decision) {
 		case it.Shadow:
 			verdict = resultShadowOver
 		}
-		*buf = c.count(verdict, d.Request.Descriptors[d.Owners[i]].Entries, *buf)
+		if c.values == nil {
+			c.count(verdict, nil, nil)
+		} else {
+			if buf == nil {
+				buf = m.labels.Get().(*[]byte)
+			}
+			*buf = c.count(verdict, d.Request.Descriptors[d.Owners[i]].Entries, *buf)
+		}
 		m.full.sample(cm, d.Domain, c, l, it, r, &fullNow)
 	}
-	m.labels.Put(buf)
+	if buf != nil {
+		m.labels.Put(buf)
+	}
 }
 
 // Cleared implements service.Observer: the reset and its counters, whose
