@@ -14,7 +14,7 @@ import (
 	"github.com/rlsproject/rls/internal/service"
 )
 
-// metrics are the service's Prometheus metrics. Label values come from the
+// metrics are rls's Prometheus metrics of decisions. Label values come from the
 // config (domain names, limit labels), and from request values only where
 // the config asks for them (detailed_metric, value_to_metric), bounded per
 // limit. A limit's series are made when it first decides, not when the
