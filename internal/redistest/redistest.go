@@ -32,7 +32,6 @@ import (
 	"github.com/rlsproject/rls/internal/testpki"
 )
 
-
 // Server is one Redis server. Its methods may be called from the test's
 // goroutine only.
 type Server struct {
