@@ -99,7 +99,7 @@ func TestTokenBucketSlice(t *testing.T) {
 	if held, _ := p.s.Held("d", rule, p.clock.Now()); held != 0 {
 		t.Errorf("still holds %d tokens after the slice's lifetime", held)
 	}
-	if st := p.s.Stats(); st.HitsGivenBack == 0 || st.HitsHeld != 0 {
+	if st := p.s.Stats(); st.HitsReleased == 0 || st.HitsHeld != 0 {
 		t.Errorf("stats %+v: the unused tokens should be given back", st)
 	}
 	// The bucket refilled over the quiet 300 ms: full again.
@@ -238,7 +238,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if got := held(tc.lowered); got != 0 {
 				t.Errorf("step 3: Held under the lowered limit = %d, want 0", got)
 			}
-			gave := p.s.Stats().HitsGivenBack
+			gave := p.s.Stats().HitsReleased
 			h = p.s.Stats().HitsHeld
 			local = p.s.Stats().HitsLocal
 			items := []engine.Item{{Desc: "d", Rule: tc.lowered, Hits: 1}}
@@ -250,7 +250,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 				t.Errorf("step 3: the first request under the lowered limit: %d admitted from slices, %d held; want none of the old slice", st.HitsLocal-local, st.HitsHeld)
 			}
 			p.runTasks()
-			if got := p.s.Stats().HitsGivenBack - gave; got < h {
+			if got := p.s.Stats().HitsReleased - gave; got < h {
 				t.Errorf("step 3: %d hits given back, want the %d held", got, h)
 			}
 			// A take sent under the old limit lands after the change.
@@ -268,7 +268,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if len(p.tasks) != 1 {
 				t.Fatalf("step 4: %d tasks queued after a request with no slice, want its take", len(p.tasks))
 			}
-			gave = p.s.Stats().HitsGivenBack
+			gave = p.s.Stats().HitsReleased
 			if _, err := p.s.Apply(context.Background(), []engine.Item{{Desc: "d", Rule: tc.lowered, Hits: 1}}, results); err != nil {
 				t.Fatal(err)
 			}
@@ -276,7 +276,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if got := held(tc.lowered); got != 0 {
 				t.Errorf("step 4: a take under the old limit landed after the change: %d held, want 0", got)
 			}
-			if p.s.Stats().HitsGivenBack == gave {
+			if p.s.Stats().HitsReleased == gave {
 				t.Errorf("step 4: the take under the old limit was not given back")
 			}
 		})

@@ -153,8 +153,8 @@ func hotRun(t *testing.T, opts redisstore.Options, workers int, gap time.Duratio
 	checkWindows(t, ta, from, time.Now(), limit, min)
 	for i, p := range ps {
 		ls, rs := p.lease.Stats(), p.redis.Stats()
-		t.Logf("process %d: %d slices (%d hits) taken, %d hits admitted from them, %d given back, %d lost; %d Redis scripts",
-			i, ls.SlicesTaken, ls.HitsTaken, ls.HitsLocal, ls.HitsGivenBack, ls.HitsLost, rs.Scripts)
+		t.Logf("process %d: %d slices (%d hits) taken, %d hits admitted from them, %d released, %d lapsed; %d Redis scripts",
+			i, ls.SlicesTaken, ls.HitsTaken, ls.HitsLocal, ls.HitsReleased, ls.HitsLapsed, rs.Scripts)
 		if ls.HitsLocal == 0 {
 			t.Errorf("process %d admitted no hit from a slice", i)
 		}
@@ -186,10 +186,10 @@ func TestHotKeyTwoProcessesCluster(t *testing.T) {
 }
 
 // TestKilledProcessLosesOnlyItsSlice: of two processes on a hot leased
-// limit, one dies early in a window holding a slice (nothing given back). The
+// limit, one dies early in a window holding a slice (nothing released). The
 // window it dies in still admits at most the limit; the next windows,
 // the other process alone admits at least 90% of it: what the dead one
-// held was lost until its window ended, no longer.
+// held lapsed: counted until its window ended, no longer.
 func TestKilledProcessLosesOnlyItsSlice(t *testing.T) {
 	const limit = 2000
 	srv := redistest.Start(t)
