@@ -79,11 +79,15 @@ func (s *Server) NewSession() *Session {
 	return &Session{s: s, buckets: make(map[string]*bucket)}
 }
 
-// end forgets the session's buckets. Their grants stay counted: the client
-// may still spend them until their assignments expire.
+// end forgets the session's buckets. Their grants stay counted (they
+// lapse): the client may still spend them until their assignments expire.
 func (ss *Session) end() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	now := ss.s.opts.Now()
+	for _, b := range ss.buckets {
+		ss.lapse(b, now)
+	}
 	ss.s.metrics.buckets.Sub(float64(len(ss.buckets)))
 	ss.s.bytes.Add(-int64(ss.bytes))
 	clear(ss.buckets)
@@ -143,7 +147,7 @@ func (ss *Session) newBucket(id *rlqsv3.BucketId, key string) (*bucket, error) {
 	if ss.bytes+n > MaxStreamBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "a stream's bucket ids may hold %d bytes at most", MaxStreamBytes)
 	}
-	if !ss.s.reserveBytes(n) {
+	if !ss.s.claimBytes(n) {
 		return nil, status.Errorf(codes.ResourceExhausted, "the RLQS streams' bucket ids hold %d bytes, the most this server keeps", MaxBytes)
 	}
 	ss.bytes += n
@@ -227,7 +231,7 @@ func (ss *Session) report(ctx context.Context, b *bucket, allowed, denied uint64
 	if b.node != nil {
 		// Requests beyond what its assignments let it admit (before its
 		// first one, or under a fallback) are charged when they fit.
-		b.accrue(now)
+		b.accrue(now, &ss.s.ledger)
 		if most := uint64(b.canSpend); allowed > most {
 			over := min(allowed-most, service.MaxHits)
 			ss.s.metrics.overuse.Add(float64(over))
@@ -245,7 +249,7 @@ func (ss *Session) report(ctx context.Context, b *bucket, allowed, denied uint64
 	}
 	b.canSpend = 0
 	if g := b.grant; g.live(now) {
-		b.accrue(now)
+		b.accrue(now, &ss.s.ledger)
 		b.canSpend = float64(g.a.max) // it may hold up to max now
 	}
 	return actions
@@ -446,7 +450,7 @@ func (ss *Session) Tick(ctx context.Context) (*rlqsv3.RateLimitQuotaResponse, er
 		case b.sent == sentDenyAll:
 			resp.BucketAction = append(resp.BucketAction, ss.replace(ctx, b, b.want(now), now, nil)...)
 		case !g.live(now):
-			b.grant = nil // expired: the client has fallen back
+			ss.lapse(b, now) // expired: the client has fallen back
 		default:
 			if short := ss.takeTo(ctx, b, g, now); short != nil {
 				resp.BucketAction = append(resp.BucketAction, ss.replace(ctx, b, g.a, now, short)...)
