@@ -60,12 +60,16 @@ const (
 	GrantMargin = time.Millisecond
 )
 
+// GrantCap is the most hits one grant may take of remaining, what the
+// store said remains of a counter: 1/GrantShare of it.
+func GrantCap(remaining uint64) uint64 { return remaining / GrantShare }
+
 // GrantSize is the hits to take for a holder that sees rate hits a second
 // and wants them to last span: rate × span rounded up, at most
-// 1/GrantShare of remaining (what the store said remains of the counter,
-// or its capacity) and MaxHits; 0 when that is fewer than MinGrant.
+// GrantCap(remaining) (what the store said remains of the counter, or its
+// capacity) and MaxHits; 0 when that is fewer than MinGrant.
 func GrantSize(rate float64, span time.Duration, remaining uint64) uint64 {
-	size := min(math.Ceil(rate*span.Seconds()), float64(remaining/GrantShare), float64(MaxHits))
+	size := min(math.Ceil(rate*span.Seconds()), float64(GrantCap(remaining)), float64(MaxHits))
 	if !(size >= MinGrant) { // NaN too
 		return 0
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -326,8 +327,9 @@ func (ss *Session) assign(ctx context.Context, b *bucket, now time.Time) []*rlqs
 // resize replaces the bucket's token bucket, paid to the next window
 // boundary, when the rate it would be sized to now is well below its own
 // (keepBelow; pressedKeep when the limits run short), or well above it
-// (growAbove) while its client is short of tokens: then by half of what
-// the limits had left after that payment at most. It returns nil when the
+// (growAbove) while its client is short of tokens: then by a grant's share
+// of what the limits had left after that payment at most
+// (engine.GrantCap: a quarter). It returns nil when the
 // token bucket goes on (Envoy carries an equal one over, with its tokens,
 // so nothing new is paid for its max).
 func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
@@ -345,10 +347,11 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 			// Nothing paid in this window yet: what is left is not known.
 			return ss.replace(ctx, b, want, now, nil)
 		}
-		// The client's share of this window's rest grows by half of what
-		// is left; the token bucket's own fill comes back when replaced.
+		// The client's share of this window's rest grows by a grant's
+		// share of what is left; the token bucket's own fill comes back
+		// when replaced.
 		span := earlier(g.ends, end).Sub(now) + burstTime
-		if grown := min(w, r+float64(b.left/2)/span.Seconds()); grown > growAbove*r {
+		if grown := min(w, r+float64(engine.GrantCap(b.left))/span.Seconds()); grown > growAbove*r {
 			return ss.replace(ctx, b, sized(grown, b.node, b.ttl()), now, nil)
 		}
 	}
@@ -357,7 +360,8 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 
 // replace ends the bucket's grant at now and returns the actions of a new
 // one, of want or less, paid: after a payment that fell short (short), of
-// half what the binding limit has left; DENY_ALL when nothing fits.
+// a grant's share of what the binding limit has left (engine.GrantCap: a
+// quarter); DENY_ALL when nothing fits.
 func (ss *Session) replace(ctx context.Context, b *bucket, want assignment, now time.Time, short *shortfall) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	replacing := b.grant.live(now)
 	ss.release(ctx, b, now)
@@ -375,12 +379,12 @@ func (ss *Session) replace(ctx context.Context, b *bucket, want assignment, now 
 			if short.err != nil || short.left == 0 {
 				break
 			}
-			// Half of what is left, spent over the rest of the window and
-			// the burst.
+			// A grant's share of what is left, spent over the rest of the
+			// window and the burst.
 			span := earlier(now.Add(ttl), nextBoundary(b.node, now)).Sub(now)
-			half := float64((short.left + 1) / 2)
-			rate := min(want.rate(), half/(span+burstTime).Seconds())
-			for rate > 0 && float64(maxTokens(rate, b.node))+rate*span.Seconds() > half {
+			share := float64(engine.GrantCap(short.left))
+			rate := min(want.rate(), share/(span+burstTime).Seconds())
+			for rate > 0 && float64(maxTokens(rate, b.node))+rate*span.Seconds() > share {
 				rate *= 0.8 // the least max_tokens may not fit
 			}
 			if rate*span.Seconds() < 1 {
