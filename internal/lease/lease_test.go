@@ -11,7 +11,7 @@ import (
 )
 
 // oneProcess is a lease store over a memory store on a test clock, whose
-// takes and give-backs run when the test says (queued) and whose sweeper
+// takes and releases run when the test says (queued) and whose sweeper
 // is the test.
 type oneProcess struct {
 	clock *storetest.Clock
@@ -100,7 +100,7 @@ func TestTokenBucketSlice(t *testing.T) {
 		t.Errorf("still holds %d tokens after the slice's lifetime", held)
 	}
 	if st := p.s.Stats(); st.HitsReleased == 0 || st.HitsHeld != 0 {
-		t.Errorf("stats %+v: the unused tokens should be given back", st)
+		t.Errorf("stats %+v: the unused tokens should be released", st)
 	}
 	// The bucket refilled over the quiet 300 ms: full again.
 	if got := p.counted(t, rule); got != 0 {
@@ -108,7 +108,7 @@ func TestTokenBucketSlice(t *testing.T) {
 	}
 }
 
-// A window's slice is given back when the counter goes quiet, and the
+// A window's slice is released when the counter goes quiet, and the
 // store then counts exactly the hits admitted.
 func TestQuietCounterGivesBack(t *testing.T) {
 	p := newOneProcess(t)
@@ -203,7 +203,7 @@ func TestResetDropsTheSlice(t *testing.T) {
 // A changed limit applies to the next slice (issue #33): a raise keeps the
 // slice held (its hits were counted within the smaller limit); a lowered
 // limit or burst gives it back and decides in the store; a take in flight
-// under the old limit is given back when it lands.
+// under the old limit is released when it lands.
 func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -251,7 +251,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			}
 			p.runTasks()
 			if got := p.s.Stats().HitsReleased - gave; got < h {
-				t.Errorf("step 3: %d hits given back, want the %d held", got, h)
+				t.Errorf("step 3: %d hits released, want the %d held", got, h)
 			}
 			// A take sent under the old limit lands after the change.
 			p.advance(time.Second) // a fresh window, a full bucket
@@ -260,7 +260,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if held(tc.start) == 0 {
 				t.Fatal("step 4: no slice after a request under the old limit")
 			}
-			p.s.sweep(p.clock.Now().Add(time.Hour)) // quiet: given back
+			p.s.sweep(p.clock.Now().Add(time.Hour)) // quiet: released
 			p.runTasks()
 			if _, err := p.s.Apply(context.Background(), []engine.Item{{Desc: "d", Rule: tc.start, Hits: 1}}, results); err != nil {
 				t.Fatal(err)
@@ -272,12 +272,12 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if _, err := p.s.Apply(context.Background(), []engine.Item{{Desc: "d", Rule: tc.lowered, Hits: 1}}, results); err != nil {
 				t.Fatal(err)
 			}
-			p.runTasks() // the take under the old limit lands, then its give-back
+			p.runTasks() // the take under the old limit lands, then its release
 			if got := held(tc.lowered); got != 0 {
 				t.Errorf("step 4: a take under the old limit landed after the change: %d held, want 0", got)
 			}
 			if p.s.Stats().HitsReleased == gave {
-				t.Errorf("step 4: the take under the old limit was not given back")
+				t.Errorf("step 4: the take under the old limit was not released")
 			}
 		})
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // sim runs several lease stores ("processes") over one shared inner store
-// on a test clock. Their takes and give-backs wait in a queue, run when
+// on a test clock. Their takes and releases wait in a queue, run when
 // the test says, in any order; the sweeper runs when the test says. A task
 // run later than storeTimeout after it was queued is refused by the inner
 // store, as Redis refuses a request past its deadline.
@@ -93,9 +93,9 @@ func (m *sim) runTasks(p *simProc, r *rand.Rand, n int) {
 }
 
 // TestNeverOverAdmits replays random sequences of requests of random hits
-// from several processes sharing a store, with their takes and give-backs
-// run in random order and late, processes killed (their slices lost) or
-// stopped (given back), sweeps, window ends and changes of the leased
+// from several processes sharing a store, with their takes and releases
+// run in random order and late, processes killed (their slices lapse) or
+// stopped (released), sweeps, window ends and changes of the leased
 // limit (a reload), and checks them against an exact model: in every
 // window, the hits admitted on each limit are at most its limit, and the
 // store counted every one of them. After a change of the leased limit, the
@@ -114,7 +114,7 @@ func TestNeverOverAdmits(t *testing.T) {
 		return inner
 	})
 	if all.HitsLapsed == 0 {
-		t.Error("the sequences lost nothing: they test too little of leases")
+		t.Error("the sequences lapsed nothing: they test too little of leases")
 	}
 }
 
@@ -207,7 +207,7 @@ func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.
 					}
 				}
 			}
-		case x < 80: // some of its takes and give-backs happen
+		case x < 80: // some of its takes and releases happen
 			m.runTasks(p, r, 1+r.IntN(3))
 		case x < 90: // time passes: often a little, for steps close to a window's end
 			span := 100_000
@@ -240,7 +240,7 @@ func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.
 					delete(ceiling, k)
 				}
 			}
-		case r.IntN(2) == 0: // killed: what it holds and has queued is lost
+		case r.IntN(2) == 0: // killed: what it holds and has queued lapses
 			m.procs[pi] = m.start()
 		default: // stopped: it gives back what it holds
 			m.runTasks(p, r, -1)

@@ -285,7 +285,7 @@ func redisOnClock(t *testing.T, srv *redistest.Server, clock *storetest.Clock, p
 }
 
 // TestNeverOverAdmitsRedis is TestNeverOverAdmits on Redis, on a test
-// clock: random sequences of requests, takes and give-backs run late and
+// clock: random sequences of requests, takes and releases run late and
 // in any order, processes killed and stopped, window ends and changes of
 // the leased limit, checked against the same exact model.
 func TestNeverOverAdmitsRedis(t *testing.T) {
@@ -335,7 +335,7 @@ func TestReloadReachesLeasedLimit(t *testing.T) {
 				afterChange++
 			}
 		}
-		m.runTasks(p, r, -1) // takes and give-backs land before the next request
+		m.runTasks(p, r, -1) // takes and releases land before the next request
 		if i%5 == 0 {
 			p.s.sweep(clock.Now())
 		}
