@@ -183,15 +183,22 @@ func TestResetDropsTheSlice(t *testing.T) {
 	if got := p.apply(t, rule, 500, 50*time.Microsecond); got != 500 {
 		t.Fatalf("admitted %d of 500", got)
 	}
-	if held, _ := p.s.Held("d", rule, p.clock.Now()); held == 0 {
+	held, _ := p.s.Held("d", rule, p.clock.Now())
+	if held == 0 {
 		t.Fatalf("no slice held after 500 requests")
 	}
+	before := p.s.Stats()
 	n, err := p.s.Reset(context.Background(), []engine.Item{{Desc: "d", Rule: rule}})
 	if err != nil || n != 1 {
 		t.Fatalf("Reset = %d, %v; want 1 counter cleared", n, err)
 	}
 	if held, _ := p.s.Held("d", rule, p.clock.Now()); held != 0 || p.s.Stats().HitsHeld != 0 {
 		t.Errorf("holds %d hits (stats %+v) after the reset", held, p.s.Stats())
+	}
+	// The hits dropped lapse: the ledger still accounts for every hit taken.
+	st := p.s.Stats()
+	if st.HitsLapsed-before.HitsLapsed != held || st.HitsTaken != st.HitsLocal+st.HitsHeld+st.HitsReleasing+st.HitsReleased+st.HitsLapsed {
+		t.Errorf("stats %+v after a reset that dropped %d held hits: want them lapsed, and taken = spent + held + releasing + released + lapsed", st, held)
 	}
 	// The window admits its whole limit again, and no more: the old
 	// slice's hits are not spent on top.
