@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/grant"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 )
 
-// TestGrantLedger drives the grant policy (GrantSize, GrantEnd,
-// ReleaseLands and the GrantLedger's moves) against the reference store
-// on seeded random schedules, and checks the invariant of grant.go exactly
-// after every step: in the store's current window,
+// TestGrantLedger drives the grant policy (package grant: Size, End,
+// ReleaseLands and the Ledger's moves) against the reference store on
+// seeded random schedules, and checks the invariant of package grant
+// exactly after every step: in the store's current window,
 //
 //	store count = hits the store admitted + spent from grants + held
 //	              + releases in flight + lapsed
@@ -76,7 +77,7 @@ var grantLimits = []uint32{200, 40, 400, 8}
 // grantHolder is one holder of a grant of the schedule's counter: a
 // process with a lease slice.
 type grantHolder struct {
-	g    engine.Grant
+	g    grant.Grant
 	w    int64        // the window its hits were counted in
 	rule *engine.Rule // the rule of its last take or request (a lease's follow)
 	// What the store said remains of the counter, and in which window.
@@ -106,7 +107,7 @@ func runGrantSchedule(t *testing.T, seed uint64, steps int) grantTally {
 		return engine.MustCompile(engine.Spec{Unit: engine.Second, Multiplier: 1, Limit: limit, Lease: true})
 	}
 	rule := ruleOf(grantLimits[0])
-	var ledger engine.GrantLedger
+	var ledger grant.Ledger
 	holders := make([]*grantHolder, 2+r.IntN(3))
 	for i := range holders {
 		holders[i] = &grantHolder{rule: rule}
@@ -205,7 +206,7 @@ func runGrantSchedule(t *testing.T, seed uint64, steps int) grantTally {
 				remaining = min(remaining, h.remaining)
 			}
 			span := min(grantHold, time.Unix(w+1, 0).Sub(now))
-			if size := engine.GrantSize(h.rate, span, remaining); size > 0 {
+			if size := grant.Size(h.rate, span, remaining); size > 0 {
 				takes = append(takes, inFlight{h: h, rule: rule, hits: size, sent: now})
 			}
 		case x < 67 && len(takes) > 0: // a take is decided
@@ -222,7 +223,7 @@ func runGrantSchedule(t *testing.T, seed uint64, steps int) grantTally {
 			if !ok {
 				break
 			}
-			end := engine.GrantEnd(tk.sent, res.Reset)
+			end := grant.End(tk.sent, res.Reset)
 			book(w).taken += tk.hits
 			if h.dead {
 				lapses(w, func() {
@@ -234,7 +235,7 @@ func runGrantSchedule(t *testing.T, seed uint64, steps int) grantTally {
 			if tk.rule.Limit > h.rule.Limit {
 				// Taken under a limit higher than the holder's now: not
 				// spent, released or lapsed at once.
-				var g engine.Grant
+				var g grant.Grant
 				ledger.Take(&g, now, tk.hits, end)
 				if hits := ledger.Release(&g, now, grantTimeout); hits > 0 {
 					releases = append(releases, inFlight{hits: hits, sent: now, w: w})

@@ -7,29 +7,29 @@
 // process admits from a slice was counted in the store before, the hits
 // admitted across processes never exceed the limit: a leased limit is as
 // exact as one decided in the store, and only slower to hand out its last
-// hits. A slice is an engine.Grant: its sizing, the rule that a release
-// must surely land in its window, and the ledger of its hits are the
-// engine's (grant.go), shared with RLQS assignments.
+// hits. A slice is a Grant of package grant (internal/engine/grant): its
+// sizing, the rule that a release must surely land in its window, and the
+// ledger of its hits are that package's, shared with RLQS assignments.
 //
 // # Slices
 //
 // A slice is sized to last Hold at the rate this process sees on the
-// counter, and to at most a quarter (engine.GrantShare) of what the store
-// said remains, so that near the limit slices shrink, and below 2 hits
-// (engine.MinGrant) none is taken: the last hits of a window are decided in the
-// store, one request at a time, exactly. A new slice is taken, in the
+// counter, and to at most a quarter (grant.Share) of what the store said
+// remains, so that near the limit slices shrink, and below 2 hits
+// (grant.MinSize) none is taken: the last hits of a window are decided in
+// the store, one request at a time, exactly. A new slice is taken, in the
 // background, when half of the last one is spent; requests that find no
 // slice go to the store as without lease.
 //
 // A fixed or calendar window's slice is spent only while the store is
 // surely still in the window it was counted in: until the instant the
 // take was sent plus the reset the store answered (the store decided at
-// or after sending, so the window ends no earlier: engine.GrantEnd). What
-// is left then lapses with the window, where it counts nothing. Unused
+// or after sending, so the window ends no earlier: grant.End). What is
+// left then lapses with the window, where it counts nothing. Unused
 // hits are released when the counter has had no hit for Quiet, at
 // shutdown, and (token buckets) when the slice's lifetime ends, but only
 // when the release is surely decided before the window ends
-// (engine.ReleaseLands, with StoreTimeout): a release that reached the
+// (grant.ReleaseLands, with StoreTimeout): a release that reached the
 // store in the next window would free hits of that window.
 //
 // A token bucket's slice is tokens taken from the bucket; they are spent

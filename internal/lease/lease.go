@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/grant"
 )
 
 // Options configure a Store.
@@ -32,8 +33,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// A slice is an engine.Grant: sized by engine.GrantSize, released only
-// when engine.ReleaseLands, its hits moved by the store's GrantLedger.
+// A slice is a grant.Grant: sized by grant.Size, released only when
+// grant.ReleaseLands, its hits moved by the store's grant.Ledger.
 const (
 	// retryAfterError is how long a counter whose take failed waits
 	// before the next one.
@@ -42,7 +43,7 @@ const (
 	rateSpan = 10 * time.Millisecond
 )
 
-// Stats are the store's counters since it started: its GrantLedger's,
+// Stats are the store's counters since it started: its grant.Ledger's,
 // with the names of slices.
 type Stats struct {
 	SlicesTaken    uint64 // slices counted in the store
@@ -76,7 +77,7 @@ type Store struct {
 	spawnMu sync.Mutex    // orders spawn's Add before Close's Wait
 	work    sync.WaitGroup
 
-	ledger     engine.GrantLedger // every move of the slices' hits
+	ledger     grant.Ledger // every move of the slices' hits
 	takeErrors atomic.Uint64
 }
 
@@ -96,9 +97,9 @@ type counter struct {
 	// burst.
 	rule *engine.Rule
 
-	grant      engine.Grant // the slice: unused hits held, and until when
-	sliceReset time.Time    // the counter's reset as its slice's take said it: what the slice's answers report
-	reset      time.Time    // the counter's reset as the store last said it (Result.Reset)
+	grant      grant.Grant // the slice: unused hits held, and until when
+	sliceReset time.Time   // the counter's reset as its slice's take said it: what the slice's answers report
+	reset      time.Time   // the counter's reset as the store last said it (Result.Reset)
 
 	gone     bool // forgotten by the store (sweep): no longer used
 	lastHit  time.Time
@@ -499,7 +500,7 @@ func (s *Store) maybeTake(c *counter, now time.Time) {
 	c.taking = s.spawn(func() { s.take(c, rule, size) })
 }
 
-// sliceSize is the slice to take for c at now (engine.GrantSize): what
+// sliceSize is the slice to take for c at now (grant.Size): what
 // lasts Hold at its rate, or the window's rest, within a share of what
 // remains (or the rule's capacity); 0 when none is worth taking. c.mu
 // held.
@@ -512,7 +513,7 @@ func (s *Store) sliceSize(c *counter, now time.Time) uint64 {
 	if now.Before(c.remainingUntil) {
 		remaining = min(remaining, c.remaining)
 	}
-	return engine.GrantSize(c.rate, span, remaining)
+	return grant.Size(c.rate, span, remaining)
 }
 
 // take asks the inner store for a slice of size hits of c's counter under
@@ -539,14 +540,14 @@ func (s *Store) take(c *counter, rule *engine.Rule, size uint64) {
 	if !ok {
 		return // less remains than asked: the next take sizes by it
 	}
-	until := engine.GrantEnd(sent, res[0].Reset)
+	until := grant.End(sent, res[0].Reset)
 	if tokens(c) {
-		until = sent.Add(2*s.opts.Hold - engine.GrantMargin)
+		until = sent.Add(2*s.opts.Hold - grant.Margin)
 	}
 	if lowered(rule, c.rule) {
 		// Taken under a rule that admits more than the counter's now:
 		// released at once, or lapses.
-		g := engine.Grant{Tokens: c.grant.Tokens}
+		g := grant.Grant{Tokens: c.grant.Tokens}
 		s.ledger.Take(&g, now, size, until)
 		s.releaseOrLapse(&g, c, rule, now)
 		return
@@ -584,7 +585,7 @@ func (s *Store) follow(c *counter, rule *engine.Rule, now time.Time) {
 // rule, holds when that surely lands in its window, and lets it lapse
 // otherwise (or when the store is closing: lapsed rather than held).
 // c.mu held.
-func (s *Store) releaseOrLapse(g *engine.Grant, c *counter, rule *engine.Rule, now time.Time) {
+func (s *Store) releaseOrLapse(g *grant.Grant, c *counter, rule *engine.Rule, now time.Time) {
 	if hits := s.ledger.Release(g, now, s.opts.StoreTimeout); hits > 0 && !s.spawn(func() { s.sendRelease(c, rule, hits) }) {
 		s.ledger.Landed(hits, false)
 	}

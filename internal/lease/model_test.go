@@ -258,7 +258,7 @@ func checkModel(t *testing.T, seed uint64, inner engine.Store, clock *storetest.
 		if got := admitted[key(leased, window(leased, now))]; counted < got && res[0].Remaining > 0 {
 			fail("step %d: the store counts %d hits in this window, %d were admitted", step, counted, got)
 		}
-		// Each process's ledger (engine.GrantLedger) accounts for every hit
+		// Each process's ledger (grant.Ledger) accounts for every hit
 		// it took.
 		for i, p := range m.procs {
 			st := p.s.Stats()

@@ -11,13 +11,14 @@
 // hits of the bucket's limits (so RLQS clients, RLS clients and nginx
 // share one counter), in the window it can be spent in: at a report, up
 // to the next window boundary; at each boundary while the assignment
-// lasts, by the server on its own (Session.Tick). When a payment does not fit, the
-// client is sent what does, or DENY_ALL until the limits have room. Only
-// what the client's token bucket could not have spent is released (at a
-// replacement, to the counters of the config that paid it, when that
-// surely lands in their window): reports steer the sizes, never what is
-// admitted (grant.go). The tokens paid are an engine.Grant, moved by the
-// server's GrantLedger as lease slices are.
+// lasts, by the server on its own (Session.Tick). When a payment does not
+// fit, the client is sent what does, or DENY_ALL until the limits have
+// room. Only what the client's token bucket could not have spent is
+// released (at a replacement, to the counters of the config that paid
+// it, when that surely lands in their window): reports steer the sizes,
+// never what is admitted (grant.go). The tokens paid are a Grant of
+// package grant (internal/engine/grant), moved by the server's Ledger as
+// lease slices are.
 //
 // It knows the service and the config; stores are the service's.
 package rlqs

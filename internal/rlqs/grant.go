@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlsproject/rls/internal/config"
-	"github.com/rlsproject/rls/internal/engine"
+	grants "github.com/rlsproject/rls/internal/engine/grant"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -136,11 +136,11 @@ type grant struct {
 	// taken up to takenUntil.
 	taken      uint64
 	takenUntil time.Time
-	// held is the engine's grant of the tokens taken in the window that
+	// held is the grant's of the tokens taken in the window that
 	// the last of them were counted in (it ends at the window's end), less
 	// what the client could have spent of them: what a release can give
 	// back. Tokens are spent oldest first.
-	held engine.Grant
+	held grants.Grant
 }
 
 // owed is the most the client can have spent by t: max and the fill since
@@ -152,7 +152,7 @@ func (g *grant) owed(t time.Time) float64 {
 // accrue adds to b.canSpend what the grant in force let its client spend
 // up to now (its fill; its max when it started), and spends from the
 // grant's ledger (l) what the client could have spent of it by now.
-func (b *bucket) accrue(now time.Time, l *engine.GrantLedger) {
+func (b *bucket) accrue(now time.Time, l *grants.Ledger) {
 	g := b.grant
 	if g == nil {
 		return
@@ -241,7 +241,7 @@ func (ss *Session) takeTo(ctx context.Context, b *bucket, g *grant, now time.Tim
 // release ends the grant at now (its assignment replaced, or gone): what
 // the client can no longer spend of what was paid in the current window
 // goes back to the counters that took it, when that surely lands while
-// the window lasts (engine.ReleaseLands); otherwise it lapses. It is the
+// the window lasts (grant.ReleaseLands); otherwise it lapses. It is the
 // one place where hits go back: they are never more than what the
 // client's own token bucket could not have spent, whatever it reports.
 func (ss *Session) release(ctx context.Context, b *bucket, now time.Time) {

@@ -3,7 +3,7 @@ package rlqs
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rlsproject/rls/internal/engine"
+	grants "github.com/rlsproject/rls/internal/engine/grant"
 )
 
 // metrics are the service's own: what its clients report (bounded to what
@@ -34,8 +34,8 @@ const (
 	actionAbandon     = "abandon"
 )
 
-func newMetrics(streams func() float64, ledger *engine.GrantLedger) *metrics {
-	fromLedger := func(f func(engine.GrantCounts) uint64) func() float64 {
+func newMetrics(streams func() float64, ledger *grants.Ledger) *metrics {
+	fromLedger := func(f func(grants.Counts) uint64) func() float64 {
 		return func() float64 { return float64(f(ledger.Counts())) }
 	}
 	m := &metrics{
@@ -49,13 +49,13 @@ func newMetrics(streams func() float64, ledger *engine.GrantLedger) *metrics {
 			Help: "Bucket actions sent to RLQS clients, by kind: token_bucket (a grant), deny_all (the limit is spent), allow_all (no limit), abandon (a reload removed the limit)."}, []string{"action"}),
 		granted: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_rlqs_granted_requests_total",
 			Help: "Requests taken in the store for the token buckets handed out, before their clients can spend them."},
-			fromLedger(func(c engine.GrantCounts) uint64 { return c.Taken })),
+			fromLedger(func(c grants.Counts) uint64 { return c.Taken })),
 		released: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_rlqs_given_back_requests_total",
 			Help: "Requests taken that a replaced token bucket could no longer spend, released while their window lasted."},
-			fromLedger(func(c engine.GrantCounts) uint64 { return c.Released })),
+			fromLedger(func(c grants.Counts) uint64 { return c.Released })),
 		unreleased: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_rlqs_given_back_lost_requests_total",
 			Help: "Requests to release that stayed counted: a reload changed the counters that took them, or the store failed."},
-			fromLedger(func(c engine.GrantCounts) uint64 { return c.Unlanded })),
+			fromLedger(func(c grants.Counts) uint64 { return c.Unlanded })),
 		overuse: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_overuse_requests_total",
 			Help: "Requests that clients report beyond what their assignments let them admit (before a first assignment, or under a fallback), charged at the report."}),
 		overuseNot: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_overuse_uncharged_requests_total",

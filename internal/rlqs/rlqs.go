@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlsproject/rls/internal/config"
-	"github.com/rlsproject/rls/internal/engine"
+	grants "github.com/rlsproject/rls/internal/engine/grant"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -69,7 +69,7 @@ type Options struct {
 	Now func() time.Time
 	// StoreTimeout is the store's bound on a decision once sent: a grant's
 	// unused requests are released only when that surely lands in the
-	// window they were counted in (engine.ReleaseLands).
+	// window they were counted in (grant.ReleaseLands).
 	StoreTimeout time.Duration
 	// FirstReport is how long a stream may stay without a report before it
 	// is ended (DEADLINE_EXCEEDED); 0 is DefaultFirstReport.
@@ -84,9 +84,9 @@ type Server struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
 	svc     *service.Service
 	opts    Options
-	streams chan struct{}      // a token per stream served
-	bytes   atomic.Int64       // what all sessions' bucket ids count against MaxBytes
-	ledger  engine.GrantLedger // what became of the tokens taken for assignments
+	streams chan struct{} // a token per stream served
+	bytes   atomic.Int64  // what all sessions' bucket ids count against MaxBytes
+	ledger  grants.Ledger // what became of the tokens taken for assignments
 	metrics *metrics
 
 	mu    sync.Mutex

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlsproject/rls/internal/config"
-	"github.com/rlsproject/rls/internal/engine"
+	grants "github.com/rlsproject/rls/internal/engine/grant"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -328,10 +328,9 @@ func (ss *Session) assign(ctx context.Context, b *bucket, now time.Time) []*rlqs
 // boundary, when the rate it would be sized to now is well below its own
 // (keepBelow; pressedKeep when the limits run short), or well above it
 // (growAbove) while its client is short of tokens: then by a grant's share
-// of what the limits had left after that payment at most
-// (engine.GrantCap: a quarter). It returns nil when the
-// token bucket goes on (Envoy carries an equal one over, with its tokens,
-// so nothing new is paid for its max).
+// of what the limits had left after that payment at most (grant.Cap: a
+// quarter). It returns nil when the token bucket goes on (Envoy carries an
+// equal one over, with its tokens, so nothing new is paid for its max).
 func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	g, want := b.grant, b.want(now)
 	r, w, below := g.a.rate(), want.rate(), keepBelow
@@ -351,7 +350,7 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 		// share of what is left; the token bucket's own fill comes back
 		// when replaced.
 		span := earlier(g.ends, end).Sub(now) + burstTime
-		if grown := min(w, r+float64(engine.GrantCap(b.left))/span.Seconds()); grown > growAbove*r {
+		if grown := min(w, r+float64(grants.Cap(b.left))/span.Seconds()); grown > growAbove*r {
 			return ss.replace(ctx, b, sized(grown, b.node, b.ttl()), now, nil)
 		}
 	}
@@ -360,7 +359,7 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 
 // replace ends the bucket's grant at now and returns the actions of a new
 // one, of want or less, paid: after a payment that fell short (short), of
-// a grant's share of what the binding limit has left (engine.GrantCap: a
+// a grant's share of what the binding limit has left (grant.Cap: a
 // quarter); DENY_ALL when nothing fits.
 func (ss *Session) replace(ctx context.Context, b *bucket, want assignment, now time.Time, short *shortfall) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	replacing := b.grant.live(now)
@@ -382,7 +381,7 @@ func (ss *Session) replace(ctx context.Context, b *bucket, want assignment, now 
 			// A grant's share of what is left, spent over the rest of the
 			// window and the burst.
 			span := earlier(now.Add(ttl), nextBoundary(b.node, now)).Sub(now)
-			share := float64(engine.GrantCap(short.left))
+			share := float64(grants.Cap(short.left))
 			rate := min(want.rate(), share/(span+burstTime).Seconds())
 			for rate > 0 && float64(maxTokens(rate, b.node))+rate*span.Seconds() > share {
 				rate *= 0.8 // the least max_tokens may not fit

@@ -1,12 +1,9 @@
-package engine
-
-import (
-	"math"
-	"sync/atomic"
-	"time"
-)
-
-// Grants: pre-paid hits of a shared counter.
+// Package grant is the policy of pre-paid hits of a shared counter,
+// grants, for every holder of them: lease slices (internal/lease) and RLQS
+// assignments (internal/rlqs). It sizes grants, says when a release
+// surely lands, and moves their hits through a ledger; pure functions of
+// time and counts, it knows nothing of stores, rules or protocols, and
+// starts no goroutine.
 //
 // A grant is hits of one counter that a holder takes from the store ahead
 // of the requests that spend them: a lease's slice (a process admits
@@ -37,52 +34,61 @@ import (
 //
 // and the hits admitted in a window, by the store and from grants, are at
 // most what the store counted in it: never more than the limit. The
-// GrantLedger keeps these terms for a holder (taken = spent + held +
-// releasing + released + lapsed, at every instant); TestGrantLedger drives
-// grants against a reference store on seeded random schedules (takes,
-// spends, releases, window turns, changed limits, late releases) and checks
-// the equation exactly after every step.
+// Ledger keeps these terms for a holder (taken = spent + held +
+// releasing + released + lapsed, at every instant); TestGrantLedger
+// (internal/engine/grant_test.go) drives grants against the engine's
+// reference store on seeded random schedules (takes, spends, releases,
+// window turns, changed limits, late releases) and checks the equation
+// exactly after every step.
 //
 // A token bucket's grant is tokens taken from the bucket: they have no
 // window, are spent within the grant's lifetime and then released, which
 // lands whenever it lands (a bucket gets back no more than was taken).
+package grant
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/rlsproject/rls/internal/engine"
+)
 
 // Sizing of grants.
 const (
-	// GrantShare: a grant is at most 1/GrantShare of what the store said
-	// remains, so that near the limit grants shrink, and the last hits of a
-	// window are decided in the store, one request at a time.
-	GrantShare = 4
-	// MinGrant is the smallest grant worth a round trip.
-	MinGrant = 2
-	// GrantMargin is taken off a window's end as a holder knows it, for the
+	// Share: a grant is at most 1/Share of what the store said remains,
+	// so that near the limit grants shrink, and the last hits of a window
+	// are decided in the store, one request at a time.
+	Share = 4
+	// MinSize is the smallest grant worth a round trip.
+	MinSize = 2
+	// Margin is taken off a window's end as a holder knows it, for the
 	// rates of its clock and the store's, which differ by far less.
-	GrantMargin = time.Millisecond
+	Margin = time.Millisecond
 )
 
-// GrantCap is the most hits one grant may take of remaining, what the
-// store said remains of a counter: 1/GrantShare of it.
-func GrantCap(remaining uint64) uint64 { return remaining / GrantShare }
+// Cap is the most hits one grant may take of remaining, what the store
+// said remains of a counter: 1/Share of it.
+func Cap(remaining uint64) uint64 { return remaining / Share }
 
-// GrantSize is the hits to take for a holder that sees rate hits a second
-// and wants them to last span: rate × span rounded up, at most
-// GrantCap(remaining) (what the store said remains of the counter, or its
-// capacity) and MaxHits; 0 when that is fewer than MinGrant.
-func GrantSize(rate float64, span time.Duration, remaining uint64) uint64 {
-	size := min(math.Ceil(rate*span.Seconds()), float64(GrantCap(remaining)), float64(MaxHits))
-	if !(size >= MinGrant) { // NaN too
+// Size is the hits to take for a holder that sees rate hits a second and
+// wants them to last span: rate × span rounded up, at most Cap(remaining)
+// (what the store said remains of the counter, or its capacity) and
+// engine.MaxHits; 0 when that is fewer than MinSize.
+func Size(rate float64, span time.Duration, remaining uint64) uint64 {
+	size := min(math.Ceil(rate*span.Seconds()), float64(Cap(remaining)), float64(engine.MaxHits))
+	if !(size >= MinSize) { // NaN too
 		return 0
 	}
 	return uint64(size)
 }
 
-// GrantEnd is the instant until which the hits of a window that a take
-// sent at sent was granted may be spent and released, when the store
-// answered that its window resets in reset: the store decided at or after
-// sent, so the window ends no earlier than sent + reset; GrantMargin
-// before it.
-func GrantEnd(sent time.Time, reset time.Duration) time.Time {
-	return sent.Add(reset - GrantMargin)
+// End is the instant until which the hits of a window that a take sent
+// at sent was granted may be spent and released, when the store answered
+// that its window resets in reset: the store decided at or after sent, so
+// the window ends no earlier than sent + reset; Margin before it.
+func End(sent time.Time, reset time.Duration) time.Time {
+	return sent.Add(reset - Margin)
 }
 
 // ReleaseLands reports whether a release sent at now surely lands before
@@ -90,15 +96,15 @@ func GrantEnd(sent time.Time, reset time.Duration) time.Time {
 // it (no later than the store's), on a store whose timeout is timeout: a
 // call is decided within twice its store's timeout of being made, or not
 // at all (a store's timeout bounds a decision once sent; as much again is
-// left for it to be sent), and GrantMargin covers the clocks.
+// left for it to be sent), and Margin covers the clocks.
 func ReleaseLands(now, end time.Time, timeout time.Duration) bool {
-	return now.Add(2*timeout + GrantMargin).Before(end)
+	return now.Add(2*timeout + Margin).Before(end)
 }
 
 // Grant is what a holder holds of one counter: hits taken and not yet
 // spent, released or lapsed, and until when. The zero Grant holds nothing
 // and is a window's; set Tokens for a token bucket's. A Grant changes only
-// through a GrantLedger's methods. Not safe for concurrent use: its holder
+// through a Ledger's methods. Not safe for concurrent use: its holder
 // guards it.
 type Grant struct {
 	// Tokens marks a token bucket's grant: its hits have no window; they
@@ -121,17 +127,17 @@ func (g *Grant) Held(now time.Time) (uint64, time.Duration) {
 // they are released or lapse).
 func (g *Grant) Left() uint64 { return g.held }
 
-// GrantLedger counts what became of the hits of a holder's grants, and
-// moves them: every change of a Grant is one of its methods, so that taken
-// = spent + held + releasing + released + lapsed at every instant. The zero
-// GrantLedger is empty. Its methods are safe for concurrent use on
-// different grants; a grant's holder serializes the calls on it.
-type GrantLedger struct {
+// Ledger counts what became of the hits of a holder's grants, and moves
+// them: every change of a Grant is one of its methods, so that taken =
+// spent + held + releasing + released + lapsed at every instant. The zero
+// Ledger is empty. Its methods are safe for concurrent use on different
+// grants; a grant's holder serializes the calls on it.
+type Ledger struct {
 	grants, taken, spent, held, releasing, released, lapsed, lapses, unlanded atomic.Uint64
 }
 
-// GrantCounts are a GrantLedger's counts.
-type GrantCounts struct {
+// Counts are a Ledger's counts.
+type Counts struct {
 	Grants    uint64 // takes the store counted
 	Taken     uint64 // their hits
 	Spent     uint64 // hits spent
@@ -145,8 +151,8 @@ type GrantCounts struct {
 
 // Counts returns l's counts. Read while grants change, they may be of
 // different instants.
-func (l *GrantLedger) Counts() GrantCounts {
-	return GrantCounts{
+func (l *Ledger) Counts() Counts {
+	return Counts{
 		Grants: l.grants.Load(), Taken: l.taken.Load(), Spent: l.spent.Load(), Held: l.held.Load(),
 		Releasing: l.releasing.Load(), Released: l.released.Load(), Lapsed: l.lapsed.Load(),
 		Lapses: l.lapses.Load(), Unlanded: l.unlanded.Load(),
@@ -154,11 +160,11 @@ func (l *GrantLedger) Counts() GrantCounts {
 }
 
 // Take adds hits that the store counted at now to g, to be spent before
-// end (for a window's, GrantEnd or the window's own end). Hits g held that
-// may still be spent stay, and the whole is spent before the earlier end;
-// hits whose end has passed are expired first (Expire): it returns the
-// tokens of those to release (now Releasing), 0 for a window's.
-func (l *GrantLedger) Take(g *Grant, now time.Time, hits uint64, end time.Time) (release uint64) {
+// end (for a window's, End or the window's own end). Hits g held that may
+// still be spent stay, and the whole is spent before the earlier end; hits
+// whose end has passed are expired first (Expire): it returns the tokens
+// of those to release (now Releasing), 0 for a window's.
+func (l *Ledger) Take(g *Grant, now time.Time, hits uint64, end time.Time) (release uint64) {
 	if g.held > 0 && now.Before(g.end) {
 		end = earliest(end, g.end)
 	} else {
@@ -174,7 +180,7 @@ func (l *GrantLedger) Take(g *Grant, now time.Time, hits uint64, end time.Time) 
 
 // Spend takes hits from g for a request at now, and reports whether g
 // covered them: it holds them and may be spent at now.
-func (l *GrantLedger) Spend(g *Grant, now time.Time, hits uint64) bool {
+func (l *Ledger) Spend(g *Grant, now time.Time, hits uint64) bool {
 	if g.held == 0 || g.held < hits || !now.Before(g.end) {
 		return false
 	}
@@ -186,7 +192,7 @@ func (l *GrantLedger) Spend(g *Grant, now time.Time, hits uint64) bool {
 
 // Unspend puts back hits spent from g for a request that was not admitted
 // after all (another of its limits denied it).
-func (l *GrantLedger) Unspend(g *Grant, hits uint64) {
+func (l *Ledger) Unspend(g *Grant, hits uint64) {
 	g.held += hits
 	l.held.Add(hits)
 	l.spent.Add(-hits)
@@ -196,14 +202,14 @@ func (l *GrantLedger) Unspend(g *Grant, hits uint64) {
 // timeout, and returns its hits (now Releasing: Landed says what became of
 // them); 0, and g as it was, when the release could land after their
 // window (ReleaseLands): they stay held until they lapse.
-func (l *GrantLedger) Release(g *Grant, now time.Time, timeout time.Duration) uint64 {
+func (l *Ledger) Release(g *Grant, now time.Time, timeout time.Duration) uint64 {
 	if g.held == 0 || !g.Tokens && !ReleaseLands(now, g.end, timeout) {
 		return 0
 	}
 	return l.releaseAll(g)
 }
 
-func (l *GrantLedger) releaseAll(g *Grant) uint64 {
+func (l *Ledger) releaseAll(g *Grant) uint64 {
 	hits := g.held
 	g.held = 0
 	l.held.Add(-hits)
@@ -213,7 +219,7 @@ func (l *GrantLedger) releaseAll(g *Grant) uint64 {
 
 // Landed records what became of a release of hits: landed in the store
 // (ok), or not (an error, past its deadline): those lapse.
-func (l *GrantLedger) Landed(hits uint64, ok bool) {
+func (l *Ledger) Landed(hits uint64, ok bool) {
 	l.releasing.Add(-hits)
 	if ok {
 		l.released.Add(hits)
@@ -225,7 +231,7 @@ func (l *GrantLedger) Landed(hits uint64, ok bool) {
 
 // Keep puts back into g hits released from it that were not sent after all
 // (the holder is closing): they are held again.
-func (l *GrantLedger) Keep(g *Grant, hits uint64) {
+func (l *Ledger) Keep(g *Grant, hits uint64) {
 	l.releasing.Add(-hits)
 	g.held += hits
 	l.held.Add(hits)
@@ -233,7 +239,7 @@ func (l *GrantLedger) Keep(g *Grant, hits uint64) {
 
 // Expire ends what g holds when its end has passed at now: a window's hits
 // lapse; a token bucket's are returned to be released (now Releasing).
-func (l *GrantLedger) Expire(g *Grant, now time.Time) (release uint64) {
+func (l *Ledger) Expire(g *Grant, now time.Time) (release uint64) {
 	if g.held == 0 || now.Before(g.end) {
 		return 0
 	}
@@ -247,14 +253,14 @@ func (l *GrantLedger) Expire(g *Grant, now time.Time) (release uint64) {
 // Lapse drops what g holds: its hits stay counted where they were taken,
 // unspent (too near their window's end for a release, a limit lowered, a
 // counter reset).
-func (l *GrantLedger) Lapse(g *Grant) {
+func (l *Ledger) Lapse(g *Grant) {
 	hits := g.held
 	g.held = 0
 	l.held.Add(-hits)
 	l.lapse(hits)
 }
 
-func (l *GrantLedger) lapse(hits uint64) {
+func (l *Ledger) lapse(hits uint64) {
 	if hits > 0 {
 		l.lapsed.Add(hits)
 		l.lapses.Add(1)
