@@ -136,10 +136,10 @@ type grant struct {
 	// taken up to takenUntil.
 	taken      uint64
 	takenUntil time.Time
-	// held is the grant's of the tokens taken in the window that
-	// the last of them were counted in (it ends at the window's end), less
-	// what the client could have spent of them: what a release can give
-	// back. Tokens are spent oldest first.
+	// held is the tokens taken in the window that the last of them were
+	// counted in (a Grant of package grant, which ends with the window),
+	// less what the client could have spent of them: what a release can
+	// give back. Tokens are spent oldest first.
 	held grants.Grant
 }
 
