@@ -27,8 +27,8 @@ func (s *Store) Reset(ctx context.Context, items []engine.Item) (int, error) {
 			continue
 		}
 		c.mu.Lock()
-		s.hitsHeld.Add(-c.left)
-		c.left, c.remaining, c.remainingUntil = 0, 0, time.Time{}
+		s.ledger.Lapse(&c.grant)
+		c.remaining, c.remainingUntil = 0, time.Time{}
 		c.mu.Unlock()
 	}
 	return r.Reset(ctx, items)
