@@ -87,12 +87,17 @@ type algorithm interface {
 	// State: a store may forget it then. 0 means it already is.
 	expiry(r *Rule, st *State) int64
 	// capacity, quotaWindow, denialCoversMoreHits, stateSizeVaries,
-	// leasable and calendarBounds answer Rule's methods of the same names.
+	// leasable, refills, inFlight, windowInIdentity and calendarBounds
+	// answer Rule's methods of the same names: what the code outside the
+	// engine asks of a rule instead of testing its algorithm's name.
 	capacity(r *Rule) uint64
 	quotaWindow(r *Rule, end time.Time) time.Duration
 	denialCoversMoreHits() bool
 	stateSizeVaries() bool
 	leasable() bool
+	refills() bool
+	inFlight() bool
+	windowInIdentity() bool
 	calendarBounds(r *Rule, at int64) ([4]int64, bool)
 }
 
@@ -147,7 +152,7 @@ func limitCapacity(r *Rule) uint64 { return uint64(r.Limit) }
 
 // noBurst is the check of the algorithms that have no burst.
 func noBurst(s *Spec, r *Rule, errs *specErrors) {
-	if s.BurstSet {
+	if s.Burst.Set {
 		errs.add("burst", true, "burst is only for algorithm token_bucket, not %s", r.alg.name())
 	}
 }

@@ -30,7 +30,7 @@ const MaxPenaltySteps = 16
 // compilePenalty checks the penalty fields of s into r.
 func compilePenalty(s *Spec, r *Rule, errs *specErrors) {
 	if len(s.Penalty) == 0 {
-		if s.PenaltyResetSet {
+		if s.PenaltyReset.Set {
 			errs.add("penalty_reset", true, "penalty_reset is only for limits with a penalty")
 		}
 		return
@@ -44,12 +44,9 @@ func compilePenalty(s *Spec, r *Rule, errs *specErrors) {
 			break
 		}
 	}
-	reset := DefaultPenaltyReset
-	if s.PenaltyResetSet {
-		reset = s.PenaltyReset
-		if reset < time.Millisecond || reset > MaxWindow {
-			errs.add("penalty_reset", false, "penalty_reset %s is not between 1ms and 100 years", reset)
-		}
+	reset := s.PenaltyReset.Or(DefaultPenaltyReset)
+	if s.PenaltyReset.Set && (reset < time.Millisecond || reset > MaxWindow) {
+		errs.add("penalty_reset", false, "penalty_reset %s is not between 1ms and 100 years", reset)
 	}
 	if s.Lease {
 		errs.add("penalty", true, "penalty is not for lease: true limits (a slice's hits are decided in process, where no strike is kept)")

@@ -386,11 +386,12 @@ func (r *request) route(cluster bool) (keys []string, oneSlot bool) {
 
 // touched returns the keys that the decide function reads and writes for
 // the item (the package doc's key layout): its descriptor's hash for a
-// counter kept there (and a penalty's field), its counter's own sorted set
-// for a sliding log or a concurrency limit; "" for none.
+// counter kept there (and a penalty's field), its counter's own key (a
+// sorted set) for one kept there (engine.Rule.OwnKey); "" for none.
+// TestRouteKeysAreTheKeysTouched holds it to what the function touches.
 func (w *wireItem) touched() [2]string {
 	var t [2]string
-	if inSortedSet(w.limit) {
+	if w.limit.OwnKey() {
 		t[1] = w.base
 		if w.limit.Penalized() {
 			t[0] = w.key.(string)
@@ -399,15 +400,6 @@ func (w *wireItem) touched() [2]string {
 		t[0] = w.key.(string)
 	}
 	return t
-}
-
-// inSortedSet reports whether the counter of rule r is a sorted set of its
-// own rather than a field of its descriptor's hash: decide.lua's sections
-// whose in_hash is not set (TestRouteKeysAreTheKeysTouched holds the two
-// to agree).
-func inSortedSet(r *engine.Rule) bool {
-	a := r.Algorithm()
-	return a == engine.SlidingLog || a == engine.Concurrency
 }
 
 // errExpired is the error of a request that Redis refused to decide because
