@@ -35,8 +35,8 @@ type LogEntry struct {
 // epoch. normalize turns the decision's instant into the counter's own (see
 // below); every other method but expiry takes st normalized and that
 // instant. Implementations are stateless values; adding one is a file of
-// its own and its line in algorithms (and a section in the Redis scripts:
-// see doc.go).
+// its own and its line in algorithms (and a file of the Redis scripts: see
+// doc.go).
 //
 // Time can go backwards (an NTP step, another process's clock): a counter
 // never resets or refills on a backward step. normalize returns the
@@ -45,9 +45,9 @@ type LogEntry struct {
 // judge at that instant, as if no time had passed (x/time/rate does the
 // same).
 //
-// The Redis script (internal/redisstore/scripts/decide.lua) holds the same
-// functions, section by section, with the same arithmetic: a differential
-// test holds the two to identical answers.
+// The Redis scripts hold the same functions, an algorithm's in its own
+// file (internal/redisstore/scripts/alg/<name>.lua), with the same
+// arithmetic: a differential test holds the two to identical answers.
 type algorithm interface {
 	// name is the algorithm's name (in configs, unless it is a form of
 	// another: see form); code its stable code (Rule.Code).
@@ -121,8 +121,9 @@ func configName(a algorithm) string {
 const never = math.MaxInt64
 
 // algorithms are the implementations by code. The codes are part of the
-// Redis store's wire contract (decide.lua's algorithms table, checked
-// against this one when the store loads its library): append only.
+// Redis store's wire contract (each algorithm's script registers its code,
+// ALG_<NAME>; the store's TestWireContract checks them against this
+// table): append only.
 var algorithms = [...]algorithm{
 	fixedWindow{},
 	slidingWindow{},

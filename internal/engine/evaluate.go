@@ -255,7 +255,7 @@ func first(states []*State, i int) bool { return firstOf(states, i) == i }
 // admitted but some quota groups are over, over holds them: their items are
 // not consumed. Otherwise over is nil.
 //
-// The Redis script applies the same rule (decide.lua, "the rule"); a
+// The Redis scripts apply the same rule (decide/judge.lua, "the rule"); a
 // cluster applies it to the verdicts gathered from its nodes.
 func Admit(items []Item, results []Result) (admitted bool, over map[int32]bool) {
 	admitted = true

@@ -17,7 +17,7 @@ import (
 //
 // The state lives with the counter's (State.Strikes and BlockedUntil)
 // and changes in the same store call as the counter: Evaluate here, the
-// penalty phases of decide.lua on Redis, which keep it in a field of the
+// Redis scripts' penalty.lua, which keeps it in a field of the
 // descriptor's hash beside the counter's (PenaltyField).
 
 // DefaultPenaltyReset is the quiet time after which a ladder starts over

@@ -81,8 +81,8 @@ func (a tokenBucket) admits(r *Rule, st *State, t int64, hits uint64) bool {
 // MaxBucketAhead bounds how far ahead of now a consumption puts a bucket's
 // TAT, in µs (2^50, about 35 years): hits that count when denied push it
 // on without end, and past 2^63 µs it would wrap round to a full bucket.
-// decide.lua keeps the same bound (TB_MAX_AHEAD, where µs instants stay
-// exact doubles).
+// The Redis scripts keep the same bound (TB_MAX_AHEAD, where µs instants
+// stay exact doubles).
 const MaxBucketAhead = 1 << 50
 
 func (a tokenBucket) consume(r *Rule, st *State, t int64, hits uint64) {
