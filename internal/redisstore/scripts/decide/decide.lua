@@ -1,6 +1,18 @@
 -- decide/decide.lua: the decide function, its phases in order
 -- (engine.Evaluate), and its entry point.
 
+-- write writes what the request changed of every counter (its algorithm's
+-- write, its penalty's), and appends to undo, when not nil, the operations
+-- that give it back.
+local function write(undo)
+  for c = 1, nc do
+    c_impl[c].write(c, undo)
+    if c_pen[c] then
+      penalty_write(c)
+    end
+  end
+end
+
 -- decide judges the request whose arguments start at argv[a] and returns
 -- its reply and where the next request's arguments start. A request past
 -- its deadline is not decided: its caller has stopped waiting, or will
@@ -28,17 +40,10 @@ local function decide(a)
     -- decision (a sliding log's expired entries are gone from its set).
     judge()
     admitted = rule(mode)
-    for c = 1, nc do
-      c_impl[c].restore(c)
-    end
+    restore()
     local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
     statuses(out)
-    for c = 1, nc do
-      c_impl[c].write(c, nil)
-      if c_pen[c] then
-        penalty_write(c)
-      end
-    end
+    write(nil)
     return out, next_a
   elseif mode == MODE_CHARGE then
     for k = 1, n do
@@ -84,12 +89,7 @@ local function decide(a)
   end
   local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
   statuses(out)
-  for c = 1, nc do
-    c_impl[c].write(c, undo)
-    if c_pen[c] then
-      penalty_write(c)
-    end
-  end
+  write(undo)
   if undo then
     out[#out + 1] = undo
   end

@@ -89,15 +89,20 @@ local function rule(mode)
   return true, over
 end
 
+-- restore undoes the judging pass on every counter.
+local function restore()
+  for c = 1, nc do
+    c_impl[c].restore(c)
+  end
+end
+
 -- settle undoes the judging pass unless the request is admitted as judged,
 -- and consumes again without the quota groups that are over.
 local function settle(admitted, over)
   if admitted and not over then
     return
   end
-  for c = 1, nc do
-    c_impl[c].restore(c)
-  end
+  restore()
   if admitted then
     for k = 1, n do
       if i_ok[k] and not over[i_group[k]] then
