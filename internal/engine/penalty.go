@@ -78,13 +78,13 @@ func (r *Rule) strike(st *State, t int64) {
 	st.BlockedUntil = t + step.Microseconds()
 }
 
-// Settle returns the instant from which st is equivalent to the zero
+// Prune returns the instant from which st is equivalent to the zero
 // State (Expiry), after dropping, at the decision's instant t, its
 // counter's part when that alone is already equivalent to none while a
 // penalty keeps the state: Redis forgets that part then (its field), and
 // the counter's instant must not differ between stores when the clock
 // steps back.
-func (r *Rule) Settle(st *State, t int64) int64 {
+func (r *Rule) Prune(st *State, t int64) int64 {
 	if st.Strikes > 0 && r.alg.expiry(r, st) <= t {
 		*st = State{Log: st.Log[:0], Strikes: st.Strikes, BlockedUntil: st.BlockedUntil}
 	}

@@ -119,8 +119,8 @@ local TB_MAX_AHEAD = 1125899906842624
 
 -- The release function's operations (the undo log that the decide function
 -- writes; each algorithm's file undoes its own):
-local UNDO_WINDOW = 'W' -- key id start window span delta: take delta hits off the
-                        -- window that started at start (or, a window later, off the previous one)
+local UNDO_WINDOW = 'W' -- key id start window span delta: remove delta hits from the
+                        -- window that started at start (or, a window later, from the previous one)
 local UNDO_TAT = 'T' -- key id delta: token bucket TAT += delta µs
 local UNDO_ZREM = 'Z' -- key count members...: remove log entries
 local UNDO_ZADD = 'A' -- key window count (score member)...: put back log entries

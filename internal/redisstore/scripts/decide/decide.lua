@@ -54,11 +54,11 @@ local function decide(a)
     -- No flags and no groups: the rule is that every item admits, and
     -- nothing is charged when denied.
     admitted = judge()
-    settle(admitted, nil)
+    conclude(admitted, nil)
   else
     judge()
     admitted, over = rule(mode)
-    settle(admitted, over)
+    conclude(admitted, over)
   end
   if not plain then
     charge_denied(admitted, over)

@@ -1,8 +1,8 @@
 -- decide/judge.lua: the judging pass and the all-or-nothing rule
--- (engine.Evaluate's judge, Admit and settle).
+-- (engine.Evaluate's judge and Admit, and the judging pass undone or kept).
 
--- take applies admitted item k to its counter (engine's take).
-local function take(k)
+-- apply applies admitted item k to its counter (engine's apply).
+local function apply(k)
   local c = i_ctr[k]
   if i_refund[k] then
     c_impl[c].give_back(c, i_hits[k], i_lim[k])
@@ -45,7 +45,7 @@ local function judge()
       end
     elseif i_refund[k] or impl.admits(c, hits, limit, burst) then
       i_ok[k] = true
-      take(k)
+      apply(k)
     else
       i_ok[k], all = false, false
       retry(k)
@@ -96,9 +96,9 @@ local function restore()
   end
 end
 
--- settle undoes the judging pass unless the request is admitted as judged,
--- and consumes again without the quota groups that are over.
-local function settle(admitted, over)
+-- conclude undoes the judging pass unless the request is admitted as
+-- judged, and consumes again without the quota groups that are over.
+local function conclude(admitted, over)
   if admitted and not over then
     return
   end
@@ -106,7 +106,7 @@ local function settle(admitted, over)
   if admitted then
     for k = 1, n do
       if i_ok[k] and not over[i_group[k]] then
-        take(k)
+        apply(k)
       end
     end
   end
