@@ -409,7 +409,8 @@ func (p *parser) replaces(f strictyaml.Field) ([]string, []*yaml.Node) {
 }
 
 // compactWindow is a limit's window for labels and the dump: "1s", "5m";
-// "concurrency" for a limit of requests in flight, whose unit means nothing.
+// its algorithm's name for a limit of requests in flight, whose unit means
+// nothing.
 func compactWindow(l *Limit) string {
 	if l.Rule == nil {
 		return ""
