@@ -72,5 +72,6 @@ local never = {}
 --     f(args, i, now), which undoes the one at args[i] and returns where
 --     the next starts; finish_undo(), if any, runs after them;
 --   status_from_field: its status follows from its hash field alone (the
---     store computes it: VERDICT_ADMITTED_STATES).
+--     store computes it with engine.Rule.Status from the field, which
+--     parseStates in wire.go unpacks: VERDICT_ADMITTED_STATES).
 local algorithms = {}
