@@ -416,9 +416,9 @@ func (s *Store) counter(it *engine.Item, now time.Time) *counter {
 	return c
 }
 
-// tokens reports whether c's rule is a token bucket, whose slices live
-// for a time rather than a window.
-func tokens(c *counter) bool { return c.rule.Algorithm() == engine.TokenBucket }
+// tokens reports whether c's rule refills (a token bucket), whose slices
+// live for a time rather than a window.
+func tokens(c *counter) bool { return c.rule.Refills() }
 
 // spend takes hits from c's slice when it covers them at now (a slice
 // whose time is over expires first). c.mu held.

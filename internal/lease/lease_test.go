@@ -291,5 +291,5 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 }
 
 func leasedRule(alg string, limit, burst uint32) *engine.Rule {
-	return engine.MustCompile(engine.Spec{Algorithm: alg, Unit: engine.Second, Multiplier: 1, Limit: limit, Burst: burst, BurstSet: burst > 0, Lease: true})
+	return engine.MustCompile(engine.Spec{Algorithm: alg, Unit: engine.Second, Multiplier: 1, Limit: limit, Burst: engine.Opt[uint32]{V: burst, Set: burst > 0}, Lease: true})
 }

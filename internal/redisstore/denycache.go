@@ -19,8 +19,8 @@ import (
 // instant cannot change, whichever process asks.
 //
 // Hits given back anywhere are announced by Redis on the channel
-// <prefix>freed (decide.lua for refunds, release.lua for released cluster
-// reservations), and the store drops the counter's entry when the notice
+// <prefix>freed (the decide function for refunds, release.lua for released
+// cluster reservations), and the store drops the counter's entry when the notice
 // arrives. Entries are only kept while that subscription is live, and a
 // denial is not kept when a notice for its counter arrived while its
 // request was in flight (its answer may predate the refund). Safe for

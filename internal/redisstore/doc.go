@@ -1,7 +1,7 @@
 // Package redisstore is the engine.Store on Redis (7.0 or newer), Redis
 // Cluster or a master that Redis Sentinel watches, optionally with a second
 // Redis for the windows shorter than a minute (Options.PerSecond): one Lua
-// function (scripts/decide.lua, in a Redis Functions library with
+// function (scripts/decide/, in a Redis Functions library with
 // release.lua and the shared prelude.lua) judges every limit of a request
 // at Redis's clock and consumes all of them or none, in one FCALL per node
 // the request touches (on several nodes, each reserves its share and a
@@ -16,9 +16,9 @@
 // at once, with nothing sent, and is reconnected in the background
 // (links.go).
 //
-// The scripts mirror the engine's algorithms section by section; the wire
-// contract between Go and Lua (argument and reply layouts, codes) is named
-// once on each side, in wire.go and scripts/prelude.lua.
+// The scripts mirror the engine's algorithms file by file (scripts/alg/);
+// the wire contract between Go and Lua (argument and reply layouts, codes)
+// is named once on each side, in wire.go and scripts/prelude.lua.
 // Denials whose end Redis computed are answered from memory until then, or
 // until Redis announces on <prefix>freed that hits of that counter were
 // given back (a refund, a released cluster reservation). It knows nothing

@@ -27,7 +27,7 @@ import (
 // part of its identity: it stays on the main Redis whatever its lease_ttl,
 // so that a reload that changes it keeps the acquisitions in flight.
 func perSecondLimit(r *engine.Rule) bool {
-	return r.Calendar == nil && r.Window < time.Minute && r.Algorithm() != engine.Concurrency
+	return r.WindowInIdentity() && r.Window < time.Minute
 }
 
 // newPerSecond returns the store of opts.PerSecond: its connection fields,

@@ -236,7 +236,7 @@ func releaseAll(parts []*part) <-chan struct{} {
 	return done
 }
 
-// release runs release.lua with an undo log that decide.lua wrote (on the
+// release runs release.lua with an undo log that a decision wrote (on the
 // node of key), then announces bases: another process may have cached a
 // denial that what is given back caused. It has a deadline of its own.
 func (s *Store) release(key string, undo []any, bases []string) error {

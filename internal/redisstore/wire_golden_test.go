@@ -50,8 +50,8 @@ func goldenRules() []*engine.Rule {
 	}
 }
 
-// TestRequestEncoding holds what newRequest and appendArgs send decide.lua
-// to testdata/request.golden: the positions of decide.lua's arguments are
+// TestRequestEncoding holds what newRequest and appendArgs send the decide
+// function to testdata/request.golden: the positions of its arguments are
 // the contract of prelude.lua (REQUEST_*, ITEM_*, FLAG_*).
 func TestRequestEncoding(t *testing.T) {
 	at := time.Date(2027, 2, 10, 12, 0, 0, 0, time.UTC)
@@ -91,7 +91,7 @@ func TestRequestEncoding(t *testing.T) {
 }
 
 // TestReplyDecoding holds how parseReply and results read a reply of
-// decide.lua (as go-redis hands it over) to testdata/reply.golden: the
+// the decide function (as go-redis hands it over) to testdata/reply.golden: the
 // statuses (with a charged denial), the undo log flattened into
 // release.lua's arguments, and the view.
 func TestReplyDecoding(t *testing.T) {

@@ -380,7 +380,7 @@ func explainLimit(dom *config.Domain, l *config.Limit) LimitExplanation {
 		if r.Penalized() {
 			le.PenaltyReset = r.PenaltyReset.String()
 		}
-		if r.Algorithm() == engine.Concurrency {
+		if r.InFlight() {
 			le.LeaseTTL = r.Window.String()
 		}
 	}

@@ -63,10 +63,10 @@ const (
 func Rule(alg string, rpu uint32, window time.Duration, burst uint32) *engine.Rule {
 	s := engine.Spec{
 		Algorithm: alg, Limit: rpu, Unit: engine.Second, Multiplier: uint32(window / time.Second),
-		Burst: burst, BurstSet: alg == engine.TokenBucket,
+		Burst: engine.Opt[uint32]{V: burst, Set: alg == engine.TokenBucket},
 	}
 	if alg == engine.Concurrency {
-		s.Multiplier, s.LeaseTTL, s.LeaseTTLSet = 1, window, true
+		s.Multiplier, s.LeaseTTL = 1, engine.Some(window)
 	}
 	return engine.MustCompile(s)
 }
@@ -75,7 +75,7 @@ func Rule(alg string, rpu uint32, window time.Duration, burst uint32) *engine.Ru
 func PenaltyRule(alg string, rpu uint32, window time.Duration, ladder []time.Duration, reset time.Duration) *engine.Rule {
 	return engine.MustCompile(engine.Spec{
 		Algorithm: alg, Limit: rpu, Unit: engine.Second, Multiplier: uint32(window / time.Second),
-		Penalty: ladder, PenaltyReset: reset, PenaltyResetSet: true,
+		Penalty: ladder, PenaltyReset: engine.Some(reset),
 	})
 }
 
@@ -100,7 +100,7 @@ func Seed(t testing.TB) uint64 {
 // the config would.
 func CalendarRule(unit engine.Unit, rpu uint32, loc *time.Location) *engine.Rule {
 	return engine.MustCompile(engine.Spec{
-		Limit: rpu, Unit: unit, Multiplier: 1, Calendar: true, TimeZone: loc.String(), TimeZoneSet: true,
+		Limit: rpu, Unit: unit, Multiplier: 1, Calendar: true, TimeZone: engine.Some(loc.String()),
 	})
 }
 
@@ -127,7 +127,7 @@ var paris = func() *time.Location {
 // last (memstore) or last changed it (Redis), which the differential tests
 // leave out.
 func WindowID(l *engine.Rule) string {
-	if l.Algorithm() == engine.Concurrency {
+	if l.InFlight() {
 		return l.ID + "@" + l.Window.String()
 	}
 	return l.ID
