@@ -336,13 +336,14 @@ func TestCutRepliesRunOnce(t *testing.T) {
 // deadline decided nothing, so it is sent again while its caller waits:
 // the caller gets a decision, not an error (the audit's saturation errors:
 // a loaded host made Redis wait for a core longer than the store timeout).
-// Redis is paused from before the request leaves until 240 ms after, with
-// a 200 ms store timeout: the request reaches it past its deadline, and the
-// refusal is back before the caller's wait (300 ms) ends. Margins of 40 ms
-// and 60 ms; the caller waits 5 s.
+// Redis is paused from before the request leaves until 500 ms after, with
+// a 400 ms store timeout: the request reaches it past its deadline, and the
+// refusal is back before the caller's wait (600 ms) ends. Margins of 100 ms
+// each (40 and 60 ms at half these timings failed once in a loaded run
+// under the race detector); the caller waits 5 s.
 func TestExpiredRequestSentAgain(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL(), Timeout: 200 * time.Millisecond, minPipelineBound: starvedBound})
+	s := newStore(t, Options{URL: srv.URL(), Timeout: 400 * time.Millisecond, minPipelineBound: starvedBound})
 	items := everyAlgorithm("d/k=resent", 1)
 	lookFull(t, s, items, "before the pause")
 	st0 := s.Stats()
@@ -350,7 +351,7 @@ func TestExpiredRequestSentAgain(t *testing.T) {
 	resumed := make(chan struct{})
 	go func() {
 		defer close(resumed)
-		time.Sleep(240 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		srv.Resume()
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
