@@ -164,14 +164,9 @@ func Run(t *testing.T, newStore NewStore) {
 
 // testReset: Reset clears every counter of the items, whatever the
 // algorithm, and says how many held state; other counters keep theirs.
-// Every store of rls implements engine.Resetter.
 func testReset(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	r, ok := s.(engine.Resetter)
-	if !ok {
-		t.Fatalf("%T does not implement engine.Resetter", s)
-	}
 	rules := []*engine.Rule{
 		Rule(engine.FixedWindow, 2, time.Minute, 0),
 		Rule(engine.SlidingWindow, 3, time.Hour, 0),
@@ -198,7 +193,7 @@ func testReset(t *testing.T, newStore NewStore) {
 			}
 		}
 	}
-	n, err := r.Reset(context.Background(), items(reset))
+	n, err := s.Reset(context.Background(), items(reset))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +210,7 @@ func testReset(t *testing.T, newStore NewStore) {
 			t.Errorf("%s of another descriptor admitted after a Reset: its counter was cleared too", it.Rule.ID)
 		}
 	}
-	if n, err := r.Reset(context.Background(), items(uniqueDesc(t, "ip=3"))); err != nil || n != 0 {
+	if n, err := s.Reset(context.Background(), items(uniqueDesc(t, "ip=3"))); err != nil || n != 0 {
 		t.Errorf("Reset of counters never used: %d, %v; want 0, nil", n, err)
 	}
 	// A penalty's block goes with its counter: one counter cleared.
@@ -224,7 +219,7 @@ func testReset(t *testing.T, newStore NewStore) {
 	if ok, res := apply(t, s, blocked); ok || res[0].Blocked {
 		t.Fatalf("a penalized counter's first denial: admitted %v, blocked %v; want a strike (false, false)", ok, res[0].Blocked)
 	}
-	if n, err := r.Reset(context.Background(), blocked); err != nil || n != 1 {
+	if n, err := s.Reset(context.Background(), blocked); err != nil || n != 1 {
 		t.Errorf("Reset of a blocked counter: %d, %v; want 1, nil", n, err)
 	}
 	if ok, res := apply(t, s, blocked); !ok {
