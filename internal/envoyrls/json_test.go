@@ -86,7 +86,9 @@ func (s downStore) Peek(ctx context.Context, items []engine.Item, results []engi
 func (downStore) Reset(context.Context, []engine.Item) (int, error) {
 	return 0, errors.New("dial tcp 127.0.0.1:6379: connection refused")
 }
-func (downStore) Ping(context.Context) error { return errors.New("dial tcp 127.0.0.1:6379: connection refused") }
+func (downStore) Ping(context.Context) error {
+	return errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
 
 func TestJSONStoreDown(t *testing.T) {
 	h := New(servetest.Service(t, limitsYAML, service.Options{Store: downStore{}})).JSON()

@@ -7,187 +7,209 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/engine"
-	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
 	"github.com/rlsproject/rls/internal/servetest"
 	"github.com/rlsproject/rls/internal/testpki"
 )
 
-// oneHit is a request of one hit on a fixed window of a million an hour:
-// admitted whenever Redis decides it.
-func oneHit(desc string) []engine.Item {
-	return []engine.Item{{Desc: desc, Rule: storetest.Rule(engine.FixedWindow, 1_000_000, time.Hour, 0), Hits: 1}}
-}
-
-// TestTLSFirstCallAfterReady: a store started against Redis over TLS, warmed
-// and ready (Ping), decides its first call within the default 10 ms store
-// timeout, at each of 12 cold starts. The pipelines took their connections
-// from go-redis's pipeline pool, which Warm had not connected: the first
-// call dialed and made its TLS handshake after its deadline in Redis's
-// clock was set, and 4 of 12 cold starts failed with "no reply within the
-// store timeout", once after /readyz said 200 (under the race detector,
-// 12 of 12).
+// TestTLSFirstCallAfterReady: a Conn to Redis over TLS, warmed and ready
+// (Ping), runs its first call within the default 10 ms timeout, at each of
+// 12 cold starts. The pipelines took their connections from go-redis's
+// pipeline pool, which Warm had not connected: the first call dialed and
+// made its TLS handshake after its deadline in Redis's clock was set, and
+// 4 of 12 cold starts failed with "no reply within the store timeout",
+// once after /readyz said 200 (under the race detector, 12 of 12).
 func TestTLSFirstCallAfterReady(t *testing.T) {
 	files := testpki.New(t)
 	srv := redistest.StartWith(t, redistest.Config{TLS: files})
 	for i := range 12 {
-		s, err := New(Options{URL: "rediss://" + srv.Addr() + "/0", CAFile: files.CA}) // the default store timeout, 10 ms
+		out := &outcomes{}
+		c, err := New(Options{URL: "rediss://" + srv.Addr() + "/0", CAFile: files.CA, // the default timeout, 10 ms
+			Library: stubLibrary, Function: stubRun, OnLate: out.onLate, OnIndeterminate: out.onIndeterminate})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.Warm(ctx); err != nil {
+		if err := c.Warm(ctx); err != nil {
 			t.Fatalf("cold start %d: Warm: %v", i, err)
 		}
-		if err := s.Ping(ctx); err != nil {
+		if err := c.Ping(ctx); err != nil {
 			t.Fatalf("cold start %d: Ping after Warm: %v", i, err)
 		}
 		cancel()
-		if _, err := s.Apply(context.Background(), oneHit("d/k=first"), make([]engine.Result, 1)); err != nil {
+		tc := &testConn{c, out}
+		if _, err := tc.bounded("first", 1); err != nil {
 			t.Errorf("cold start %d: the first call after ready: %v", i, err)
 		}
 		// Every worker's connection was set up by Warm, and the call
 		// set none up.
-		if n := s.links.setups.Load(); n != uint64(s.opts.Workers) {
-			t.Errorf("cold start %d: %d connections set up, want %d (one per worker, all by Warm)", i, n, s.opts.Workers)
+		if n := c.links.setups.Load(); n != uint64(c.opts.Workers) {
+			t.Errorf("cold start %d: %d connections set up, want %d (one per worker, all by Warm)", i, n, c.opts.Workers)
 		}
-		s.Close()
+		c.Close()
 	}
 }
 
 // refusedBound is how soon a call to a Redis that refuses connections
-// must fail, with a store timeout of 2 s: a tenth of it. go-redis dialed
-// five times with 100 ms pauses inside each call, 0.41 s; a call now
-// costs a look at the node's state (measured: see the README).
+// must fail, with a timeout of 2 s: a tenth of it. go-redis dialed five
+// times with 100 ms pauses inside each call, 0.41 s; a call now costs a
+// look at the node's state (measured: see the README).
 const refusedBound = 200 * time.Millisecond
 
-// failsFast makes n calls of items to s and fails the test unless each
-// fails within refusedBound.
-func failsFast(t *testing.T, s *Store, items []engine.Item, n int, what string) {
+// failsFast makes n calls on key to c and fails the test unless each fails
+// within refusedBound; so must Ping.
+func failsFast(t *testing.T, c *testConn, key string, n int, what string) {
 	t.Helper()
 	for i := range n {
 		start := time.Now()
-		_, err := s.Apply(context.Background(), items, make([]engine.Result, len(items)))
+		_, err := c.run(context.Background(), key, 1)
 		if d := time.Since(start); err == nil || d > refusedBound {
-			t.Errorf("%s: call %d: %v after %s; want an error well before the 2 s store timeout (within %s)", what, i, err, d, refusedBound)
+			t.Errorf("%s: call %d: %v after %s; want an error well before the 2 s timeout (within %s)", what, i, err, d, refusedBound)
 		}
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.Ping(ctx); err == nil || time.Since(start) > refusedBound {
+	if err := c.Ping(ctx); err == nil || time.Since(start) > refusedBound {
 		t.Errorf("%s: Ping: %v after %s; want an error within %s", what, err, time.Since(start), refusedBound)
 	}
 }
 
 // TestRefusedRedisFailsFast: with nothing listening at Redis's address
-// from the start (connection refused) and a store timeout of 2 s, every
-// call and Ping fails well before the timeout.
+// from the start (connection refused) and a timeout of 2 s, every call and
+// Ping fails well before the timeout, with nothing sent.
 func TestRefusedRedisFailsFast(t *testing.T) {
-	s := newStore(t, Options{URL: "redis://" + servetest.Addr(t) + "/0", Timeout: 2 * time.Second})
-	failsFast(t, s, oneHit("d/k=refused"), 20, "nothing listening")
-	if st := s.Stats(); st.Indeterminate != 0 || st.Expired != 0 {
-		t.Errorf("Stats() = %+v, want nothing sent: no indeterminate or expired request", st)
+	c := newConn(t, Options{URL: "redis://" + servetest.Addr(t) + "/0", Timeout: 2 * time.Second})
+	failsFast(t, c, "refused", 20, "nothing listening")
+	if st := c.Stats(); st.Scripts != 0 || c.out.indeterminate.Load() != 0 {
+		t.Errorf("Stats() = %+v, %d indeterminate; want nothing sent", st, c.out.indeterminate.Load())
 	}
 }
 
 // TestKilledRedisFailsFastAndComesBack: Redis killed mid-run (its port
-// then refuses connections): every call fails well before the 2 s store
+// then refuses connections): every call fails well before the 2 s
 // timeout, nothing is sent to it, and once Redis is restarted on its port
-// the store reconnects by itself, with no call asking it to.
+// the Conn reconnects by itself, with no call asking it to.
 func TestKilledRedisFailsFastAndComesBack(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL(), Timeout: 2 * time.Second})
-	items := oneHit("d/k=killed")
-	if _, err := s.Apply(context.Background(), items, make([]engine.Result, 1)); err != nil {
+	c := newConn(t, Options{URL: srv.URL(), Timeout: 2 * time.Second})
+	if _, err := c.bounded("killed", 1); err != nil {
 		t.Fatalf("before the kill: %v", err)
 	}
-	st0 := s.Stats()
+	scripts := c.Stats().Scripts
 	srv.Kill()
-	failsFast(t, s, items, 20, "Redis killed")
-	if st := s.Stats(); st.Indeterminate != st0.Indeterminate {
-		t.Errorf("Stats() = %+v (before the kill: %+v), want nothing sent to the killed Redis", st, st0)
+	failsFast(t, c, "killed", 20, "Redis killed")
+	if st := c.Stats(); st.Scripts != scripts || c.out.indeterminate.Load() != 0 {
+		t.Errorf("Stats() = %+v (before the kill: %d scripts), %d indeterminate; want nothing sent to the killed Redis", st, scripts, c.out.indeterminate.Load())
 	}
 	srv.Restart()
-	for deadline := time.Now().Add(10 * time.Second); s.links.downErr("") != nil; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); c.links.downErr("") != nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("Redis restarted, no call: still down 10 s later: %v", s.links.downErr(""))
+			t.Fatalf("Redis restarted, no call: still down 10 s later: %v", c.links.downErr(""))
 		}
 	}
-	waitDecided(t, s, items, "after the restart")
+	waitRun(t, c, "killed", "after the restart")
 }
 
-// waitDecided asks items until Redis decides them, for 10 s at most: the
-// store reconnects in the background.
-func waitDecided(t *testing.T, s *Store, items []engine.Item, what string) {
+// waitRun asks for a call on key until Redis runs it, for 10 s at most: the
+// Conn reconnects in the background.
+func waitRun(t *testing.T, c *testConn, key, what string) {
 	t.Helper()
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = s.Ping(ctx)
+		err = c.Ping(ctx)
 		cancel()
 		if err != nil {
 			continue
 		}
-		if _, err = s.Apply(context.Background(), items, make([]engine.Result, len(items))); err == nil {
+		if _, err = c.bounded(key, 1); err == nil {
 			return
 		}
 	}
-	t.Fatalf("%s: not decided within 10 s: %v", what, err)
+	t.Fatalf("%s: not run within 10 s: %v", what, err)
+}
+
+// keysOnDistinctMasters returns n keys whose slots n different masters of
+// cl serve.
+func keysOnDistinctMasters(t *testing.T, cl *redistest.Cluster, n int) []string {
+	t.Helper()
+	var keys []string
+	seen := map[*redistest.Server]bool{}
+	for i := 0; len(keys) < n; i++ {
+		if i == 1000 {
+			t.Fatalf("no %d keys on distinct masters among 1000", n)
+		}
+		key := fmt.Sprintf("{k%d}", i)
+		if m := cl.Master(cl.KeySlot(key)); !seen[m] {
+			seen[m] = true
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }
 
 // TestClusterKilledMasterFailsFast: a master of a cluster without replicas
-// killed: calls to its slots fail well before the 2 s store timeout, calls
-// to the other masters are decided, and once the master is restarted (it
-// rejoins with its slots) its calls are decided again without a new store.
+// killed: calls to its slots fail well before the 2 s timeout, calls to
+// the other masters run, and once the master is restarted (it rejoins with
+// its slots) its calls run again without a new Conn.
 func TestClusterKilledMasterFailsFast(t *testing.T) {
-	c := redistest.StartCluster(t, 3, 0)
-	s := newStore(t, Options{ClusterSeeds: c.Seeds(), Timeout: 2 * time.Second})
-	l := oneHit("x")[0].Rule
-	descs := descsOnDistinctMasters(t, c, s, l, 2)
-	victim, other := oneHit(descs[0]), oneHit(descs[1])
-	for _, items := range [][]engine.Item{victim, other} {
-		if _, err := s.Apply(context.Background(), items, make([]engine.Result, 1)); err != nil {
+	cl := redistest.StartCluster(t, 3, 0)
+	c := newConn(t, Options{ClusterSeeds: cl.Seeds(), Timeout: 2 * time.Second})
+	keys := keysOnDistinctMasters(t, cl, 2)
+	victim, other := keys[0], keys[1]
+	for _, k := range keys {
+		if _, err := c.bounded(k, 1); err != nil {
 			t.Fatalf("before the kill: %v", err)
 		}
 	}
-	master := c.Master(c.KeySlot(s.base(&victim[0])))
+	master := cl.Master(cl.KeySlot(victim))
 	master.Kill()
-	failsFast(t, s, victim, 20, "a master killed")
+	failsFast(t, c, victim, 20, "a master killed")
 	for i := range 5 {
-		if _, err := s.Apply(context.Background(), other, make([]engine.Result, 1)); err != nil {
+		if _, err := c.bounded(other, 1); err != nil {
 			t.Errorf("call %d to a master still up: %v", i, err)
 		}
 	}
 	master.Restart()
-	c.WaitHealthy()
-	waitDecided(t, s, victim, "after the master's restart")
+	cl.WaitHealthy()
+	waitRun(t, c, victim, "after the master's restart")
 }
 
 // TestNewConnectionNotChargedToTheCall: a call whose connection was reset
 // mid-run needs a new one, whose setup takes 300 ms (a slow TLS handshake,
-// a far server), three times the store timeout: the call is decided, as
-// the connection is set up before its deadline is stamped. The pipelines
-// dialed after it: the call reached Redis past its deadline, or its caller
-// had stopped waiting. On a single node and in a cluster, with the calls
-// of a request on three masters.
+// a far server), three times the timeout: the call runs, as the connection
+// is set up before its deadline is stamped. The pipelines dialed after it:
+// the call reached Redis past its deadline, or its caller had stopped
+// waiting. On a single node and in a cluster, with calls to three masters
+// at once.
 func TestNewConnectionNotChargedToTheCall(t *testing.T) {
 	const timeout, hold = 100 * time.Millisecond, 300 * time.Millisecond
-	check := func(t *testing.T, s *Store, proxies []*redistest.FaultProxy, items []engine.Item) {
+	check := func(t *testing.T, c *testConn, proxies []*redistest.FaultProxy, keys []string) {
 		t.Helper()
-		lookFull(t, s, items, "before the reset")
+		for _, k := range keys {
+			if _, err := c.bounded(k, 0); err != nil {
+				t.Fatalf("before the reset: %v", err)
+			}
+		}
 		accepted := 0
 		for _, p := range proxies {
 			p.SetConnectDelay(hold)
 			p.ResetConnections()
 			accepted += p.Accepted()
 		}
-		st0 := s.Stats()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := s.Apply(ctx, items, make([]engine.Result, len(items))); err != nil {
-			t.Errorf("the call after its connection was reset: %v", err)
+		errs := make([]error, len(keys))
+		var wg sync.WaitGroup
+		for i, k := range keys {
+			wg.Go(func() { _, errs[i] = c.run(ctx, k, 1) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("the call to %s after its connection was reset: %v", keys[i], err)
+			}
 		}
 		after := 0
 		for _, p := range proxies {
@@ -197,43 +219,37 @@ func TestNewConnectionNotChargedToTheCall(t *testing.T) {
 		if after == accepted {
 			t.Error("no connection was made after the reset: the test did not exercise a new connection")
 		}
-		if st := s.Stats(); st.Expired != st0.Expired || st.Errors != st0.Errors {
-			t.Errorf("Stats() = %+v (before: %+v), want no error, none expired", st, st0)
-		}
 	}
 	t.Run("single", func(t *testing.T) {
 		srv := redistest.Start(t)
-		proxy, s := behindProxy(t, srv, Options{Timeout: timeout})
-		check(t, s, []*redistest.FaultProxy{proxy}, everyAlgorithm("d/k=redial", 1))
+		proxy := redistest.StartFaultProxy(t, srv.Addr())
+		c := newConn(t, Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: timeout})
+		check(t, c, []*redistest.FaultProxy{proxy}, []string{"redial"})
 	})
 	t.Run("cluster", func(t *testing.T) {
-		c := redistest.StartProxiedCluster(t, 3)
-		s := newStore(t, Options{ClusterSeeds: c.Seeds(), Timeout: timeout})
-		var items []engine.Item
-		for _, d := range descsOnDistinctMasters(t, c, s, oneHit("x")[0].Rule, 3) {
-			items = append(items, everyAlgorithm(d, 1)...)
-		}
-		check(t, s, c.Proxies, items)
+		cl := redistest.StartProxiedCluster(t, 3)
+		c := newConn(t, Options{ClusterSeeds: cl.Seeds(), Timeout: timeout})
+		check(t, c, cl.Proxies, keysOnDistinctMasters(t, cl, 3))
 	})
 }
 
 // TestNoConnectionUnderLoad: 64 concurrent callers of 20 calls each on a
-// warmed store open no connection for their pipelines: every worker sends
+// warmed Conn open no connection for their pipelines: every worker sends
 // on the connection Warm set up. go-redis's pipeline pool grew under load,
 // dialing inside the calls that found it empty.
 func TestNoConnectionUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL()})
-	warmed := s.links.setups.Load()
-	if warmed != uint64(s.opts.Workers) {
-		t.Fatalf("Warm set up %d connections, want one per worker (%d)", warmed, s.opts.Workers)
+	c := newConn(t, Options{URL: srv.URL()})
+	warmed := c.links.setups.Load()
+	if warmed != uint64(c.opts.Workers) {
+		t.Fatalf("Warm set up %d connections, want one per worker (%d)", warmed, c.opts.Workers)
 	}
 	errs := make(chan error, 64*20)
 	var wg sync.WaitGroup
 	for g := range 64 {
 		wg.Go(func() {
 			for i := range 20 {
-				_, err := s.Apply(context.Background(), oneHit(fmt.Sprintf("d/k=%d-%d", g, i)), make([]engine.Result, 1))
+				_, err := c.bounded(fmt.Sprintf("load-%d-%d", g, i), 1)
 				errs <- err
 			}
 		})
@@ -245,7 +261,7 @@ func TestNoConnectionUnderLoad(t *testing.T) {
 			t.Fatalf("a call under load: %v", err)
 		}
 	}
-	if n := s.links.setups.Load(); n != warmed {
+	if n := c.links.setups.Load(); n != warmed {
 		t.Errorf("%d connections set up under load after Warm's %d, want none", n-warmed, warmed)
 	}
 }

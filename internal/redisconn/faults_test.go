@@ -2,330 +2,267 @@ package redisconn
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
-	"github.com/rlsproject/rls/internal/engine"
-	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/redistest"
 )
 
-// everyAlgorithm returns one item per algorithm, each on its own counter of
-// desc, with a limit of 100 (burst 100).
-func everyAlgorithm(desc string, hits uint64) []engine.Item {
-	var items []engine.Item
-	for _, alg := range storetest.Algorithms() {
-		burst := uint32(0)
-		if alg == engine.TokenBucket {
-			burst = 100
-		}
-		items = append(items, engine.Item{Desc: desc, Rule: storetest.Rule(alg, 100, time.Hour, burst), Hits: hits})
-	}
-	return items
-}
-
-// lookFull fails unless every counter of items still admits its whole limit.
-// The look is asked again until Redis decides it (for 10 s at most): on a
-// machine busy with other tests even a sound round trip can miss a short
-// store timeout. A look that missed has an outcome of its own (expired,
-// given back): when one did, lookFull waits until it is counted, so that a
-// test that counts outcomes after lookFull counts its own requests only.
-func lookFull(t *testing.T, s *Store, items []engine.Item, what string) {
-	t.Helper()
-	look := make([]engine.Item, len(items))
-	for i := range items {
-		look[i] = items[i]
-		look[i].Hits = 0
-	}
-	results := make([]engine.Result, len(look))
-	missed := 0
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		_, err := s.Apply(context.Background(), look, results)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: a look, asked for 10 s: %v", what, err)
-		}
-		missed++
-	}
-	if missed > 0 {
-		t.Logf("%s: %d looks missed the store timeout before one was decided", what, missed)
-		settle(t, s)
-	}
-	for i, r := range results {
-		if l := look[i].Rule; r.Remaining != uint64(l.Limit) {
-			t.Errorf("%s: %s remaining %d, want the whole limit %d (a request rls did not answer consumed)", what, l.Algorithm(), r.Remaining, l.Limit)
-		}
-	}
-}
+// The driver under faults: a fault-injecting proxy (redistest.FaultProxy)
+// between the Conn and redis-server, or a paused Redis. The stub function
+// counts in Redis what ran, so each test checks what a fault costs: a
+// request runs once at most, and every request the caller did not hear of
+// is told (OnLate, OnIndeterminate) or refused by Redis as late.
 
 // starvedBound is the pipeline bound of the tests that count each
 // request's outcome: on a machine starved by the race detector and other
-// tests, a reply can come after the default 100 ms, and the store then
+// tests, a reply can come after the default 100 ms, and the Conn then
 // rightly counts it as indeterminate.
 const starvedBound = time.Second
 
-// settle waits for what the store does after its callers have their
-// answers: late replies read (a pipeline is waited for pipelineBound at
-// most) and given back.
-func settle(t *testing.T, s *Store) {
-	t.Helper()
-	time.Sleep(pipelineBound(s.opts))
-	s.releasing.Wait()
-}
-
-// behindProxy returns a fault proxy in front of srv and a store through it
+// behindProxy returns a fault proxy in front of srv and a Conn through it
 // with opts (its URL set).
-func behindProxy(t *testing.T, srv *redistest.Server, opts Options) (*redistest.FaultProxy, *Store) {
+func behindProxy(t *testing.T, srv *redistest.Server, opts Options) (*redistest.FaultProxy, *testConn) {
 	t.Helper()
 	proxy := redistest.StartFaultProxy(t, srv.Addr())
 	opts.URL = "redis://" + proxy.Addr() + "/0"
-	return proxy, newStore(t, opts)
+	return proxy, newConn(t, opts)
 }
 
-// TestShortCallerLongTimeout: a caller that waits less than the store
-// timeout and its grace gets a deadline in Redis within its own wait, and
-// its requests are decided: with a store timeout of a second and callers
-// of 50 ms, every request was refused as past its deadline when the
-// deadline was the caller's less the whole timeout's grace (500 ms).
+// TestShortCallerLongTimeout: a caller that waits less than the timeout
+// and its grace gets a deadline in Redis within its own wait, and its
+// requests run: with a timeout of a second and callers of 50 ms, every
+// request was refused as past its deadline when the deadline was the
+// caller's less the whole timeout's grace (500 ms).
 func TestShortCallerLongTimeout(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL(), Timeout: time.Second})
-	items := everyAlgorithm("d/k=short-caller", 1)
-	results := make([]engine.Result, len(items))
+	c := newConn(t, Options{URL: srv.URL(), Timeout: time.Second})
 	for i := range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		_, err := s.Apply(ctx, items, results)
+		_, err := c.run(ctx, "short-caller", 1)
 		cancel()
 		if err != nil {
-			t.Fatalf("request %d of a 50 ms caller, store timeout 1 s: %v", i, err)
+			t.Fatalf("request %d of a 50 ms caller, timeout 1 s: %v", i, err)
 		}
-	}
-	if st := s.Stats(); st.Expired != 0 {
-		t.Errorf("Stats() = %+v, want none expired", st)
 	}
 }
 
 // TestNoResendAfterWait: a request that found Redis without the function
 // library is sent again once the library is loaded, unless its caller was
-// answered meanwhile. With 60 ms each way and a 100 ms store timeout, the
+// answered meanwhile. With 60 ms each way and a 100 ms timeout, the
 // caller's wait (150 ms) ends before the library is loaded (two round
 // trips, 240 ms): the request must not run then, with nobody to hear of it.
 func TestNoResendAfterWait(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, s := behindProxy(t, srv, Options{Timeout: 100 * time.Millisecond, minPipelineBound: starvedBound})
-	items := everyAlgorithm("d/k=resend", 1)
-	lookFull(t, s, items, "before the flush")
+	proxy, c := behindProxy(t, srv, Options{Timeout: 100 * time.Millisecond, MinPipelineBound: starvedBound})
 	if _, err := redistest.Command(srv.Addr(), "FUNCTION", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	st0 := s.Stats()
 	proxy.SetLatency(60 * time.Millisecond)
-	results := make([]engine.Result, len(items))
-	if _, err := s.Apply(context.Background(), items, results); err == nil {
+	if _, err := c.bounded("resend", 1); err == nil {
 		t.Fatal("answered within a wait shorter than the library's load")
 	}
 	proxy.Heal()
-	settle(t, s)
-	if st := s.Stats(); st.Indeterminate != st0.Indeterminate {
-		t.Errorf("Stats() = %+v (before: %+v), want no indeterminate outcome", st, st0)
+	c.settle()
+	if n := c.out.indeterminate.Load(); n != 0 {
+		t.Errorf("%d indeterminate, want none", n)
 	}
-	lookFull(t, s, items, "after the library was loaded")
+	if n := c.count(t, "resend"); n != 0 {
+		t.Errorf("the request ran %d times after its caller was answered, want never", n)
+	}
 }
 
-// TestSlowNetworkConsumesNothing: with 15 ms added each way and a 10 ms
-// store timeout, every request reaches Redis past its deadline: each fails,
-// Redis decides none, and once the network heals every counter still has
-// its whole limit (the 120 sequential requests).
-func TestSlowNetworkConsumesNothing(t *testing.T) {
+// TestSlowNetworkRunsNothing: with 15 ms added each way and a 10 ms
+// timeout, every request reaches Redis past its deadline: each fails (or
+// is answered as refused), Redis runs none and says so, and none is
+// indeterminate (the 120 sequential requests).
+func TestSlowNetworkRunsNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, s := behindProxy(t, srv, Options{Timeout: 10 * time.Millisecond, minPipelineBound: starvedBound})
-	items := everyAlgorithm("d/k=slow", 1)
-	lookFull(t, s, items, "before the fault") // and the connections are up
-
-	// Outcomes of the 120 requests only (a look that missed its deadline
-	// has its own).
-	st0 := s.Stats()
+	proxy, c := behindProxy(t, srv, Options{Timeout: 10 * time.Millisecond, MinPipelineBound: starvedBound})
+	if _, err := c.bounded("warm", 0); err != nil { // the connections up
+		t.Fatal(err)
+	}
 	proxy.SetLatency(15 * time.Millisecond)
-	results := make([]engine.Result, len(items))
+	refused := 0
 	for i := range 120 {
-		if ok, err := s.Apply(context.Background(), items, results); err == nil {
-			t.Fatalf("request %d through 30 ms of round trip with a 10 ms timeout = %v, want an error", i, ok)
+		n, err := c.bounded("slow", 1)
+		switch {
+		case errors.Is(err, errExpiredReply):
+			refused++
+		case err == nil:
+			t.Fatalf("request %d through 30 ms of round trip with a 10 ms timeout = %d, want an error", i, n)
 		}
 	}
 	proxy.Heal()
-	settle(t, s)
-	st := s.Stats()
-	if expired, indeterminate := st.Expired-st0.Expired, st.Indeterminate-st0.Indeterminate; expired != 120 || indeterminate != 0 {
-		t.Errorf("Stats() = %+v (before the requests: %+v): %d expired, %d indeterminate; want 120 expired (Redis said so), 0 indeterminate", st, st0, expired, indeterminate)
+	c.settle()
+	told, indeterminate := int64(refused)+c.out.lateExpired.Load(), c.out.indeterminate.Load()
+	if told != 120 || indeterminate != 0 || c.out.late.Load() != 0 {
+		t.Errorf("%d refused as late (%d answered, %d late), %d ran late, %d indeterminate; want 120 refused, none ran, none indeterminate",
+			told, refused, c.out.lateExpired.Load(), c.out.late.Load(), indeterminate)
 	}
-	lookFull(t, s, items, "after 120 requests past their deadline")
+	if n := c.count(t, "slow"); n != 0 {
+		t.Errorf("Redis counted %d requests that reached it past their deadlines, want 0", n)
+	}
 }
 
-// TestLateReplyGivenBack: replies that come after their callers stopped
-// waiting are given back: admissions, and denials whose hits count when
-// denied. With a 240 ms store timeout, requests reach Redis 150 ms after
-// they leave, in the last half of their deadline (so they are decided with
-// their undo logs), and replies take 240 ms back, past the callers' wait
-// (deadline plus half a timeout: 360 ms). Each margin is 30 ms (10 ms, at a
-// third of these timings, failed 2 of 8 runs on a loaded machine). While
+// TestLateReplyTold: replies that come after their callers stopped
+// waiting are told to OnLate, with the request and its call's keys, and
+// run within their undo span. With a 240 ms timeout, requests reach Redis
+// 150 ms after they leave, in the last half of their deadline (so their
+// runs carry an undo log), and replies take 240 ms back, past the callers'
+// wait (deadline plus half a timeout: 360 ms). Each margin is 30 ms. While
 // the fault lasts, the bound of Redis's clock lead (read from replies that
 // take 240 ms back) drops by as much, so some requests are sent with an
-// earlier deadline and expire instead: never later, never consuming.
-func TestLateReplyGivenBack(t *testing.T) {
+// earlier deadline and expire instead: never later, never run.
+func TestLateReplyTold(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, tc := range []struct {
-		name        string
-		hits        uint64
-		countDenied bool
-	}{
-		{"admitted", 3, false},
-		{"denied, its hits counted", 101, true}, // over every limit of 100
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			proxy, s := behindProxy(t, srv, Options{Prefix: "late:" + tc.name + ":", Timeout: lateTimeout, minPipelineBound: starvedBound})
-			checkLateRepliesGivenBack(t, proxy, s, tc.hits, tc.countDenied)
-		})
+	proxy, c := behindProxy(t, srv, Options{Timeout: lateTimeout, MinPipelineBound: starvedBound})
+	if _, err := c.bounded("late", 0); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// lateTimeout is the store timeout of checkLateRepliesGivenBack's timings.
-const lateTimeout = 240 * time.Millisecond
-
-// checkLateRepliesGivenBack sends requests of hits (counted when denied,
-// with countDenied) through proxy to s (whose timeout is lateTimeout) with
-// TestLateReplyGivenBack's timings, and checks that each was given back or
-// expired, none indeterminate, every counter whole afterwards.
-func checkLateRepliesGivenBack(t *testing.T, proxy *redistest.FaultProxy, s *Store, hits uint64, countDenied bool) {
-	t.Helper()
-	items := everyAlgorithm("d/k=late", hits)
-	for i := range items {
-		items[i].CountDenied = countDenied
-	}
-	lookFull(t, s, items, "before the fault")
-
-	// Outcomes of the n requests only (a look that missed its deadline has
-	// its own).
-	st0 := s.Stats()
 	proxy.SetLatency(150 * time.Millisecond)
 	proxy.SetReplyDelay(90 * time.Millisecond)
-	results := make([]engine.Result, len(items))
 	const n = 12
 	for i := range n {
-		if _, err := s.Apply(context.Background(), items, results); err == nil {
+		if _, err := c.bounded("late", 1); err == nil {
 			t.Fatalf("request %d: answered within the wait over 390 ms of round trip", i)
 		}
 	}
 	proxy.Heal()
-	settle(t, s)
-	st := s.Stats()
-	givenBack, expired, indeterminate := st.GivenBack-st0.GivenBack, st.Expired-st0.Expired, st.Indeterminate-st0.Indeterminate
-	if givenBack+expired != n || givenBack == 0 || indeterminate != 0 {
-		t.Errorf("Stats() = %+v (before the requests: %+v), want %d given back or expired, some given back, none indeterminate", st, st0, n)
+	c.settle()
+	late, undo, expired := c.out.late.Load(), c.out.lateUndo.Load(), c.out.lateExpired.Load()
+	if late+expired != n || late == 0 || undo != late || c.out.indeterminate.Load() != 0 {
+		t.Errorf("%d late (%d with an undo log), %d refused as late, %d indeterminate; want %d told, some late, all with undo logs, none indeterminate",
+			late, undo, expired, c.out.indeterminate.Load(), n)
 	}
-	lookFull(t, s, items, "after late replies")
+	if got := c.count(t, "late"); got != late {
+		t.Errorf("Redis counted %d, want the %d late replies' runs", got, late)
+	}
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
+	for _, l := range c.out.lates {
+		if r, ok := l.Request.(*stubRequest); !ok || r.key != "late" || len(l.Keys) != 1 || l.Keys[0] != "late" || l.Node != "" {
+			t.Errorf("a late reply told as %+v, want the request on late, its keys [late], node \"\"", l)
+		}
+	}
 }
 
-// TestCloseGivesBackLateReplies: a store closed while a late reply is on
-// its way (rls shutting down during a slow Redis) reads it and gives it
-// back before it stops: the timings of TestLateReplyGivenBack, and Close as
-// soon as the caller has its error.
-func TestCloseGivesBackLateReplies(t *testing.T) {
+// lateTimeout is the timeout of TestLateReplyTold's timings.
+const lateTimeout = 240 * time.Millisecond
+
+// TestCloseReadsLateReplies: a Conn closed while a late reply is on its
+// way (rls shutting down during a slow Redis) reads it and tells it before
+// Close returns; its connections are still open while OnLate runs, for the
+// caller to give the request back.
+func TestCloseReadsLateReplies(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy, s := behindProxy(t, srv, Options{Timeout: 240 * time.Millisecond, minPipelineBound: starvedBound})
-	items := everyAlgorithm("d/k=close", 3)
-	lookFull(t, s, items, "before the fault")
-	proxy.SetLatency(150 * time.Millisecond)
-	proxy.SetReplyDelay(90 * time.Millisecond)
-	results := make([]engine.Result, len(items))
-	if _, err := s.Apply(context.Background(), items, results); err == nil {
-		t.Fatal("answered within the wait over 390 ms of round trip")
-	}
-	st0 := s.Stats()
-	if err := s.Close(); err != nil {
+	proxy := redistest.StartFaultProxy(t, srv.Addr())
+	var c *Conn
+	var gaveBack error
+	told := make(chan struct{}, 1)
+	c, err := New(Options{URL: "redis://" + proxy.Addr() + "/0", Timeout: lateTimeout, MinPipelineBound: starvedBound,
+		Library: stubLibrary, Function: stubRun,
+		OnLate: func(l Late) {
+			if f, err := stubFields(l.Reply); err == nil && f[0] == stubRan {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				gaveBack = c.Call(ctx, stubGiveBack, l.Keys, 1)
+				cancel()
+			}
+			told <- struct{}{}
+		}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	st := s.Stats()
-	if st.GivenBack+st.Expired == st0.GivenBack+st0.Expired || st.Indeterminate != st0.Indeterminate {
-		t.Errorf("Stats() after Close = %+v (before: %+v), want the request given back or expired, none indeterminate", st, st0)
+	t.Cleanup(func() { c.Close() })
+	tc := &testConn{c, &outcomes{}}
+	if err := c.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetLatency(150 * time.Millisecond)
+	proxy.SetReplyDelay(90 * time.Millisecond)
+	if _, err := tc.bounded("close", 1); err == nil {
+		t.Fatal("answered within the wait over 390 ms of round trip")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-told:
+	default:
+		t.Fatal("Close returned before the late reply was told")
+	}
+	if gaveBack != nil {
+		t.Errorf("giving the late run back from OnLate during Close: %v", gaveBack)
 	}
 	proxy.Heal()
-	lookFull(t, newStore(t, Options{URL: srv.URL()}), items, "after Close")
+	other := newConn(t, Options{URL: srv.URL()})
+	if n := other.count(t, "close"); n != 0 {
+		t.Errorf("after Close the key holds %d, want 0 (ran and given back, or refused)", n)
+	}
 }
 
 // TestCutRepliesRunOnce: the connection is reset after every other reply
 // left Redis (the request ran, its caller never hears of it). No request
-// runs twice: 300 requests of 1 hit consume at most 300, on one node and
-// on a cluster (whose client library would otherwise send the pipeline
+// runs twice: 300 requests of 1 hit count at most 300, on one node and on
+// a cluster (whose client library would otherwise send the pipeline
 // again), and each cut is counted as indeterminate.
 func TestCutRepliesRunOnce(t *testing.T) {
-	check := func(t *testing.T, s *Store, cuts func() int, heal func()) {
-		items := []engine.Item{{Desc: "d/k=cut", Rule: storetest.Rule(engine.FixedWindow, 1000, time.Hour, 0), Hits: 1}}
-		results := make([]engine.Result, 1)
+	check := func(t *testing.T, c *testConn, cuts func() int, heal func()) {
 		failed := 0
 		for range 300 {
-			if _, err := s.Apply(context.Background(), items, results); err != nil {
+			if _, err := c.bounded("{cut}", 1); err != nil {
 				failed++
 			}
 		}
 		heal()
-		settle(t, s)
-		st := s.Stats()
-		// The look is asked again if it misses the 100 ms timeout on a busy
-		// machine (a look consumes nothing).
-		items[0].Hits = 0
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			_, err := s.Apply(context.Background(), items, results)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a look after the cuts, asked for 10 s: %v", err)
-			}
+		c.settle()
+		ran := c.count(t, "{cut}")
+		indeterminate, told := c.out.indeterminate.Load(), c.out.late.Load()+c.out.lateExpired.Load()
+		t.Logf("300 requests: %d failed, %d ran, %d cuts, %d indeterminate, %d late", failed, ran, cuts(), indeterminate, told)
+		if ran > 300 {
+			t.Errorf("300 requests of one hit counted %d: some ran twice", ran)
 		}
-		consumed := 1000 - results[0].Remaining
-		t.Logf("300 requests: %d failed, %d consumed, %d cuts, %+v", failed, consumed, cuts(), st)
-		if consumed > 300 {
-			t.Errorf("300 requests of one hit consumed %d: some ran twice", consumed)
-		}
-		if failed == 0 || consumed < uint64(300-failed) {
-			t.Errorf("%d failed, %d consumed: the cuts did not happen, or answered requests were not counted", failed, consumed)
+		if failed == 0 || ran < int64(300-failed) {
+			t.Errorf("%d failed, %d ran: the cuts did not happen, or answered requests did not run", failed, ran)
 		}
 		// A request fails by a cut (indeterminate: it ran, its reply was
-		// lost) or, on a busy machine, by the 100 ms timeout (expired or
-		// given back when Redis's reply says so): every cut is
-		// indeterminate, and every failed request has an outcome.
-		if n := cuts(); st.Indeterminate < uint64(n) {
-			t.Errorf("indeterminate %d, want every cut (%d) counted", st.Indeterminate, n)
+		// lost) or, on a busy machine, by the 100 ms timeout (refused or
+		// late, as Redis's reply says): every cut is indeterminate, and
+		// every failed request has an outcome.
+		if n := cuts(); indeterminate < int64(n) {
+			t.Errorf("indeterminate %d, want every cut (%d) counted", indeterminate, n)
 		}
-		if outcomes := st.Indeterminate + st.Expired + st.GivenBack; outcomes < uint64(failed) {
-			t.Errorf("indeterminate %d, expired %d, given back %d, want every failed request (%d) counted", st.Indeterminate, st.Expired, st.GivenBack, failed)
+		if indeterminate+told < int64(failed) {
+			t.Errorf("indeterminate %d, late %d, want every failed request (%d) told", indeterminate, told, failed)
 		}
 	}
 	t.Run("single", func(t *testing.T) {
 		srv := redistest.Start(t)
-		proxy, s := behindProxy(t, srv, Options{Timeout: 100 * time.Millisecond})
-		lookFull(t, s, everyAlgorithm("d/k=warm", 0), "warming up")
+		proxy, c := behindProxy(t, srv, Options{Timeout: 100 * time.Millisecond})
+		if _, err := c.bounded("warm", 0); err != nil {
+			t.Fatal(err)
+		}
 		proxy.CutEveryReply(2, "FCALL")
-		check(t, s, proxy.Cuts, proxy.Heal)
+		check(t, c, proxy.Cuts, proxy.Heal)
 	})
 	t.Run("cluster", func(t *testing.T) {
-		c := redistest.StartProxiedCluster(t, 3)
-		s := newStore(t, Options{ClusterSeeds: c.Seeds(), Timeout: 100 * time.Millisecond})
-		lookFull(t, s, everyAlgorithm("d/k=warm", 0), "warming up")
-		for _, p := range c.Proxies {
+		cl := redistest.StartProxiedCluster(t, 3)
+		c := newConn(t, Options{ClusterSeeds: cl.Seeds(), Timeout: 100 * time.Millisecond})
+		if _, err := c.bounded("{cut}", 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range cl.Proxies {
 			p.CutEveryReply(2, "FCALL")
 		}
-		check(t, s, func() int {
+		check(t, c, func() int {
 			n := 0
-			for _, p := range c.Proxies {
+			for _, p := range cl.Proxies {
 				n += p.Cuts()
 			}
 			return n
 		}, func() {
-			for _, p := range c.Proxies {
+			for _, p := range cl.Proxies {
 				p.Heal()
 			}
 		})
@@ -333,19 +270,19 @@ func TestCutRepliesRunOnce(t *testing.T) {
 }
 
 // TestExpiredRequestSentAgain: a request that reaches Redis after its
-// deadline decided nothing, so it is sent again while its caller waits:
-// the caller gets a decision, not an error (the audit's saturation errors:
-// a loaded host made Redis wait for a core longer than the store timeout).
-// Redis is paused from before the request leaves until 240 ms after, with
-// a 200 ms store timeout: the request reaches it past its deadline, and the
-// refusal is back before the caller's wait (300 ms) ends. Margins of 40 ms
-// and 60 ms; the caller waits 5 s.
+// deadline did nothing, so it is sent again while its caller waits: the
+// caller gets its reply, not an error (the audit's saturation errors: a
+// loaded host made Redis wait for a core longer than the timeout). Redis
+// is paused from before the request leaves until 240 ms after, with a 200
+// ms timeout: the request reaches it past its deadline, and the refusal is
+// back before the caller's wait (300 ms) ends. Margins of 40 ms and 60 ms;
+// the caller waits 5 s.
 func TestExpiredRequestSentAgain(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL(), Timeout: 200 * time.Millisecond, minPipelineBound: starvedBound})
-	items := everyAlgorithm("d/k=resent", 1)
-	lookFull(t, s, items, "before the pause")
-	st0 := s.Stats()
+	c := newConn(t, Options{URL: srv.URL(), Timeout: 200 * time.Millisecond, MinPipelineBound: starvedBound})
+	if _, err := c.bounded("resent", 0); err != nil {
+		t.Fatal(err)
+	}
 	srv.Pause()
 	resumed := make(chan struct{})
 	go func() {
@@ -355,43 +292,33 @@ func TestExpiredRequestSentAgain(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	results := make([]engine.Result, len(items))
-	ok, err := s.Apply(ctx, items, results)
+	n, err := c.run(ctx, "resent", 1)
 	<-resumed
-	if err != nil || !ok {
-		t.Fatalf("Apply through a Redis paused past the deadline = %v, %v; want admitted (sent again)", ok, err)
+	if err != nil || n != 1 {
+		t.Fatalf("a call through a Redis paused past the deadline = %d, %v; want run once (sent again)", n, err)
 	}
-	st := s.Stats()
-	if resent, expired := st.Resent-st0.Resent, st.Expired-st0.Expired; resent == 0 || expired != 0 || st.Indeterminate != st0.Indeterminate {
-		t.Errorf("Stats() = %+v (before: %+v): want a resend, no expired or indeterminate outcome", st, st0)
-	}
-	for i, r := range results {
-		if want := uint64(items[i].Rule.Limit) - 1; r.Remaining != want {
-			t.Errorf("%s: remaining %d after one admitted hit, want %d (counted once)", items[i].Rule.Algorithm(), r.Remaining, want)
-		}
+	if st := c.Stats(); st.Resent == 0 || c.out.indeterminate.Load() != 0 || c.out.lateExpired.Load() != 0 {
+		t.Errorf("Stats() = %+v, %d indeterminate, %d refused late: want a resend, nothing else", st, c.out.indeterminate.Load(), c.out.lateExpired.Load())
 	}
 }
 
 // TestPausedRedisNotIndeterminate: requests sent to a Redis paused
 // (SIGSTOP) for longer than the pipeline's bound are answered with an
 // error at their deadline; when Redis resumes it runs them past their
-// deadlines, deciding nothing, and says so: they are counted expired, not
-// indeterminate, and nothing is consumed.
+// deadlines, doing nothing, and says so: they are told as refused, not
+// indeterminate, and nothing ran.
 func TestPausedRedisNotIndeterminate(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, Options{URL: srv.URL(), Timeout: 20 * time.Millisecond})
-	bound := pipelineBound(s.opts)
-	items := everyAlgorithm("d/k=paused", 1)
-	res := make([]engine.Result, len(items))
-	ctx := context.Background()
-	if ok, err := s.Apply(ctx, everyAlgorithm("d/k=warm", 1), res); err != nil || !ok {
-		t.Fatalf("before the pause: %v %v", ok, err)
+	c := newConn(t, Options{URL: srv.URL(), Timeout: 20 * time.Millisecond})
+	bound := pipelineBound(c.opts)
+	if _, err := c.bounded("warm", 1); err != nil {
+		t.Fatalf("before the pause: %v", err)
 	}
-	before := s.Stats()
+	before := c.Stats()
 	srv.Pause()
 	for i := range 4 {
-		callCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		if _, err := s.Apply(callCtx, items, res); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		if _, err := c.run(ctx, "paused", 1); err == nil {
 			t.Fatalf("request %d to a paused Redis: no error", i)
 		}
 		cancel()
@@ -400,21 +327,50 @@ func TestPausedRedisNotIndeterminate(t *testing.T) {
 	srv.Resume()
 	// Every request sent (a pipeline counts its scripts once it is read)
 	// has an outcome.
-	var st Stats
-	var sent uint64
+	var sent, refused int64
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		st = s.Stats()
-		sent = st.Scripts - before.Scripts
-		if sent > 0 && st.Expired-before.Expired+st.Indeterminate-before.Indeterminate == sent || time.Now().After(deadline) {
+		sent = int64(c.Stats().Scripts - before.Scripts)
+		refused = c.out.lateExpired.Load()
+		if sent > 0 && refused+c.out.indeterminate.Load() == sent || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("%d requests sent during the pause: %d expired, %d indeterminate", sent, st.Expired-before.Expired, st.Indeterminate-before.Indeterminate)
-	if sent == 0 || st.Indeterminate != before.Indeterminate || st.Expired-before.Expired != sent {
-		t.Errorf("%d requests sent to the paused Redis: %d expired, %d indeterminate; want all expired, none indeterminate",
-			sent, st.Expired-before.Expired, st.Indeterminate-before.Indeterminate)
+	t.Logf("%d requests sent during the pause: %d refused as late, %d indeterminate", sent, refused, c.out.indeterminate.Load())
+	if sent == 0 || c.out.indeterminate.Load() != 0 || refused != sent {
+		t.Errorf("%d requests sent to the paused Redis: %d refused as late, %d indeterminate; want all refused, none indeterminate",
+			sent, refused, c.out.indeterminate.Load())
 	}
-	settle(t, s)
-	lookFull(t, s, items, "after the pause")
+	c.settle()
+	if n := c.count(t, "paused"); n != 0 {
+		t.Errorf("Redis counted %d requests sent during the pause, want 0", n)
+	}
+}
+
+// TestPerScriptBatching: the calls of one batch to one node share FCALLs,
+// up to PerScript each, and each gets its own reply, in order.
+func TestPerScriptBatching(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newConn(t, Options{URL: srv.URL(), PerScript: 32})
+	var calls []*call
+	for i := range 60 {
+		r := &stubRequest{key: "batch", hits: int64(i + 1)}
+		cl := &call{ctx: context.Background(), keys: []string{r.key}, req: r, done: make(chan struct{})}
+		cl.state.Store(pending | 1<<statusBits)
+		calls = append(calls, cl)
+	}
+	before := c.Stats()
+	c.b.send(0, calls)
+	if got := c.Stats().Scripts - before.Scripts; got != 2 {
+		t.Errorf("60 requests went in %d FCALLs, want 2 (32 per FCALL)", got)
+	}
+	total := int64(0)
+	for i, cl := range calls {
+		<-cl.done
+		total += int64(i + 1)
+		f, err := stubFields(cl.reply)
+		if cl.err != nil || err != nil || f[0] != stubRan || f[2] != total {
+			t.Fatalf("request %d: %v %v %v; want run, the key at %d", i, cl.reply, cl.err, err, total)
+		}
+	}
 }

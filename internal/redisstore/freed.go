@@ -35,8 +35,8 @@ func (s *Store) watchFreed(b *backend) {
 	wait, warned := freedRetry, false
 	for ctx.Err() == nil {
 		ps := b.conn.Client().Subscribe(ctx, channel)
-		stop := context.AfterFunc(ctx, func() { ps.Close() })   // ends a blocked read
-		moved := b.conn.OnMasterMove(func() { ps.Close() }) // a failover: subscribe on the new master
+		stop := context.AfterFunc(ctx, func() { ps.Close() }) // ends a blocked read
+		moved := b.conn.OnMasterMove(func() { ps.Close() })   // a failover: subscribe on the new master
 		err := followFreed(ctx, b.cache, ps)
 		stop()
 		moved()

@@ -180,4 +180,3 @@ func TestCloseGivesBackLateReplies(t *testing.T) {
 	proxy.Heal()
 	lookFull(t, newStore(t, Options{URL: srv.URL()}), items, "after Close")
 }
-

@@ -21,8 +21,8 @@ import (
 type part struct {
 	backend  *backend // the Redis whose node holds it
 	addr     string   // the node's address ("" for a backend's one node)
-	slot     int    // its one cluster slot, or -1 (a part per node: split)
-	idx      []int  // positions in the request
+	slot     int      // its one cluster slot, or -1 (a part per node: split)
+	idx      []int    // positions in the request
 	items    []engine.Item
 	bases    []string
 	results  []engine.Result

@@ -345,7 +345,7 @@ func (s failingStore) Peek(context.Context, []engine.Item, []engine.Result) (boo
 }
 
 func (s failingStore) Reset(context.Context, []engine.Item) (int, error) { return 0, s.err }
-func (s failingStore) Ping(context.Context) error                       { return s.err }
+func (s failingStore) Ping(context.Context) error                        { return s.err }
 
 func TestStoreErrorPolicy(t *testing.T) {
 	storeErr := errors.New("connection refused")
