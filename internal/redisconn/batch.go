@@ -337,9 +337,6 @@ func oneNode(calls []*call) bool {
 // sendNode runs calls, all to one node, in one pipeline of FCALLs on
 // worker's link to the node, each carrying up to perScript calls. The link
 // is set up first, if need be, and only then are the deadlines stamped.
-// When the node does not have the function library (a restarted Redis, a
-// new cluster node), nothing ran: the library is loaded and those FCALLs
-// are sent again.
 func (b *batcher) sendNode(worker int, calls []*call) {
 	l, err := b.links.take(calls[0].node, worker)
 	if err != nil {
@@ -356,15 +353,19 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	sent := time.Now()
 	b.setDeadlines(calls, sent)
 	markSent(calls, sent)
-	// The pipeline runs on its own, the worker waiting for it up to the
-	// bound. Past it (a node paused, partitioned, lost), the worker goes
-	// on with a new connection, and the pipeline keeps this one and reads
-	// its replies for as long as the drain bound, late: a request that
-	// Redis runs late, past its deadline, says that it did nothing
-	// (expired), and one that it ran is told to OnLate; only one whose
-	// reply never comes is indeterminate. The pipeline gets its own copy
-	// of the calls: it may outlive the worker's batch, which the worker
-	// clears and refills.
+	b.fly(l, calls, sent)
+}
+
+// fly runs the pipeline of calls on l in a goroutine of its own, and waits
+// for it up to the bound. Past it (a node paused, partitioned, lost), the
+// worker goes on with a new connection, and the pipeline keeps this one
+// and reads its replies for as long as the drain bound, late: a request
+// that Redis runs late, past its deadline, says that it did nothing
+// (expired), and one that it ran is told to OnLate; only one whose reply
+// never comes is indeterminate. The pipeline gets its own copy of the
+// calls: it may outlive the worker's batch, which the worker clears and
+// refills. Requires l held.
+func (b *batcher) fly(l *link, calls []*call, sent time.Time) {
 	client, socket, own, f := l.client, l.rawSocket(), slices.Clone(calls), l.flight()
 	f.state.Store(pending)
 	b.wg.Go(func() {
@@ -407,16 +408,16 @@ func newFlight() *flight {
 	return f
 }
 
-// pipeline sends calls (see sendNode) on client (whose socket is socket,
-// nil when it cannot be looked at), reads their replies
-// within the drain bound and answers them (late replies go to b.late),
-// and reports whether the connection failed or its state is unknown.
+// pipeline sends calls (see fly) on client (whose socket is socket, nil
+// when it cannot be looked at), reads their replies within the drain bound
+// and answers them (late replies go to b.late), and reports whether the
+// connection failed or its state is unknown.
 func (b *batcher) pipeline(client *redis.Client, socket syscall.RawConn, calls []*call, sent time.Time) (broken bool) {
 	// The callers stop waiting at their deadline plus grace, or later while
 	// their replies wait to be read on socket (replyWait). The wait answers
 	// each call of this send of it (a call sent again is its next send's
-	// to answer); it reads calls, which nothing changes (the reload below
-	// works on copies).
+	// to answer); it reads calls, which nothing changes (reload works on
+	// copies).
 	wait := &replyWait{socket: socket, span: b.timeout + grace(b.timeout), bound: b.bound, calls: make([]timedCall, len(calls))}
 	for i, c := range calls {
 		wait.calls[i] = timedCall{c, c.sends()}
@@ -425,108 +426,126 @@ func (b *batcher) pipeline(client *redis.Client, socket syscall.RawConn, calls [
 	defer wait.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), b.drain)
 	defer cancel()
-
-	type script struct {
-		calls []*call
-		args  []any
-		cmd   *redis.Cmd
-		sent  time.Time // when its pipeline left, for the clock's samples
-	}
-	scripts := make([]script, 0, (len(calls)+b.perScript-1)/b.perScript)
+	scripts := make([]*script, 0, (len(calls)+b.perScript-1)/b.perScript)
 	for rest := calls; len(rest) > 0; {
 		calls := rest[:min(len(rest), b.perScript)]
 		rest = rest[len(calls):]
-		scripts = append(scripts, script{calls: calls, args: scriptArgs(calls)})
+		scripts = append(scripts, &script{calls: calls, args: scriptArgs(calls)})
 	}
-	run := func(which []int, sent time.Time) {
-		pipe := client.Pipeline()
-		for _, i := range which {
-			sc := &scripts[i]
-			if sc.calls[0].asking {
-				pipe.Do(ctx, "asking") // its reply is OK; a failure fails the FCALL too
-			}
-			sc.cmd = pipe.FCall(ctx, b.fn, sc.calls[0].keys, sc.args...)
-			sc.sent = sent
-		}
-		pipe.Exec(ctx) // errors are per command
-		b.roundTrips.Add(1)
-		b.scripts.Add(uint64(len(which)))
-	}
-	all := make([]int, len(scripts))
-	for i := range all {
-		all[i] = i
-	}
-	run(all, sent)
-	var again []int
-	for i := range scripts {
-		if notLoaded(scripts[i].cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		if err := client.FunctionLoadReplace(ctx, b.library).Err(); err != nil {
-			// Still Redis's "not found" first: these calls did not run,
-			// whatever the load's error (mayHaveRun).
-			for _, i := range again {
-				scripts[i].cmd.SetErr(fmt.Errorf("%w; loading the library: %w", scripts[i].cmd.Err(), err))
-			}
-		} else {
-			// Sent anew, but only the calls still waiting (the wait timer
-			// may have answered some while the library loaded): their
-			// deadlines, and their callers' wait, start again.
-			sent := time.Now()
-			wait.start(sent)
-			resend := again[:0]
-			for _, i := range again {
-				sc := &scripts[i]
-				if sc.calls = unanswered(slices.Clone(sc.calls)); len(sc.calls) > 0 {
-					b.setDeadlines(sc.calls, sent)
-					markSent(sc.calls, sent)
-					sc.args = scriptArgs(sc.calls)
-					resend = append(resend, i)
-				}
-			}
-			if len(resend) > 0 {
-				run(resend, sent)
-			}
-		}
-	}
+	b.exec(ctx, client, scripts, sent)
+	b.reload(ctx, client, scripts, wait)
 	recv := time.Now()
-	for i := range scripts {
-		sc := &scripts[i]
-		result, err := sc.cmd.Result()
-		replies, ok := result.([]any)
-		if err == nil && (!ok || len(replies) != len(sc.calls)) {
-			err = fmt.Errorf("unexpected reply of %s: %v", b.fn, result)
-		}
-		if err != nil && !IsRedisError(err) {
-			broken = true // the connection failed, or its state is unknown: set up again before its next use
-		}
-		for j, c := range sc.calls {
-			if err != nil {
-				if mayHaveRun(err) {
-					b.unknown(c.node, err)
-				}
-				c.answer(nil, fmt.Errorf("redis: %w", err))
-				continue
-			}
-			now, expired, herr := c.req.Head(replies[j])
-			if herr != nil {
-				c.answer(nil, herr)
-				continue
-			}
-			if b.clock != nil && j == 0 {
-				b.clock.sample(c.node, now, sc.sent, recv)
-			}
-			if expired && b.resend(c, replies[j]) {
-				continue
-			}
-			if !c.answer(replies[j], nil) {
-				b.late(Late{Node: c.node, Keys: c.keys, Request: c.req, Reply: replies[j]})
-			}
+	for _, sc := range scripts {
+		if b.read(sc, recv) {
+			broken = true
 		}
 	}
 	return broken
+}
+
+// script is one FCALL of a pipeline: the calls it carries, its arguments,
+// its command once sent and when its pipeline left (for the clock's
+// samples).
+type script struct {
+	calls []*call
+	args  []any
+	cmd   *redis.Cmd
+	sent  time.Time
+}
+
+// exec sends scripts in one pipeline on client, left at sent, and waits for
+// their replies (or errors).
+func (b *batcher) exec(ctx context.Context, client *redis.Client, scripts []*script, sent time.Time) {
+	pipe := client.Pipeline()
+	for _, sc := range scripts {
+		if sc.calls[0].asking {
+			pipe.Do(ctx, "asking") // its reply is OK; a failure fails the FCALL too
+		}
+		sc.cmd = pipe.FCall(ctx, b.fn, sc.calls[0].keys, sc.args...)
+		sc.sent = sent
+	}
+	pipe.Exec(ctx) // errors are per command
+	b.roundTrips.Add(1)
+	b.scripts.Add(uint64(len(scripts)))
+}
+
+// reload loads the library on client's node when scripts found it
+// without (a restarted Redis, a new cluster node: nothing ran), and sends
+// those scripts again, with the calls still waiting (the wait timer may
+// have answered some while the library loaded): their deadlines, and
+// their callers' wait, start again.
+func (b *batcher) reload(ctx context.Context, client *redis.Client, scripts []*script, wait *replyWait) {
+	var again []*script
+	for _, sc := range scripts {
+		if notLoaded(sc.cmd.Err()) {
+			again = append(again, sc)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	if err := client.FunctionLoadReplace(ctx, b.library).Err(); err != nil {
+		// Still Redis's "not found" first: these calls did not run,
+		// whatever the load's error (mayHaveRun).
+		for _, sc := range again {
+			sc.cmd.SetErr(fmt.Errorf("%w; loading the library: %w", sc.cmd.Err(), err))
+		}
+		return
+	}
+	sent := time.Now()
+	wait.start(sent)
+	resend := again[:0]
+	for _, sc := range again {
+		if sc.calls = unanswered(slices.Clone(sc.calls)); len(sc.calls) > 0 {
+			b.setDeadlines(sc.calls, sent)
+			markSent(sc.calls, sent)
+			sc.args = scriptArgs(sc.calls)
+			resend = append(resend, sc)
+		}
+	}
+	if len(resend) > 0 {
+		b.exec(ctx, client, resend, sent)
+	}
+}
+
+// read answers the calls of sc, whose reply came by recv: each its
+// element of the reply, sent again when Redis refused it as past its
+// deadline and its caller still waits (resend), or told to b.late when its
+// caller stopped waiting; each the error of a failed FCALL, told to
+// b.unknown when it may have run. It reports whether the connection failed
+// or its state is unknown (to be set up again before its next use).
+func (b *batcher) read(sc *script, recv time.Time) (broken bool) {
+	result, err := sc.cmd.Result()
+	replies, ok := result.([]any)
+	if err == nil && (!ok || len(replies) != len(sc.calls)) {
+		err = fmt.Errorf("unexpected reply of %s: %v", b.fn, result)
+	}
+	if err != nil {
+		for _, c := range sc.calls {
+			if mayHaveRun(err) {
+				b.unknown(c.node, err)
+			}
+			c.answer(nil, fmt.Errorf("redis: %w", err))
+		}
+		return !IsRedisError(err)
+	}
+	for j, c := range sc.calls {
+		now, expired, err := c.req.Head(replies[j])
+		if err != nil {
+			c.answer(nil, err)
+			continue
+		}
+		if b.clock != nil && j == 0 {
+			b.clock.sample(c.node, now, sc.sent, recv)
+		}
+		if expired && b.resend(c, replies[j]) {
+			continue
+		}
+		if !c.answer(replies[j], nil) {
+			b.late(Late{Node: c.node, Keys: c.keys, Request: c.req, Reply: replies[j]})
+		}
+	}
+	return false
 }
 
 // timedCall is a call that a replyWait answers, and the number of the

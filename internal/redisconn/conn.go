@@ -163,19 +163,8 @@ func New(opts Options) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{opts: opts, log: opts.Logger}
-	switch {
-	case opts.Sentinel != nil:
-		if len(opts.ClusterSeeds) > 0 {
-			return nil, errors.New("redis: Sentinel and cluster seeds given; choose one")
-		}
-		if c.client, c.master, err = newFailoverClient(opts.Sentinel, ro, opts.Logger, c.masterChanged); err != nil {
-			return nil, err
-		}
-	case len(opts.ClusterSeeds) > 0:
-		c.cluster = newClusterClient(opts.ClusterSeeds, ro)
-		c.client = c.cluster
-	default:
-		c.client = redis.NewClient(ro)
+	if err := c.newClient(ro); err != nil {
+		return nil, err
 	}
 	perScript := opts.PerScript
 	if c.cluster != nil {
@@ -187,11 +176,7 @@ func New(opts Options) (*Conn, error) {
 	bound := pipelineBound(opts)
 	// A connection's setup (dial, handshakes, PING, TIME: about five round
 	// trips) gets the dial's timeout and a pipeline's bound.
-	options := nodeOptions(c.client, *ro)
-	if c.master != nil {
-		options = c.master.linkOptions(options)
-	}
-	c.links = newLinks(opts.Workers, ro.DialTimeout+bound, c.clock, opts.Logger, c.cluster, options)
+	c.links = newLinks(opts.Workers, ro.DialTimeout+bound, c.clock, opts.Logger, c.cluster, c.linkOptions(ro))
 	if c.master != nil {
 		c.links.gate = c.master.writable
 	}
@@ -204,6 +189,36 @@ func New(opts Options) (*Conn, error) {
 		c.watching.Go(c.sampleClocks)
 	}
 	return c, nil
+}
+
+// newClient sets c's client up with ro: of the master that Sentinel names,
+// of a cluster, or of one node.
+func (c *Conn) newClient(ro *redis.Options) error {
+	switch o := c.opts; {
+	case o.Sentinel != nil:
+		if len(o.ClusterSeeds) > 0 {
+			return errors.New("redis: Sentinel and cluster seeds given; choose one")
+		}
+		var err error
+		c.client, c.master, err = newFailoverClient(o.Sentinel, ro, o.Logger, c.masterChanged)
+		return err
+	case len(o.ClusterSeeds) > 0:
+		c.cluster = newClusterClient(o.ClusterSeeds, ro)
+		c.client = c.cluster
+	default:
+		c.client = redis.NewClient(ro)
+	}
+	return nil
+}
+
+// linkOptions returns the options of the pipelines' connection to a node
+// (nodeOptions), dialed through the Sentinel watch with Sentinel.
+func (c *Conn) linkOptions(ro *redis.Options) func(addr string) *redis.Options {
+	options := nodeOptions(c.client, *ro)
+	if c.master != nil {
+		options = c.master.linkOptions(options)
+	}
+	return options
 }
 
 // clientOptions returns the go-redis options of opts's URL, timeouts and
@@ -503,23 +518,17 @@ func (c *Conn) sampleClocks() {
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, clockPeriod)
 		eachNode(ctx, c.client, func(ctx context.Context, addr string, node *redis.Client) error {
-			if c.links.downErr(addr) == nil { // a node down is being reconnected: its clock is read then
-				c.readNodeClock(ctx, addr, node)
+			if c.links.downErr(addr) != nil {
+				return nil // being reconnected: its clock is read then; the other nodes still
 			}
-			return nil // the other nodes still
+			sent := time.Now()
+			if t, err := node.Time(ctx).Result(); err == nil {
+				c.clock.sample(addr, t.UnixMicro(), sent, time.Now())
+			}
+			return nil
 		})
 		cancel()
 	}
-}
-
-func (c *Conn) readNodeClock(ctx context.Context, addr string, node redis.Cmdable) error {
-	sent := time.Now()
-	t, err := node.Time(ctx).Result()
-	if err != nil {
-		return err
-	}
-	c.clock.sample(addr, t.UnixMicro(), sent, time.Now())
-	return nil
 }
 
 // redactedURL is rawURL with the password of its user information, if any,
