@@ -82,7 +82,7 @@ func (s *Store) route(items []engine.Item) routed {
 // lookups, whichever holds its counters (as the reference's one local
 // cache serves both its Redis).
 func (s *Store) fromCache(ctx context.Context, r *routed, results []engine.Result, now time.Time) bool {
-	if !s.opts.DenyCache {
+	if !s.opts.DenyCache || len(r.items) == 0 {
 		return false
 	}
 	answered := true
