@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rlsproject/rls/internal/engine"
@@ -22,7 +25,8 @@ import (
 // memory when each of its backends knows all of its share denied.
 
 // routed is a request as the router sees it: its items, their counters,
-// and its share on each backend (by the backend's position in the store).
+// and its share on each backend (by the backend's position in the store:
+// the store's own Redis, then the per-second one).
 type routed struct {
 	items  []engine.Item
 	bases  []string
@@ -44,6 +48,132 @@ func (sh *share) at(j int) int {
 		return j
 	}
 	return sh.idx[j]
+}
+
+// bounded returns ctx bounded, when its caller set no deadline, by the
+// longest a request may take (queued, and its reply waited for).
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.backends[0].conn.MaxWait())
+}
+
+// Apply implements engine.Store: the request is answered from the denial
+// caches when they know it denied, else decided by the nodes that hold its
+// counters (router.go).
+func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	sent := s.now()
+	r := s.route(items)
+	if s.fromCache(ctx, &r, results, sent) {
+		return false, nil
+	}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	admitted, err := s.decide(ctx, &r, results)
+	if err != nil {
+		s.errs.Add(1)
+		if errors.Is(err, errExpired) {
+			s.expired.Add(1)
+		}
+		return false, err
+	}
+	s.decisions.Add(1)
+	s.remember(&r, results, admitted, sent)
+	return admitted, nil
+}
+
+// Peek implements engine.Store: the decide function judges the request in
+// its dry-run mode (modePeek) on every node that holds part of it (the
+// masters of a cluster, the per-second Redis), concurrently; the rule over
+// all the verdicts says whether Apply would admit it. The denial cache is
+// neither read nor fed.
+func (s *Store) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	r := s.route(items)
+	_, err := followSlots(ctx, func(bySlot bool) (bool, []*part, error) {
+		parts, err := s.split(ctx, &r, bySlot)
+		if err != nil {
+			return false, nil, err
+		}
+		var wg sync.WaitGroup
+		for _, p := range parts {
+			wg.Go(func() {
+				_, p.err = s.send(ctx, p.backend, p.addr, modePeek, p.items, p.bases, p.results, nil)
+			})
+		}
+		wg.Wait()
+		return false, parts, gather(parts, results)
+	})
+	if err != nil {
+		return false, err
+	}
+	admitted, _ := engine.Admit(items, results)
+	return admitted, nil
+}
+
+// send runs the decide function over items (all on node of b, "" for a
+// single node) in mode and writes their results; out, when not nil, gets
+// the whole reply (in modeReserve: the undo log and the view).
+func (s *Store) send(ctx context.Context, b *backend, node, mode string, items []engine.Item, bases []string, results []engine.Result, out *reply) (bool, error) {
+	return s.sendRequest(ctx, b, node, newRequest(mode, s.nowArg(), s.now(), items, bases), results, out)
+}
+
+// sendRequest runs the decide function on req (all on node of b) and
+// writes its results; out, when not nil, gets the whole reply.
+func (s *Store) sendRequest(ctx context.Context, b *backend, node string, req *request, results []engine.Result, out *reply) (bool, error) {
+	if s.traced(ctx) {
+		return s.sendTraced(ctx, b, node, req, results, out)
+	}
+	return s.trip(ctx, b, node, req, results, out, nil)
+}
+
+// trip is one request's trip to a node of b and back (redisconn.Conn.Do),
+// onSent told when it leaves (nil: not).
+func (s *Store) trip(ctx context.Context, b *backend, node string, req *request, results []engine.Result, out *reply, onSent func(time.Time, int)) (bool, error) {
+	keys, oneSlot := req.route(b.conn.Cluster())
+	raw, err := b.conn.Do(ctx, node, keys, oneSlot, req, onSent)
+	if err != nil {
+		return false, err
+	}
+	rep, err := parseReply(raw, len(req.items))
+	if err != nil {
+		return false, err
+	}
+	if out != nil {
+		*out = rep
+	}
+	return rep.results(req, results)
+}
+
+// A request as the driver carries it (redisconn.Request): the wire's
+// arguments, its deadline stamped before each send, its reply's head.
+var _ redisconn.Request = (*request)(nil)
+
+func (r *request) ArgCount() int               { return r.argCount() }
+func (r *request) AppendArgs(args []any) []any { return r.appendArgs(args) }
+
+func (r *request) SetDeadline(deadline, undoAfter int64) {
+	r.deadline, r.undoAfter = deadline, undoAfter
+}
+
+// Head reads the verdict and instant that start the request's reply
+// (parseReply reads the rest).
+func (r *request) Head(v any) (now int64, expired bool, err error) {
+	vals, ok := v.([]any)
+	if !ok || len(vals) < replyHead {
+		return 0, false, fmt.Errorf("redis: unexpected decide reply %v", v)
+	}
+	verdict, _ := vals[0].(int64)
+	now, _ = vals[1].(int64)
+	return now, verdict == verdictExpired, nil
 }
 
 // route returns the request of items with each item's counter, shared
