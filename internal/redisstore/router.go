@@ -66,6 +66,9 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	if len(items) == 0 {
+		return true, nil // nothing to ask Redis: admitted, as Evaluate reads it
+	}
 	sent := s.now()
 	r := s.route(items)
 	if s.fromCache(ctx, &r, results, sent) {
@@ -94,6 +97,9 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 func (s *Store) Peek(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
+	}
+	if len(items) == 0 {
+		return true, nil
 	}
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
@@ -212,7 +218,7 @@ func (s *Store) route(items []engine.Item) routed {
 // lookups, whichever holds its counters (as the reference's one local
 // cache serves both its Redis).
 func (s *Store) fromCache(ctx context.Context, r *routed, results []engine.Result, now time.Time) bool {
-	if !s.opts.DenyCache || len(r.items) == 0 {
+	if !s.opts.DenyCache {
 		return false
 	}
 	answered := true

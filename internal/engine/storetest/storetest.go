@@ -158,6 +158,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("CountersAreSeparate", func(t *testing.T) { testSeparate(t, newStore) })
 	t.Run("ExpiredStateForgotten", func(t *testing.T) { testExpired(t, newStore) })
 	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, newStore) })
+	t.Run("NoItems", func(t *testing.T) { testNoItems(t, newStore) })
 	t.Run("ConcurrentExactlyTheLimit", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
 }
@@ -955,6 +956,23 @@ func testCancelled(t *testing.T, newStore NewStore) {
 	_, err := s.Apply(ctx, items, make([]engine.Result, 1))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Apply with a cancelled context = %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// testNoItems: a request of no items is admitted (every item admits, as
+// Evaluate reads it), peeks as admitted, and resets nothing: no store
+// fails or panics on it.
+func testNoItems(t *testing.T, newStore NewStore) {
+	s := newStore(t, NewClock(T0).Now)
+	ctx := context.Background()
+	if ok, err := s.Apply(ctx, nil, nil); !ok || err != nil {
+		t.Errorf("Apply(no items) = %v, %v; want admitted", ok, err)
+	}
+	if ok, err := s.Peek(ctx, nil, nil); !ok || err != nil {
+		t.Errorf("Peek(no items) = %v, %v; want admitted", ok, err)
+	}
+	if n, err := s.Reset(ctx, nil); n != 0 || err != nil {
+		t.Errorf("Reset(no items) = %d, %v; want 0", n, err)
 	}
 }
 
