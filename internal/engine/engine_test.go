@@ -47,7 +47,10 @@ func (r *reference) decide(ctx context.Context, f func(time.Time, []engine.Item,
 	return f(r.now(), items, states, results), nil
 }
 
-// Reset implements engine.Resetter.
+// Ping implements engine.Store.
+func (r *reference) Ping(context.Context) error { return nil }
+
+// Reset implements engine.Store.
 func (r *reference) Reset(_ context.Context, items []engine.Item) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

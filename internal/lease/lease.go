@@ -165,9 +165,6 @@ func (s *Store) spawn(f func()) bool {
 	return true
 }
 
-// Inner returns the store that s wraps.
-func (s *Store) Inner() engine.Store { return s.inner }
-
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
@@ -179,14 +176,6 @@ func (s *Store) Stats() Stats {
 		HitsReleasing: c.Releasing, SlicesLapsed: c.Lapses, HitsLapsed: c.Lapsed,
 		TakeErrors: s.takeErrors.Load(), HitsHeld: c.Held, CountersLeased: uint64(n),
 	}
-}
-
-// Ping is the inner store's, for readiness.
-func (s *Store) Ping(ctx context.Context) error {
-	if p, ok := s.inner.(interface{ Ping(context.Context) error }); ok {
-		return p.Ping(ctx)
-	}
-	return nil
 }
 
 // Close releases every unused hit it can (within the inner store's

@@ -61,6 +61,12 @@ func (d deadlined) Peek(ctx context.Context, items []engine.Item, results []engi
 	return d.sim.inner.Peek(ctx, items, results)
 }
 
+func (d deadlined) Reset(ctx context.Context, items []engine.Item) (int, error) {
+	return d.sim.inner.Reset(ctx, items)
+}
+
+func (d deadlined) Ping(ctx context.Context) error { return d.sim.inner.Ping(ctx) }
+
 func newSim(t *testing.T, inner engine.Store, clock *storetest.Clock, procs int) *sim {
 	m := &sim{t: t, clock: clock, inner: inner}
 	for range procs {

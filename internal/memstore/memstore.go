@@ -480,12 +480,10 @@ func (s *Store) Stats() (counters int, bytes int64) {
 	return counters, bytes
 }
 
-// Ping reports the store as ready; memory is always there.
+// Ping implements engine.Store: memory is always there.
 func (s *Store) Ping(context.Context) error { return nil }
 
-var _ engine.Resetter = (*Store)(nil)
-
-// Reset implements engine.Resetter: each item's counter expires now.
+// Reset implements engine.Store: each item's counter expires now.
 func (s *Store) Reset(ctx context.Context, items []engine.Item) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -50,8 +50,9 @@ func (s *Store) traced(ctx context.Context) bool {
 	return s.opts.Tracer != nil && trace.SpanFromContext(ctx).IsRecording()
 }
 
-// sendTraced is send inside a SpanRedis span.
-func (s *Store) sendTraced(ctx context.Context, node string, req *request, results []engine.Result, out *reply) (bool, error) {
+// sendTraced is sendRequest inside a SpanRedis span, marked when its
+// pipeline leaves.
+func (s *Store) sendTraced(ctx context.Context, b *backend, node string, req *request, results []engine.Result, out *reply) (bool, error) {
 	attrs := []attribute.KeyValue{AttrDBSystem.String("redis"), AttrDBOperation.String("FCALL"),
 		AttrMode.String(modeNames[req.mode]), AttrItems.Int(len(req.items))}
 	if node != "" {
@@ -59,7 +60,9 @@ func (s *Store) sendTraced(ctx context.Context, node string, req *request, resul
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, SpanRedis, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	defer span.End()
-	admitted, err := s.sendSpan(ctx, node, req, results, out, span)
+	admitted, err := s.trip(ctx, b, node, req, results, out, func(at time.Time, pipeline int) {
+		span.AddEvent(EventSent, trace.WithTimestamp(at), trace.WithAttributes(AttrPipeline.Int(pipeline)))
+	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -71,15 +74,5 @@ func (s *Store) sendTraced(ctx context.Context, node string, req *request, resul
 func (s *Store) cacheHit(ctx context.Context) {
 	if s.traced(ctx) {
 		trace.SpanFromContext(ctx).SetAttributes(AttrDenyCacheHit.Bool(true))
-	}
-}
-
-// markSent adds the sent event to the spans of calls (nil for untraced
-// ones), all sent at once in one pipeline.
-func markSent(calls []*call, sent time.Time) {
-	for _, c := range calls {
-		if c.span != nil {
-			c.span.AddEvent(EventSent, trace.WithTimestamp(sent), trace.WithAttributes(AttrPipeline.Int(len(calls))))
-		}
 	}
 }

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -13,8 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/rlsproject/rls/internal/engine"
 )
@@ -93,39 +90,6 @@ func newLibrary(paths []string) library {
 	}
 	lib.source = "#!lua name=" + lib.name + "\n" + body.String() + register(lib.decide, "decide_entry") + register(lib.release, "release_entry")
 	return lib
-}
-
-// load loads the library on Redis: on every master of a cluster. Loading
-// it again is harmless (REPLACE, same source).
-func (lib library) load(ctx context.Context, client redis.UniversalClient) error {
-	err := eachNode(ctx, client, func(ctx context.Context, _ string, node *redis.Client) error {
-		return node.FunctionLoadReplace(ctx, lib.source).Err()
-	})
-	if err != nil {
-		return fmt.Errorf("redis: loading the rls function library: %w", err)
-	}
-	return nil
-}
-
-// notLoaded reports whether err says that a node does not have the library
-// (a new or restarted node, FUNCTION FLUSH): nothing ran, the call may be
-// sent again once the library is loaded.
-func notLoaded(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Function not found")
-}
-
-// fcall calls a function of the library with keys and args, loading the
-// library first when the node does not have it.
-func (lib library) fcall(ctx context.Context, client redis.UniversalClient, fn string, keys []string, args ...any) *redis.Cmd {
-	cmd := client.FCall(ctx, fn, keys, args...)
-	if !notLoaded(cmd.Err()) {
-		return cmd
-	}
-	if err := lib.load(ctx, client); err != nil {
-		cmd.SetErr(err)
-		return cmd
-	}
-	return client.FCall(ctx, fn, keys, args...)
 }
 
 // The decide function's arguments (decide_entry): the number of requests, then per

@@ -199,14 +199,15 @@ func TestRedisKeys(t *testing.T) {
 			}
 		}
 	}
-	keys, err := s.client.Keys(ctx, "golden:*").Result()
+	client := s.backends[0].conn.Client()
+	keys, err := client.Keys(ctx, "golden:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		typ, err := s.client.Type(ctx, k).Result()
+		typ, err := client.Type(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +215,7 @@ func TestRedisKeys(t *testing.T) {
 		if typ != "hash" {
 			continue
 		}
-		fields, err := s.client.HGetAll(ctx, k).Result()
+		fields, err := client.HGetAll(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

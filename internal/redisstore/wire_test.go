@@ -167,12 +167,12 @@ func TestUnknownAlgorithmCode(t *testing.T) {
 	badReq.items[0].rule = "9" + badReq.items[0].rule.(string)[1:]
 	args = badReq.appendArgs(args)
 	for range 2 {
-		err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()
+		err := s.backends[0].conn.Call(context.Background(), lib.decide, []string{s.base(&good[0])}, args...)
 		if err == nil || !strings.Contains(err.Error(), "unknown algorithm in rule 9|") {
 			t.Fatalf("decide with algorithm code 9 = %v, want an error naming the rule", err)
 		}
 	}
-	keys, err := s.client.Keys(context.Background(), "unknown:*").Result()
+	keys, err := s.backends[0].conn.Client().Keys(context.Background(), "unknown:*").Result()
 	if err != nil || len(keys) != 0 {
 		t.Errorf("keys after the refused call: %v (%v), want none", keys, err)
 	}

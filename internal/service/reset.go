@@ -2,11 +2,9 @@ package service
 
 import (
 	"context"
-	"errors"
 	"strings"
 
 	"github.com/rlsproject/rls/internal/config"
-	"github.com/rlsproject/rls/internal/engine"
 )
 
 // ResetResult says what a Reset cleared.
@@ -35,10 +33,6 @@ func (d ResetDescriptor) String() string {
 	return strings.Join(parts, ",")
 }
 
-// ErrCannotReset is returned by Reset when the store cannot clear
-// counters.
-var ErrCannotReset = errors.New("the store cannot reset counters")
-
 // Reset clears the counters of every limit that req's descriptors match,
 // as a decision would find them (all windows, all algorithms; not those a
 // replaces rule or unlimited sets aside), so that they start afresh. Hits
@@ -66,11 +60,7 @@ func (s *Service) Reset(ctx context.Context, req *Request) (*ResetResult, error)
 	if len(sc.items) == 0 {
 		return res, nil
 	}
-	r, ok := s.store.(engine.Resetter)
-	if !ok {
-		return nil, ErrCannotReset
-	}
-	n, err := r.Reset(ctx, sc.items)
+	n, err := s.store.Reset(ctx, sc.items)
 	if err != nil {
 		return nil, err
 	}
