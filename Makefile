@@ -81,7 +81,7 @@ deploy-check: ## check deploy/: Kubernetes manifests, Prometheus rules (promtool
 # Sentinel, per-second, lease and RLQS tests, rls's own tests on Redis and
 # the README's Redis blocks. The server so named wins over redis-server in
 # PATH and over a container; each package logs its version line.
-STORE_PKGS   ?= ./internal/redisstore/... ./internal/redistest/... ./internal/lease/ ./internal/rlqs/ ./cmd/rls/
+STORE_PKGS   ?= ./internal/redisconn/... ./internal/redisstore/... ./internal/redistest/... ./internal/lease/ ./internal/rlqs/ ./cmd/rls/
 STORE_BLOCKS ?= TestRunnableBlocks/README.md/(redis|cluster|sentinel|per-second|concurrency|reset)$$
 test-store: ## the Redis tests against one server: make test-store SERVER=/path/to/valkey-server [CLI=/path/to/valkey-cli]
 	@test -n "$(SERVER)" || { echo "usage: make test-store SERVER=/path/to/valkey-server [CLI=/path/to/valkey-cli]"; exit 2; }
