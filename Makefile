@@ -10,7 +10,7 @@ LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
 PROMTOOL ?= promtool
 
-.PHONY: help run build install uninstall test test-short saturation docs-check deploy-check fuzz-smoke bench bench-accuracy soak lint fmt prereqs clean
+.PHONY: help run build install uninstall test test-short test-store saturation docs-check deploy-check fuzz-smoke bench bench-accuracy soak lint fmt prereqs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -75,6 +75,19 @@ deploy-check: ## check deploy/: Kubernetes manifests, Prometheus rules (promtool
 	$(PROMTOOL) check rules deploy/prometheus/rls-alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/rls-alerts_test.yaml
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# The tests that start Redis, on one Redis-protocol server named by path
+# (Valkey, a Redis built by hand): the store's conformance, cluster,
+# Sentinel, per-second, lease and RLQS tests, rls's own tests on Redis and
+# the README's Redis blocks. The server so named wins over redis-server in
+# PATH and over a container; each package logs its version line.
+STORE_PKGS   ?= ./internal/redisconn/... ./internal/redisstore/... ./internal/redistest/... ./internal/lease/ ./internal/rlqs/ ./cmd/rls/
+STORE_BLOCKS ?= TestRunnableBlocks/README.md/(redis|cluster|sentinel|per-second|concurrency|reset)$$
+test-store: ## the Redis tests against one server: make test-store SERVER=/path/to/valkey-server [CLI=/path/to/valkey-cli]
+	@test -n "$(SERVER)" || { echo "usage: make test-store SERVER=/path/to/valkey-server [CLI=/path/to/valkey-cli]"; exit 2; }
+	@RLS_TEST_REDIS_SERVER='$(SERVER)' RLS_TEST_REDIS_CLI='$(CLI)' $(GO) run ./scripts/redisversion
+	RLS_TEST_REDIS_SERVER='$(SERVER)' RLS_TEST_REDIS_CLI='$(CLI)' $(GO) test -count=1 $(STORE_PKGS)
+	RLS_TEST_REDIS_SERVER='$(SERVER)' RLS_TEST_REDIS_CLI='$(CLI)' $(GO) test -count=1 -run '$(STORE_BLOCKS)' ./docs/
 
 test-short: ## the tests without the race detector and the fuzz smoke (Redis and nginx tests still run)
 	$(GO) test -count=1 ./...

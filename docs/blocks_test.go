@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rlsproject/rls/internal/proctest"
 )
 
 // A runnable block is a fenced block right after a marker line:
@@ -230,7 +232,7 @@ func runGroup(t *testing.T, bs []block, settle time.Duration) (problems []string
 	// RLS_STORE_TIMEOUT: the blocks' outputs are exact, and on a machine
 	// busy with other tests' processes a Redis round trip can miss the
 	// 10 ms default (a block written with --store-timeout still sets its own).
-	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":/usr/sbin:/sbin", "RLS_STORE_TIMEOUT=1s")
+	cmd.Env = append(os.Environ(), "PATH="+redisPath(t)+os.Getenv("PATH")+":/usr/sbin:/sbin", "RLS_STORE_TIMEOUT=1s")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	err := cmd.Run()
@@ -326,6 +328,37 @@ func newFiles(before, after map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// redisPath returns a directory to put first in the blocks' PATH, with a
+// colon, where redis-server and redis-cli are the server and client that
+// RLS_TEST_REDIS_SERVER and RLS_TEST_REDIS_CLI name (`make test-store`),
+// so that the blocks, written for redis-server, run on them; "" when they
+// are not set.
+func redisPath(t *testing.T) string {
+	t.Helper()
+	if !proctest.RedisNamed() {
+		return ""
+	}
+	dir := t.TempDir()
+	server, err := proctest.RedisServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{"redis-server": server}
+	if os.Getenv(proctest.EnvRedisCLI) != "" {
+		cli, err := proctest.RedisCLI()
+		if err != nil {
+			t.Fatal(err)
+		}
+		links["redis-cli"] = cli
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir + ":"
 }
 
 // runnableFiles are the Markdown files whose marked blocks are run.

@@ -75,16 +75,13 @@ func prometheusHandler(path string, tags []tag) func(*service.Service, prometheu
 // localCacheCollectors are envoyproxy/ratelimit's local cache gauges
 // (ratelimit.localcache.*, freecache's counters, which its Prometheus
 // mapping leaves unmapped: ratelimit_localcache_<name>), read from the
-// Redis store's denial cache at each scrape. Lookups and hits count
-// requests (the reference's, descriptors); averageAccessTime has no
+// Redis store's denial cache (read) at each scrape. Lookups and hits
+// count requests (the reference's, descriptors); averageAccessTime has no
 // meaning here and is not exported.
-func localCacheCollectors(s *redisstore.Store) []prometheus.Collector {
+func localCacheCollectors(read func() redisstore.DenyCacheStats) []prometheus.Collector {
 	gauge := func(name, help string, f func(redisstore.DenyCacheStats) uint64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimit_localcache_" + name, Help: help + " (envoyproxy/ratelimit's local cache stat: rls's denial cache)."},
-			func() float64 {
-				st, _ := s.DenyCacheStats()
-				return float64(f(st))
-			})
+			func() float64 { return float64(f(read())) })
 	}
 	return []prometheus.Collector{
 		gauge("lookupCount", "Requests that asked the denial cache", func(st redisstore.DenyCacheStats) uint64 { return st.Lookups }),

@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 
 	"github.com/rlsproject/rls/internal/daemon"
-	"github.com/rlsproject/rls/internal/engine"
-	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 )
@@ -114,11 +112,11 @@ func (s *settings) answers() Answers {
 // a Redis store with the denial cache, its local cache's gauges), its
 // answer rules, and the log of the variables rls ignores.
 func (s *settings) start(p daemon.Parts) (daemon.Hooks, error) {
-	cached := withDenyCache(p.Store)
-	if cached != nil {
-		p.Registry.MustRegister(localCacheCollectors(cached)...)
+	cache := p.Redis.DenyCache
+	if cache != nil {
+		p.Registry.MustRegister(localCacheCollectors(cache)...)
 	}
-	st := NewStats(p.Registry, StatsOptions{NearLimitRatio: s.nearLimitRatio, MaxValues: p.Service.MaxValueSeries, LocalCache: cached != nil})
+	st := NewStats(p.Registry, StatsOptions{NearLimitRatio: s.nearLimitRatio, MaxValues: p.Service.MaxValueSeries, LocalCache: cache != nil})
 	hooks := daemon.Hooks{Observers: []service.Observer{st}}
 	if a := s.answers(); a.Shadow || a.DynamicMetadata || a.LimitHeaders != nil {
 		a.Stats = st
@@ -134,22 +132,8 @@ func (s *settings) start(p daemon.Parts) (daemon.Hooks, error) {
 // per-limit stats (Stats) on /metrics beside rls's own: rls's
 // --reference-stats.
 func ReferenceStats(p daemon.Parts) (daemon.Hooks, error) {
-	st := NewStats(p.Registry, StatsOptions{MaxValues: p.Service.MaxValueSeries, LocalCache: withDenyCache(p.Store) != nil})
+	st := NewStats(p.Registry, StatsOptions{MaxValues: p.Service.MaxValueSeries, LocalCache: p.Redis.DenyCache != nil})
 	return daemon.Hooks{Observers: []service.Observer{st}}, nil
-}
-
-// withDenyCache returns the Redis store that store is, or wraps (the
-// leased limits' store), when it has a denial cache; else nil.
-func withDenyCache(store engine.Store) *redisstore.Store {
-	if w, ok := store.(interface{ Inner() engine.Store }); ok {
-		store = w.Inner()
-	}
-	if rs, ok := store.(*redisstore.Store); ok {
-		if _, on := rs.DenyCacheStats(); on {
-			return rs
-		}
-	}
-	return nil
 }
 
 // The reference's local cache is a freecache of LOCAL_CACHE_SIZE_IN_BYTES

@@ -461,6 +461,9 @@ func (c cachedDenials) Peek(ctx context.Context, items []engine.Item, results []
 	return c.Apply(ctx, items, results)
 }
 
+func (cachedDenials) Reset(context.Context, []engine.Item) (int, error) { return 0, nil }
+func (cachedDenials) Ping(context.Context) error                        { return nil }
+
 // A denial answered from the denial cache counts, as one answered from the
 // reference's local cache, in over_limit and over_limit_with_local_cache
 // (with no near_limit share); the series was not exported.

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-
-	"github.com/rlsproject/rls/internal/engine"
 )
 
 // jsonLimit is the shape of a limit in the config dump. Flags that are
@@ -255,10 +253,10 @@ func dumpLimit(l *Limit) jsonLimit {
 	rpu := r.Limit
 	jl.Algorithm, jl.Unit, jl.UnitMultiplier, jl.RequestsPerUnit = r.Algorithm(), r.Unit.String(), r.Multiplier, &rpu
 	jl.Window, jl.WindowSeconds = compactWindow(l), int64(r.Window.Seconds())
-	if r.Algorithm() == engine.Concurrency {
+	if r.InFlight() {
 		jl.Window, jl.WindowSeconds, jl.LeaseTTL = "", 0, r.Window.String() // it has no window
 	}
-	if r.Algorithm() == "token_bucket" {
+	if r.HasBurst() {
 		burst := r.Burst
 		jl.Burst = &burst
 	}

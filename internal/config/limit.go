@@ -54,7 +54,7 @@ func (p *parser) limits(d *Descriptor, rateLimit, rateLimits strictyaml.Field) [
 func (p *parser) concurrencyAlone(limits []*Limit, nodes []*yaml.Node) {
 	var cc *Limit
 	for _, l := range limits {
-		if l.Rule != nil && l.Rule.Algorithm() == engine.Concurrency {
+		if l.Rule != nil && l.Rule.InFlight() {
 			cc = l
 			break
 		}
@@ -63,7 +63,7 @@ func (p *parser) concurrencyAlone(limits []*Limit, nodes []*yaml.Node) {
 		return
 	}
 	for i, l := range limits {
-		if l.Rule == nil || l.Rule.Algorithm() == engine.Concurrency {
+		if l.Rule == nil || l.Rule.InFlight() {
 			continue // an unlimited limit beside another is reported
 		}
 		p.Errorf(nodes[i], "a %s limit beside the concurrency limit at %d:%d: the release of an acquisition (is_negative_hits) would give its hits back to this limit too; give the concurrency limit a descriptor of its own",
@@ -122,7 +122,7 @@ func distinctLabels(limits []*Limit) {
 		case l.Rule == nil:
 		case l.Rule.Calendar != nil:
 			l.Label += "/calendar"
-		case l.Rule.Algorithm() != "fixed_window":
+		case !l.Rule.DefaultAlgorithm():
 			l.Label += "/" + l.Rule.Algorithm()
 		}
 	}
@@ -220,10 +220,10 @@ func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
 	g.spec.Name = l.Name
 	g.spec.Lease = g.spec.Lease || l.Descriptor.Lease
 	if g.zone.Given() {
-		g.spec.TimeZoneSet = true
+		g.spec.TimeZone.Set = true
 		if g.calendar.Given() {
 			// Its presence alone is a problem without calendar: true.
-			g.spec.TimeZone, g.spec.TimeZoneSet = p.String(g.zone.Value, g.zone.Key)
+			g.spec.TimeZone.V, g.spec.TimeZone.Set = p.String(g.zone.Value, g.zone.Key)
 		}
 	}
 	r, errs := engine.Compile(g.spec)
@@ -286,8 +286,8 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 			if given {
 				g.burst = f
 			}
-			g.spec.Burst, ok = p.uint32Field(f)
-			g.spec.BurstSet = given
+			g.spec.Burst.V, ok = p.uint32Field(f)
+			g.spec.Burst.Set = given
 			g.bad = g.bad || !ok
 		case "unit_multiplier":
 			if given {
@@ -324,15 +324,15 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 		case "penalty_reset":
 			if given {
 				g.penaltyReset = f
-				g.spec.PenaltyReset, ok = p.Duration(f.Value, f.Key)
-				g.spec.PenaltyResetSet = true
+				g.spec.PenaltyReset.V, ok = p.Duration(f.Value, f.Key)
+				g.spec.PenaltyReset.Set = true
 				g.bad = g.bad || !ok
 			}
 		case "lease_ttl":
 			if given {
 				g.leaseTTL = f
-				g.spec.LeaseTTL, ok = p.Duration(f.Value, f.Key)
-				g.spec.LeaseTTLSet = true
+				g.spec.LeaseTTL.V, ok = p.Duration(f.Value, f.Key)
+				g.spec.LeaseTTL.Set = true
 				g.bad = g.bad || !ok
 			}
 		default:
@@ -409,13 +409,14 @@ func (p *parser) replaces(f strictyaml.Field) ([]string, []*yaml.Node) {
 }
 
 // compactWindow is a limit's window for labels and the dump: "1s", "5m";
-// "concurrency" for a limit of requests in flight, whose unit means nothing.
+// its algorithm's name for a limit of requests in flight, whose unit means
+// nothing.
 func compactWindow(l *Limit) string {
 	if l.Rule == nil {
 		return ""
 	}
-	if l.Rule.Algorithm() == engine.Concurrency {
-		return engine.Concurrency
+	if l.Rule.InFlight() {
+		return l.Rule.Algorithm()
 	}
 	return strconv.FormatUint(uint64(l.Rule.Multiplier), 10) + l.Rule.Unit.Code()
 }

@@ -211,6 +211,9 @@ type Plugins struct {
 // Parts are the parts of a starting server that Plugins.Start may use.
 type Parts struct {
 	Store engine.Store
+	// Redis is what front ends may read of a Redis store (zero for the
+	// memory store).
+	Redis RedisParts
 	// Service is the service's policies (Config.Service).
 	Service Service
 	// Registry is the registry that /metrics serves.

@@ -91,7 +91,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	storeCfg := cfg.Store
 	storeCfg.Redis.Tracer = tracer
-	store, closeStore, err := newStore(ctx, storeCfg, cfg.Names.redis(), s.reg, log)
+	store, redisParts, closeStore, err := newStore(ctx, storeCfg, cfg.Names.redis(), s.reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	undo = append(undo, closeStore)
 	var hooks Hooks
 	if cfg.Plugins.Start != nil {
-		if hooks, err = cfg.Plugins.Start(Parts{Store: store, Service: cfg.Service, Registry: s.reg, Logger: log}); err != nil {
+		if hooks, err = cfg.Plugins.Start(Parts{Store: store, Redis: redisParts, Service: cfg.Service, Registry: s.reg, Logger: log}); err != nil {
 			return nil, err
 		}
 	}

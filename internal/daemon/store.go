@@ -16,13 +16,23 @@ import (
 	"github.com/rlsproject/rls/internal/redisstore"
 )
 
+// RedisParts are what front ends may read of a Redis store (Parts.Redis),
+// as typed values: the store they get (Parts.Store) is the lease layer
+// over it, which they need not look under.
+type RedisParts struct {
+	// DenyCache reads the denial cache's counters; nil when the store has
+	// no denial cache (or is not on Redis).
+	DenyCache func() redisstore.DenyCacheStats
+}
+
 // newStore builds the store of c, registers its metrics on reg and returns
-// a function that closes it. A Redis store's errors are named by name.
-func newStore(ctx context.Context, c Store, name string, reg prometheus.Registerer, log *slog.Logger) (engine.Store, func(), error) {
+// what front ends may read of a Redis store and a function that closes
+// it. A Redis store's errors are named by name.
+func newStore(ctx context.Context, c Store, name string, reg prometheus.Registerer, log *slog.Logger) (engine.Store, RedisParts, func(), error) {
 	if c.Kind != Redis {
 		s := memstore.New(c.Memory)
 		reg.MustRegister(s.Collectors()...)
-		return s, func() { s.Close() }, nil
+		return s, RedisParts{}, func() { s.Close() }, nil
 	}
 	// go-redis logs through a logger of its own (process-wide): send it to
 	// ours, at a bounded rate, so that a Redis outage does not flood stderr.
@@ -31,7 +41,7 @@ func newStore(ctx context.Context, c Store, name string, reg prometheus.Register
 	opts.Logger = log
 	s, err := redisstore.New(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", name, err)
+		return nil, RedisParts{}, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -44,7 +54,14 @@ func newStore(ctx context.Context, c Store, name string, reg prometheus.Register
 	// Leased limits are decided from slices of the shared counters.
 	leased := lease.New(s, lease.Options{StoreTimeout: s.DecisionTimeout(), Logger: log})
 	reg.MustRegister(leased.Collectors()...)
-	return leased, func() {
+	var parts RedisParts
+	if _, on := s.DenyCacheStats(); on {
+		parts.DenyCache = func() redisstore.DenyCacheStats {
+			st, _ := s.DenyCacheStats()
+			return st
+		}
+	}
+	return leased, parts, func() {
 		leased.Close() // gives back the slices' unused hits, to s
 		s.Close()
 	}, nil

@@ -35,8 +35,8 @@ type LogEntry struct {
 // epoch. normalize turns the decision's instant into the counter's own (see
 // below); every other method but expiry takes st normalized and that
 // instant. Implementations are stateless values; adding one is a file of
-// its own and its line in algorithms (and a section in the Redis scripts:
-// see doc.go).
+// its own and its line in algorithms (and a file of the Redis scripts: see
+// doc.go).
 //
 // Time can go backwards (an NTP step, another process's clock): a counter
 // never resets or refills on a backward step. normalize returns the
@@ -45,9 +45,9 @@ type LogEntry struct {
 // judge at that instant, as if no time had passed (x/time/rate does the
 // same).
 //
-// The Redis script (internal/redisstore/scripts/decide.lua) holds the same
-// functions, section by section, with the same arithmetic: a differential
-// test holds the two to identical answers.
+// The Redis scripts hold the same functions, an algorithm's in its own
+// file (internal/redisstore/scripts/alg/<name>.lua), with the same
+// arithmetic: a differential test holds the two to identical answers.
 type algorithm interface {
 	// name is the algorithm's name (in configs, unless it is a form of
 	// another: see form); code its stable code (Rule.Code).
@@ -87,12 +87,17 @@ type algorithm interface {
 	// State: a store may forget it then. 0 means it already is.
 	expiry(r *Rule, st *State) int64
 	// capacity, quotaWindow, denialCoversMoreHits, stateSizeVaries,
-	// leasable and calendarBounds answer Rule's methods of the same names.
+	// leasable, refills, inFlight, windowInIdentity and calendarBounds
+	// answer Rule's methods of the same names: what the code outside the
+	// engine asks of a rule instead of testing its algorithm's name.
 	capacity(r *Rule) uint64
 	quotaWindow(r *Rule, end time.Time) time.Duration
 	denialCoversMoreHits() bool
 	stateSizeVaries() bool
 	leasable() bool
+	refills() bool
+	inFlight() bool
+	windowInIdentity() bool
 	calendarBounds(r *Rule, at int64) ([4]int64, bool)
 }
 
@@ -116,8 +121,9 @@ func configName(a algorithm) string {
 const never = math.MaxInt64
 
 // algorithms are the implementations by code. The codes are part of the
-// Redis store's wire contract (decide.lua's algorithms table, checked
-// against this one when the store loads its library): append only.
+// Redis store's wire contract (each algorithm's script registers its code,
+// ALG_<NAME>; the store's TestWireContract checks them against this
+// table): append only.
 var algorithms = [...]algorithm{
 	fixedWindow{},
 	slidingWindow{},
@@ -147,7 +153,7 @@ func limitCapacity(r *Rule) uint64 { return uint64(r.Limit) }
 
 // noBurst is the check of the algorithms that have no burst.
 func noBurst(s *Spec, r *Rule, errs *specErrors) {
-	if s.BurstSet {
+	if s.Burst.Set {
 		errs.add("burst", true, "burst is only for algorithm token_bucket, not %s", r.alg.name())
 	}
 }

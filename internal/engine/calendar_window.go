@@ -33,12 +33,13 @@ func compileCalendar(s *Spec, r *Rule, errs *specErrors) algorithm {
 		return r.alg
 	}
 	r.Calendar = time.UTC
-	if !s.TimeZoneSet {
+	if !s.TimeZone.Set {
 		return calendarWindow{}
 	}
-	loc, err := time.LoadLocation(s.TimeZone)
-	if err != nil || s.TimeZone == "" || s.TimeZone == "Local" {
-		errs.add("time_zone", false, "time_zone %q is not an IANA time zone name (such as Europe/Paris or UTC)", s.TimeZone)
+	zone := s.TimeZone.V
+	loc, err := time.LoadLocation(zone)
+	if err != nil || zone == "" || zone == "Local" {
+		errs.add("time_zone", false, "time_zone %q is not an IANA time zone name (such as Europe/Paris or UTC)", zone)
 		return r.alg
 	}
 	r.Calendar = loc
@@ -46,6 +47,10 @@ func compileCalendar(s *Spec, r *Rule, errs *specErrors) algorithm {
 }
 
 func (calendarWindow) counterID(r *Rule) string { return calendarID(r) }
+
+// Its Window is its unit's nominal length, not part of its ID (the unit
+// and the zone are).
+func (calendarWindow) windowInIdentity() bool { return false }
 
 // calendarBounds returns the start and end (µs) of r's calendar window
 // holding t. time.Date normalizes a midnight that a DST change skips.

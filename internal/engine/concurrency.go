@@ -46,8 +46,8 @@ func (a concurrency) compile(s *Spec, r *Rule, errs *specErrors) algorithm {
 		errs.add("requests_per_unit", false, "requests_per_unit %d is too large for concurrency (at most %d: it keeps one entry per acquisition)",
 			r.Limit, MaxSlidingLog)
 	}
-	switch ttl := s.LeaseTTL; {
-	case !s.LeaseTTLSet:
+	switch ttl := s.LeaseTTL.V; {
+	case !s.LeaseTTL.Set:
 		errs.add("lease_ttl", false, "lease_ttl is required for algorithm concurrency: how long an acquisition that is never released holds its slot (a duration such as 30s)")
 	case ttl < time.Millisecond || ttl > MaxWindow:
 		errs.add("lease_ttl", false, "lease_ttl %s is not between 1ms and 100 years", ttl)
@@ -61,7 +61,7 @@ func (a concurrency) compile(s *Spec, r *Rule, errs *specErrors) algorithm {
 
 // noLeaseTTL refuses lease_ttl on the algorithms other than concurrency.
 func noLeaseTTL(s *Spec, alg algorithm, errs *specErrors) {
-	if s.LeaseTTLSet && alg.name() != Concurrency {
+	if s.LeaseTTL.Set && !alg.inFlight() {
 		errs.add("lease_ttl", true, "lease_ttl is only for algorithm concurrency, not %s", configName(alg))
 	}
 }
@@ -70,6 +70,11 @@ func noLeaseTTL(s *Spec, alg algorithm, errs *specErrors) {
 // counter, so a reload that changes them keeps the acquisitions in flight
 // (they then expire by the new lease_ttl).
 func (concurrency) counterID(*Rule) string { return "cc" }
+
+// It counts requests in flight, and its Window, the lease_ttl, is not part
+// of its ID.
+func (concurrency) inFlight() bool         { return true }
+func (concurrency) windowInIdentity() bool { return false }
 
 // consume logs hits as a sliding log does, except that hits beyond the
 // limit's entries join the newest entry without giving it their instant.

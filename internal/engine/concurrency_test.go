@@ -18,7 +18,7 @@ import (
 // (burst, calendar, lease, a limit above MaxSlidingLog) it refuses too.
 func TestConcurrencyCompile(t *testing.T) {
 	spec := func(edit func(*engine.Spec)) engine.Spec {
-		s := engine.Spec{Algorithm: engine.Concurrency, Unit: engine.Second, Multiplier: 1, Limit: 10, LeaseTTL: 30 * time.Second, LeaseTTLSet: true}
+		s := engine.Spec{Algorithm: engine.Concurrency, Unit: engine.Second, Multiplier: 1, Limit: 10, LeaseTTL: engine.Some(30 * time.Second)}
 		if edit != nil {
 			edit(&s)
 		}
@@ -33,7 +33,7 @@ func TestConcurrencyCompile(t *testing.T) {
 		t.Errorf("rule = window %s, ID %q, code %d, algorithm %s, capacity %d, quota window %s, unit %s; want 30s, cc, 5, concurrency, 10, 30s, second",
 			r.Window, r.ID, r.Code(), r.Algorithm(), r.Capacity(), r.QuotaWindow(time.Time{}), r.Unit)
 	}
-	other := engine.MustCompile(spec(func(s *engine.Spec) { s.Unit, s.LeaseTTL, s.Name = engine.Hour, 1500*time.Millisecond, "" }))
+	other := engine.MustCompile(spec(func(s *engine.Spec) { s.Unit, s.LeaseTTL.V, s.Name = engine.Hour, 1500*time.Millisecond, "" }))
 	if other.ID != r.ID || other.Window != 1500*time.Millisecond {
 		t.Errorf("another unit and lease_ttl: ID %q window %s, want %q (the same counter) and 1.5s", other.ID, other.Window, r.ID)
 	}
@@ -48,12 +48,12 @@ func TestConcurrencyCompile(t *testing.T) {
 		key   bool
 		msg   string
 	}{
-		{"no lease_ttl", spec(func(s *engine.Spec) { s.LeaseTTL, s.LeaseTTLSet = 0, false }), "lease_ttl", false, "lease_ttl is required for algorithm concurrency"},
-		{"zero", spec(func(s *engine.Spec) { s.LeaseTTL = 0 }), "lease_ttl", false, "lease_ttl 0s is not between 1ms and 100 years"},
-		{"negative", spec(func(s *engine.Spec) { s.LeaseTTL = -time.Second }), "lease_ttl", false, "lease_ttl -1s is not between 1ms and 100 years"},
-		{"too long", spec(func(s *engine.Spec) { s.LeaseTTL = engine.MaxWindow + time.Millisecond }), "lease_ttl", false, "is not between 1ms and 100 years"},
-		{"sub-millisecond", spec(func(s *engine.Spec) { s.LeaseTTL = 1500 * time.Microsecond }), "lease_ttl", false, "lease_ttl 1.5ms is not a whole number of milliseconds"},
-		{"burst", spec(func(s *engine.Spec) { s.Burst, s.BurstSet = 5, true }), "burst", true, "burst is only for algorithm token_bucket, not concurrency"},
+		{"no lease_ttl", spec(func(s *engine.Spec) { s.LeaseTTL = engine.Opt[time.Duration]{} }), "lease_ttl", false, "lease_ttl is required for algorithm concurrency"},
+		{"zero", spec(func(s *engine.Spec) { s.LeaseTTL.V = 0 }), "lease_ttl", false, "lease_ttl 0s is not between 1ms and 100 years"},
+		{"negative", spec(func(s *engine.Spec) { s.LeaseTTL.V = -time.Second }), "lease_ttl", false, "lease_ttl -1s is not between 1ms and 100 years"},
+		{"too long", spec(func(s *engine.Spec) { s.LeaseTTL.V = engine.MaxWindow + time.Millisecond }), "lease_ttl", false, "is not between 1ms and 100 years"},
+		{"sub-millisecond", spec(func(s *engine.Spec) { s.LeaseTTL.V = 1500 * time.Microsecond }), "lease_ttl", false, "lease_ttl 1.5ms is not a whole number of milliseconds"},
+		{"burst", spec(func(s *engine.Spec) { s.Burst = engine.Some[uint32](5) }), "burst", true, "burst is only for algorithm token_bucket, not concurrency"},
 		{"limit", spec(func(s *engine.Spec) { s.Limit = engine.MaxSlidingLog + 1 }), "requests_per_unit", false, "too large for concurrency (at most 100000"},
 		{"calendar", spec(func(s *engine.Spec) { s.Unit, s.Calendar = engine.Day, true }), "calendar", true, "calendar: true is for algorithm fixed_window, not concurrency"},
 		{"lease", spec(func(s *engine.Spec) { s.Lease = true }), "lease", true, "not concurrency"},

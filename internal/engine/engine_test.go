@@ -47,7 +47,10 @@ func (r *reference) decide(ctx context.Context, f func(time.Time, []engine.Item,
 	return f(r.now(), items, states, results), nil
 }
 
-// Reset implements engine.Resetter.
+// Ping implements engine.Store.
+func (r *reference) Ping(context.Context) error { return nil }
+
+// Reset implements engine.Store.
 func (r *reference) Reset(_ context.Context, items []engine.Item) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -128,7 +131,7 @@ func TestAlgorithmCodes(t *testing.T) {
 		case "calendar_window":
 			spec = engine.Spec{Unit: engine.Day, Multiplier: 1, Limit: 1, Calendar: true}
 		case engine.Concurrency:
-			spec.LeaseTTL, spec.LeaseTTLSet = time.Minute, true
+			spec.LeaseTTL = engine.Some(time.Minute)
 		}
 		r, errs := engine.Compile(spec)
 		if len(errs) > 0 {
@@ -141,6 +144,34 @@ func TestAlgorithmCodes(t *testing.T) {
 	}
 	if got, want := engine.AlgorithmNames(), "fixed_window|sliding_window|sliding_log|token_bucket|concurrency"; got != want {
 		t.Errorf("AlgorithmNames() = %q, want %q", got, want)
+	}
+}
+
+// TestRuleQuestions: what code outside the engine asks of a rule instead
+// of testing its algorithm's name, answered by each algorithm.
+func TestRuleQuestions(t *testing.T) {
+	type answers struct{ refills, burst, inFlight, windowInID, ownKey, defaultAlg bool }
+	for _, step := range []struct {
+		spec engine.Spec
+		want answers
+	}{
+		{engine.Spec{}, answers{windowInID: true, defaultAlg: true}},
+		{engine.Spec{Algorithm: engine.FixedWindow, Unit: engine.Day, Calendar: true}, answers{defaultAlg: true}},
+		{engine.Spec{Algorithm: engine.SlidingWindow}, answers{windowInID: true}},
+		{engine.Spec{Algorithm: engine.SlidingLog}, answers{windowInID: true, ownKey: true}},
+		{engine.Spec{Algorithm: engine.TokenBucket}, answers{refills: true, burst: true, windowInID: true}},
+		{engine.Spec{Algorithm: engine.Concurrency, LeaseTTL: engine.Some(time.Minute)}, answers{inFlight: true, ownKey: true}},
+	} {
+		s := step.spec
+		s.Multiplier, s.Limit = 1, 10
+		if s.Unit == engine.UnitUnknown {
+			s.Unit = engine.Second
+		}
+		r := engine.MustCompile(s)
+		got := answers{r.Refills(), r.HasBurst(), r.InFlight(), r.WindowInIdentity(), r.OwnKey(), r.DefaultAlgorithm()}
+		if got != step.want {
+			t.Errorf("%s (calendar %v): %+v, want %+v", r.Algorithm(), s.Calendar, got, step.want)
+		}
 	}
 }
 
@@ -162,7 +193,7 @@ func TestTokenBucketQuotaWindowAgainstBigRat(t *testing.T) {
 		if n%4 == 0 {
 			b = r // the default burst
 		}
-		got := engine.MustCompile(engine.Spec{Algorithm: engine.TokenBucket, Unit: u, Multiplier: m, Limit: r, Burst: b, BurstSet: true}).QuotaWindow(time.Time{})
+		got := engine.MustCompile(engine.Spec{Algorithm: engine.TokenBucket, Unit: u, Multiplier: m, Limit: r, Burst: engine.Some[uint32](b)}).QuotaWindow(time.Time{})
 		exact := new(big.Rat).SetFrac(new(big.Int).Mul(big.NewInt(int64(b)), big.NewInt(w.Microseconds())), new(big.Int).Mul(big.NewInt(int64(r)), big.NewInt(1e6)))
 		secs := new(big.Int).Quo(exact.Num(), exact.Denom())
 		if !exact.IsInt() {

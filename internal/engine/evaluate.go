@@ -42,7 +42,7 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 		// are over.
 		for i := range items {
 			if it := &items[i]; results[i].Admitted && !over[it.Group] {
-				take(it.Rule.alg, it, states[i], times[i])
+				apply(it.Rule.alg, it, states[i], times[i])
 			}
 		}
 	}
@@ -164,7 +164,7 @@ func judge(t int64, items []Item, states []*State, results []Result, snaps []Sta
 			retryBlocked(alg, it, st, tc, t, r)
 		case it.Refund || alg.admits(it.Rule, st, tc, it.Hits):
 			r.Admitted = true
-			take(alg, it, st, tc)
+			apply(alg, it, st, tc)
 		default:
 			retry(alg, it, st, tc, t, r)
 		}
@@ -224,9 +224,9 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 	}
 }
 
-// take applies an admitted item to its counter at the counter's instant t:
+// apply applies an admitted item to its counter at the counter's instant t:
 // consumes its hits, or gives them back for a refund.
-func take(alg algorithm, it *Item, st *State, t int64) {
+func apply(alg algorithm, it *Item, st *State, t int64) {
 	if it.Refund {
 		alg.giveBack(it.Rule, st, t, it.Hits)
 	} else {
@@ -255,7 +255,7 @@ func first(states []*State, i int) bool { return firstOf(states, i) == i }
 // admitted but some quota groups are over, over holds them: their items are
 // not consumed. Otherwise over is nil.
 //
-// The Redis script applies the same rule (decide.lua, "the rule"); a
+// The Redis scripts apply the same rule (decide/judge.lua, "the rule"); a
 // cluster applies it to the verdicts gathered from its nodes.
 func Admit(items []Item, results []Result) (admitted bool, over map[int32]bool) {
 	admitted = true

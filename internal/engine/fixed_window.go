@@ -80,6 +80,9 @@ func (fixedWindow) capacity(r *Rule) uint64                          { return li
 func (fixedWindow) denialCoversMoreHits() bool { return true }
 func (fixedWindow) stateSizeVaries() bool      { return false }
 func (fixedWindow) leasable() bool             { return true }
+func (fixedWindow) refills() bool              { return false }
+func (fixedWindow) inFlight() bool             { return false }
+func (fixedWindow) windowInIdentity() bool     { return true }
 
 func (fixedWindow) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

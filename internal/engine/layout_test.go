@@ -39,12 +39,12 @@ func TestKeyLayout(t *testing.T) {
 		{Unit: Minute, Multiplier: 5, Limit: 10},
 		{Algorithm: SlidingWindow, Unit: Hour, Multiplier: 1, Limit: 240},
 		{Algorithm: SlidingLog, Unit: Minute, Multiplier: 1, Limit: 5, Name: "burst"},
-		{Algorithm: TokenBucket, Unit: Second, Multiplier: 1, Limit: 50, Burst: 100, BurstSet: true},
+		{Algorithm: TokenBucket, Unit: Second, Multiplier: 1, Limit: 50, Burst: Some[uint32](100)},
 		{Unit: Month, Multiplier: 1, Limit: 3},
-		{Unit: Month, Multiplier: 1, Limit: 3, Calendar: true, TimeZone: "Europe/Paris", TimeZoneSet: true},
+		{Unit: Month, Multiplier: 1, Limit: 3, Calendar: true, TimeZone: Some("Europe/Paris")},
 		{Unit: Day, Multiplier: 1, Limit: 3, Calendar: true, Name: "ünï:{x}"},
-		{Algorithm: Concurrency, Unit: Second, Multiplier: 1, Limit: 10, LeaseTTL: 30 * time.Second, LeaseTTLSet: true},
-		{Algorithm: Concurrency, Unit: Minute, Multiplier: 1, Limit: 5, LeaseTTL: time.Minute, LeaseTTLSet: true, Name: "uploads"},
+		{Algorithm: Concurrency, Unit: Second, Multiplier: 1, Limit: 10, LeaseTTL: Some(30 * time.Second)},
+		{Algorithm: Concurrency, Unit: Minute, Multiplier: 1, Limit: 5, LeaseTTL: Some(time.Minute), Name: "uploads"},
 	}
 	var b strings.Builder
 	b.WriteString("# descriptor identities (AppendDescriptorKey)\n")

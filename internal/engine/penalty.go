@@ -17,7 +17,7 @@ import (
 //
 // The state lives with the counter's (State.Strikes and BlockedUntil)
 // and changes in the same store call as the counter: Evaluate here, the
-// penalty phases of decide.lua on Redis, which keep it in a field of the
+// Redis scripts' penalty.lua, which keeps it in a field of the
 // descriptor's hash beside the counter's (PenaltyField).
 
 // DefaultPenaltyReset is the quiet time after which a ladder starts over
@@ -30,7 +30,7 @@ const MaxPenaltySteps = 16
 // compilePenalty checks the penalty fields of s into r.
 func compilePenalty(s *Spec, r *Rule, errs *specErrors) {
 	if len(s.Penalty) == 0 {
-		if s.PenaltyResetSet {
+		if s.PenaltyReset.Set {
 			errs.add("penalty_reset", true, "penalty_reset is only for limits with a penalty")
 		}
 		return
@@ -44,12 +44,9 @@ func compilePenalty(s *Spec, r *Rule, errs *specErrors) {
 			break
 		}
 	}
-	reset := DefaultPenaltyReset
-	if s.PenaltyResetSet {
-		reset = s.PenaltyReset
-		if reset < time.Millisecond || reset > MaxWindow {
-			errs.add("penalty_reset", false, "penalty_reset %s is not between 1ms and 100 years", reset)
-		}
+	reset := s.PenaltyReset.Or(DefaultPenaltyReset)
+	if s.PenaltyReset.Set && (reset < time.Millisecond || reset > MaxWindow) {
+		errs.add("penalty_reset", false, "penalty_reset %s is not between 1ms and 100 years", reset)
 	}
 	if s.Lease {
 		errs.add("penalty", true, "penalty is not for lease: true limits (a slice's hits are decided in process, where no strike is kept)")
@@ -81,13 +78,13 @@ func (r *Rule) strike(st *State, t int64) {
 	st.BlockedUntil = t + step.Microseconds()
 }
 
-// Settle returns the instant from which st is equivalent to the zero
+// Prune returns the instant from which st is equivalent to the zero
 // State (Expiry), after dropping, at the decision's instant t, its
 // counter's part when that alone is already equivalent to none while a
 // penalty keeps the state: Redis forgets that part then (its field), and
 // the counter's instant must not differ between stores when the clock
 // steps back.
-func (r *Rule) Settle(st *State, t int64) int64 {
+func (r *Rule) Prune(st *State, t int64) int64 {
 	if st.Strikes > 0 && r.alg.expiry(r, st) <= t {
 		*st = State{Log: st.Log[:0], Strikes: st.Strikes, BlockedUntil: st.BlockedUntil}
 	}

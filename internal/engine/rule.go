@@ -8,7 +8,8 @@ import (
 
 // Spec is a limit as a config or a request gives it, before it is
 // compiled: plain values, no positions and no grammar. Compile checks it
-// and builds the Rule that stores count with.
+// and builds the Rule that stores count with. An option that a config may
+// leave out is an Opt: given or not, and its value.
 type Spec struct {
 	// Algorithm is an algorithm's name (AlgorithmNames), in any case; ""
 	// is fixed_window.
@@ -20,19 +21,16 @@ type Spec struct {
 	// Limit is the hits admitted per window (requests_per_unit); 0 admits
 	// nothing.
 	Limit uint32
-	// Burst is a token bucket's capacity when BurstSet (else Limit).
-	Burst    uint32
-	BurstSet bool
-	// LeaseTTL is a concurrency limit's lease_ttl when LeaseTTLSet (no
-	// other algorithm takes one): how long an acquisition that no release
-	// frees holds its slot.
-	LeaseTTL    time.Duration
-	LeaseTTLSet bool
+	// Burst is a token bucket's capacity (when not given, Limit).
+	Burst Opt[uint32]
+	// LeaseTTL is a concurrency limit's lease_ttl (no other algorithm
+	// takes one): how long an acquisition that no release frees holds its
+	// slot.
+	LeaseTTL Opt[time.Duration]
 	// Calendar makes a fixed window follow the calendar of TimeZone (an
-	// IANA name, "" for UTC; TimeZoneSet says whether one was given).
-	Calendar    bool
-	TimeZone    string
-	TimeZoneSet bool
+	// IANA name; UTC when not given).
+	Calendar bool
+	TimeZone Opt[string]
 	// Name, when set, is part of the counter's identity.
 	Name string
 	// Lease lets a store decide the limit from pre-paid slices of its
@@ -41,11 +39,36 @@ type Spec struct {
 	Lease bool
 	// Penalty is the ladder of blocks that the limit's denials earn
 	// (penalty.go); PenaltyReset the quiet time after a block after which
-	// the ladder starts over (default DefaultPenaltyReset; PenaltyResetSet
-	// says whether one was given).
-	Penalty         []time.Duration
-	PenaltyReset    time.Duration
-	PenaltyResetSet bool
+	// the ladder starts over (when not given, DefaultPenaltyReset).
+	Penalty      []time.Duration
+	PenaltyReset Opt[time.Duration]
+}
+
+// Opt is an option of a Spec that may be left out: Set says whether it
+// was given (a config's key present, even with a value that is then
+// refused), V is its value.
+type Opt[T any] struct {
+	V   T
+	Set bool
+}
+
+// Some returns the Opt of a value given.
+func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Set: true} }
+
+// String is o's value, or "-" when it was not given.
+func (o Opt[T]) String() string {
+	if !o.Set {
+		return "-"
+	}
+	return fmt.Sprint(o.V)
+}
+
+// Or returns o's value when it was given, def otherwise.
+func (o Opt[T]) Or(def T) T {
+	if o.Set {
+		return o.V
+	}
+	return def
 }
 
 // SpecError is a problem of one field of a Spec: Field is its config name
@@ -156,7 +179,7 @@ func Compile(s Spec) (*Rule, []SpecError) {
 		return nil, errs
 	}
 	r := &Rule{alg: alg, Unit: s.Unit, Multiplier: s.Multiplier, Window: time.Duration(s.Multiplier) * s.Unit.Duration(), Limit: s.Limit}
-	if s.TimeZoneSet && !s.Calendar {
+	if s.TimeZone.Set && !s.Calendar {
 		errs.add("time_zone", true, "time_zone is only for calendar: true limits")
 	}
 	noLeaseTTL(&s, alg, &errs)
@@ -225,6 +248,39 @@ func (r *Rule) DenialCoversMoreHits() bool { return r.alg.denialCoversMoreHits()
 // changes with what it counts (a sliding log's entries); stores that
 // account memory measure such a state again after each change.
 func (r *Rule) StateSizeVaries() bool { return r.alg.stateSizeVaries() }
+
+// Refills reports whether r's counter refills continuously (a token
+// bucket) rather than window by window: it has no window end, so hits
+// given back count whenever they land, and its reset is the instant it is
+// full again.
+func (r *Rule) Refills() bool { return r.alg.refills() }
+
+// HasBurst reports whether r has a burst (Burst, even 0): the capacity of
+// a counter that refills.
+func (r *Rule) HasBurst() bool { return r.alg.refills() }
+
+// InFlight reports whether r limits requests in flight rather than a rate
+// (algorithm concurrency): hits acquire slots and refunds release them,
+// its Window is the lease_ttl and its Unit means nothing.
+func (r *Rule) InFlight() bool { return r.alg.inFlight() }
+
+// WindowInIdentity reports whether r's Window is part of its counter's
+// identity (ID): false for a calendar window (its windows are the
+// calendar's; the unit and zone are its identity) and for a limit in
+// flight (its Window is its lease_ttl, which a reload may change without
+// losing the acquisitions). Limits sharing a counter share their Window
+// when it is.
+func (r *Rule) WindowInIdentity() bool { return r.alg.windowInIdentity() }
+
+// OwnKey reports whether a store that keeps counters under string keys
+// keeps r's in a key of its own (its CounterKey: a sliding log's entries,
+// a sorted set on Redis) rather than as a field of its descriptor's hash
+// (DescriptorKey): the counters whose state size varies.
+func (r *Rule) OwnKey() bool { return r.alg.stateSizeVaries() }
+
+// DefaultAlgorithm reports whether r counts with the algorithm that a
+// Spec naming none compiles to (a fixed window, calendar: true or not).
+func (r *Rule) DefaultAlgorithm() bool { return configName(r.alg) == configName(algorithmNamed("")) }
 
 // CalendarBounds returns, for a calendar rule, the starts of the windows
 // before, at and after the one holding the instant at (µs), and the end of

@@ -126,8 +126,11 @@ func (slidingLog) capacity(r *Rule) uint64                          { return lim
 func (slidingLog) denialCoversMoreHits() bool                       { return false }
 
 // The log grows and shrinks with the consumptions in its window.
-func (slidingLog) stateSizeVaries() bool { return true }
-func (slidingLog) leasable() bool        { return false }
+func (slidingLog) stateSizeVaries() bool  { return true }
+func (slidingLog) leasable() bool         { return false }
+func (slidingLog) refills() bool          { return false }
+func (slidingLog) inFlight() bool         { return false }
+func (slidingLog) windowInIdentity() bool { return true }
 
 func (slidingLog) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

@@ -117,6 +117,9 @@ func (slidingWindow) capacity(r *Rule) uint64                          { return 
 func (slidingWindow) denialCoversMoreHits() bool                       { return false }
 func (slidingWindow) stateSizeVaries() bool                            { return false }
 func (slidingWindow) leasable() bool                                   { return false }
+func (slidingWindow) refills() bool                                    { return false }
+func (slidingWindow) inFlight() bool                                   { return false }
+func (slidingWindow) windowInIdentity() bool                           { return true }
 
 func (slidingWindow) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

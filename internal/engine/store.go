@@ -80,7 +80,10 @@ type Result struct {
 	Blocked bool
 }
 
-// Store keeps counters and decides requests.
+// Store keeps counters and decides requests. Every store of rls (memstore,
+// redisstore) and every layer over one (the lease layer) is a whole Store:
+// what the service asks of its store (deciding, readiness, reset) is here,
+// never found by a type assertion, so that a layer cannot hide it.
 //
 // Apply judges every item at one instant of the store's clock. If every
 // item that is neither shadow nor in a quota group admits, and (when there
@@ -101,17 +104,20 @@ type Result struct {
 // nothing (a dry run): results as engine.Peek gives them (verdicts, and the
 // remaining and reset of each limit before the request); it reports whether
 // Apply would admit the request now. Errors as Apply's.
+//
+// Reset clears counters (POST /admin/reset): it forgets the state of each
+// item's counter (Desc, Rule.ID), whatever its algorithm (a window's
+// count, a bucket's level, a log), as if it had never been used, and
+// returns how many of them held state. Hits, Refund and the other fields
+// of the items are ignored. Errors as Apply's: on error some counters may
+// have been cleared.
+//
+// Ping says whether the store can decide now, for readiness: nil when it
+// can (always, for a store in memory), else why not (a remote store that
+// does not answer). It bounds itself by ctx.
 type Store interface {
 	Apply(ctx context.Context, items []Item, results []Result) (admitted bool, err error)
 	Peek(ctx context.Context, items []Item, results []Result) (admitted bool, err error)
-}
-
-// Resetter is a Store whose counters can be cleared (POST /admin/reset):
-// Reset forgets the state of each item's counter (Desc, Rule.ID), whatever
-// its algorithm (a window's count, a bucket's level, a log), as if it had
-// never been used, and returns how many of them held state. Hits, Refund
-// and the other fields of the items are ignored. Errors as Apply's: on
-// error some counters may have been cleared.
-type Resetter interface {
 	Reset(ctx context.Context, items []Item) (cleared int, err error)
+	Ping(ctx context.Context) error
 }

@@ -25,10 +25,7 @@ func (tokenBucket) code() uint8  { return 3 }
 // compile defaults and bounds the burst: one token per microsecond at most,
 // and the bucket's span (burst × emission interval) within 2^53 µs.
 func (a tokenBucket) compile(s *Spec, r *Rule, errs *specErrors) algorithm {
-	r.Burst = s.Burst
-	if !s.BurstSet {
-		r.Burst = r.Limit
-	}
+	r.Burst = s.Burst.Or(r.Limit)
 	windowMicros := uint64(r.Window / time.Microsecond)
 	switch {
 	case r.Limit == 0:
@@ -36,7 +33,7 @@ func (a tokenBucket) compile(s *Spec, r *Rule, errs *specErrors) algorithm {
 			errs.add("burst", false, "burst %d needs requests_per_unit above 0 (a token_bucket with requests_per_unit 0 denies every request)", r.Burst)
 		}
 		return a
-	case s.BurstSet && r.Burst == 0:
+	case s.Burst.Set && r.Burst == 0:
 		errs.add("burst", false, "burst must be at least 1 when requests_per_unit is above 0 (a bucket of 0 admits nothing)")
 		return a
 	case uint64(r.Limit) > windowMicros:
@@ -46,7 +43,7 @@ func (a tokenBucket) compile(s *Spec, r *Rule, errs *specErrors) algorithm {
 	}
 	interval := (windowMicros + uint64(r.Limit) - 1) / uint64(r.Limit)
 	if uint64(r.Burst) > maxTokenSpan/interval {
-		if s.BurstSet {
+		if s.Burst.Set {
 			errs.add("burst", false, "burst %d × emission interval %dµs is more than 2^53µs (about 285 years)", r.Burst, interval)
 		} else {
 			errs.add("requests_per_unit", false, "requests_per_unit %d (the default burst) × emission interval %dµs is more than 2^53µs (about 285 years)", r.Burst, interval)
@@ -84,8 +81,8 @@ func (a tokenBucket) admits(r *Rule, st *State, t int64, hits uint64) bool {
 // MaxBucketAhead bounds how far ahead of now a consumption puts a bucket's
 // TAT, in µs (2^50, about 35 years): hits that count when denied push it
 // on without end, and past 2^63 µs it would wrap round to a full bucket.
-// decide.lua keeps the same bound (TB_MAX_AHEAD, where µs instants stay
-// exact doubles).
+// The Redis scripts keep the same bound (TB_MAX_AHEAD, where µs instants
+// stay exact doubles).
 const MaxBucketAhead = 1 << 50
 
 func (a tokenBucket) consume(r *Rule, st *State, t int64, hits uint64) {
@@ -173,6 +170,12 @@ func (tokenBucket) capacity(r *Rule) uint64 {
 func (tokenBucket) denialCoversMoreHits() bool { return false }
 func (tokenBucket) stateSizeVaries() bool      { return false }
 func (tokenBucket) leasable() bool             { return true }
+
+// The bucket refills by the microsecond: it has no window, its burst is
+// its capacity, and hits given back count whenever they land.
+func (tokenBucket) refills() bool          { return true }
+func (tokenBucket) inFlight() bool         { return false }
+func (tokenBucket) windowInIdentity() bool { return true }
 
 func (tokenBucket) calendarBounds(r *Rule, at int64) ([4]int64, bool) {
 	return noCalendarBounds(r, at)

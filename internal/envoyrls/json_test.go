@@ -83,6 +83,13 @@ func (s downStore) Peek(ctx context.Context, items []engine.Item, results []engi
 	return s.Apply(ctx, items, results)
 }
 
+func (downStore) Reset(context.Context, []engine.Item) (int, error) {
+	return 0, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+func (downStore) Ping(context.Context) error {
+	return errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+
 func TestJSONStoreDown(t *testing.T) {
 	h := New(servetest.Service(t, limitsYAML, service.Options{Store: downStore{}})).JSON()
 	code, out := postJSON(h, strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"1"}]}]}`))

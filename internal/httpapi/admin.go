@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -73,7 +72,7 @@ func (h *handler) refuse(r *http.Request, why string) {
 // reset answers POST /admin/reset: the body is a RateLimitRequest in
 // proto3 JSON; every counter of the limits its descriptors match is
 // cleared. The answer is the service's ResetResult in JSON (ResetResult),
-// 200 (400 for a bad body, 501 when the store cannot reset).
+// 200 (400 for a bad body).
 func (h *handler) reset(w http.ResponseWriter, r *http.Request, who string) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
 	if err != nil {
@@ -88,9 +87,6 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request, who string) {
 	res, err := h.Reset.Reset(r.Context(), req)
 	if err != nil {
 		status := envoyrls.HTTPStatus(err)
-		if errors.Is(err, service.ErrCannotReset) {
-			status = http.StatusNotImplemented
-		}
 		h.Logger.Error("admin reset failed", "by", who, "domain", req.Domain, "error", err)
 		http.Error(w, err.Error(), status)
 		return

@@ -176,6 +176,9 @@ func (s downStore) Peek(ctx context.Context, items []engine.Item, results []engi
 	return s.Apply(ctx, items, results)
 }
 func (downStore) Ping(context.Context) error { return errors.New("connection refused") }
+func (downStore) Reset(context.Context, []engine.Item) (int, error) {
+	return 0, errors.New("connection refused")
+}
 
 func TestStoreDown(t *testing.T) {
 	f := newFixture(t, downStore{}, Options{})

@@ -104,6 +104,13 @@ func rules() []rule {
 			notDepend: slices.Concat(transports, service, observers, config, compat, daemon, tracing, otelSDK),
 		},
 		{
+			// It knows nothing of rate limiting: the Redis store gives it
+			// requests to send and reads their replies.
+			what:      "the Redis driver (connections, batching, deadlines in Redis time, cluster redirections, Sentinel)",
+			pkgs:      own("internal/redisconn"),
+			notDepend: slices.Concat(engine, config, stores, service, transports, compat, daemon, tracing, otel),
+		},
+		{
 			what:      "the service",
 			pkgs:      service,
 			notDepend: slices.Concat(redis, grpc, stores, transports, observers, compat, daemon, tracing, otelSDK),

@@ -3,12 +3,12 @@ package lease
 import (
 	"context"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/engine/grant"
 )
 
 // Options configure a Store.
@@ -18,10 +18,10 @@ type Options struct {
 	// more hits away from the other processes.
 	Hold time.Duration
 	// Quiet is how long a counter goes without a hit before its unused
-	// hits are given back (default 250ms).
+	// hits are released (default 250ms).
 	Quiet time.Duration
 	// StoreTimeout is the inner store's own bound on a decision once sent
-	// (redisstore's Options.Timeout): a give-back is sent only when it is
+	// (redisstore's Options.Timeout): a release is sent only when it is
 	// surely decided before its slice's window ends.
 	StoreTimeout time.Duration
 	// MaxCounters bounds the counters this process keeps slices of
@@ -33,15 +33,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// A slice is a grant.Grant: sized by grant.Size, released only when
+// grant.ReleaseLands, its hits moved by the store's grant.Ledger.
 const (
-	// shareDivisor: a slice is at most this fraction of what the store
-	// said remains.
-	shareDivisor = 4
-	// minSlice is the smallest slice worth a round trip.
-	minSlice = 2
-	// clockMargin is taken off a slice's end for the rates of the local
-	// and the store's clocks, which differ by far less.
-	clockMargin = time.Millisecond
 	// retryAfterError is how long a counter whose take failed waits
 	// before the next one.
 	retryAfterError = 100 * time.Millisecond
@@ -49,22 +43,24 @@ const (
 	rateSpan = 10 * time.Millisecond
 )
 
-// Stats are the store's counters since it started.
+// Stats are the store's counters since it started: its grant.Ledger's,
+// with the names of slices.
 type Stats struct {
 	SlicesTaken    uint64 // slices counted in the store
 	HitsTaken      uint64 // the hits of those slices
-	HitsLocal      uint64 // hits admitted from slices, in process
-	HitsGivenBack  uint64 // unused hits given back to the store
-	SlicesLost     uint64 // slices whose unused hits were not given back
-	HitsLost       uint64 // their hits: held when the window ended, or a give-back failed
+	HitsLocal      uint64 // hits spent: admitted from slices, in process
+	HitsReleased   uint64 // unused hits released to the store (landed)
+	HitsReleasing  uint64 // unused hits of releases in flight
+	SlicesLapsed   uint64 // slices (or releases) whose unused hits lapsed
+	HitsLapsed     uint64 // their hits: held when the window ended, a limit lowered, a reset, or a release failed
 	TakeErrors     uint64 // takes that failed (nothing held)
 	HitsHeld       uint64 // unused hits held now
 	CountersLeased uint64 // counters with a slice record now
 }
 
 // Store is an engine.Store that decides leased limits from slices and
-// everything else in its inner store. Safe for concurrent use; Close gives
-// back what it holds.
+// everything else in its inner store. Safe for concurrent use; Close
+// releases what it holds.
 type Store struct {
 	inner engine.Store
 	opts  Options
@@ -73,7 +69,7 @@ type Store struct {
 	mu       sync.RWMutex
 	counters map[counterKey]*counter // guarded by mu
 
-	// run runs a take or a give-back: in a goroutine, or (tests) at once.
+	// run runs a take or a release: in a goroutine, or (tests) at once.
 	run func(func())
 
 	stop    chan struct{} // closed by Close: the sweeper ends
@@ -81,8 +77,8 @@ type Store struct {
 	spawnMu sync.Mutex    // orders spawn's Add before Close's Wait
 	work    sync.WaitGroup
 
-	slicesTaken, hitsTaken, hitsLocal, hitsGivenBack atomic.Uint64
-	slicesLost, hitsLost, takeErrors, hitsHeld       atomic.Uint64
+	ledger     grant.Ledger // every move of the slices' hits
+	takeErrors atomic.Uint64
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -96,15 +92,14 @@ type counter struct {
 	mu   sync.Mutex
 	desc string
 	// rule is the rule of the last request decided on the counter
-	// (follow): the one slices are taken, sized and given back under. The
+	// (follow): the one slices are taken, sized and released under. The
 	// rules of one record share its ID, so they differ at most in limit and
 	// burst.
 	rule *engine.Rule
 
-	left       uint64    // unused hits held
-	until      time.Time // the slice may be spent before this instant
-	sliceReset time.Time // the counter's reset as its slice's take said it: what the slice's answers report
-	reset      time.Time // the counter's reset as the store last said it (Result.Reset)
+	grant      grant.Grant // the slice: unused hits held, and until when
+	sliceReset time.Time   // the counter's reset as its slice's take said it: what the slice's answers report
+	reset      time.Time   // the counter's reset as the store last said it (Result.Reset)
 
 	gone     bool // forgotten by the store (sweep): no longer used
 	lastHit  time.Time
@@ -154,7 +149,7 @@ func newStore(inner engine.Store, opts Options, sweeper bool) *Store {
 	return s
 }
 
-// spawn runs f (a take or a give-back) unless the store is closing, and
+// spawn runs f (a take or a release) unless the store is closing, and
 // reports whether it does.
 func (s *Store) spawn(f func()) bool {
 	s.spawnMu.Lock()
@@ -170,30 +165,20 @@ func (s *Store) spawn(f func()) bool {
 	return true
 }
 
-// Inner returns the store that s wraps.
-func (s *Store) Inner() engine.Store { return s.inner }
-
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	n := len(s.counters)
 	s.mu.RUnlock()
+	c := s.ledger.Counts()
 	return Stats{
-		SlicesTaken: s.slicesTaken.Load(), HitsTaken: s.hitsTaken.Load(), HitsLocal: s.hitsLocal.Load(),
-		HitsGivenBack: s.hitsGivenBack.Load(), SlicesLost: s.slicesLost.Load(), HitsLost: s.hitsLost.Load(),
-		TakeErrors: s.takeErrors.Load(), HitsHeld: s.hitsHeld.Load(), CountersLeased: uint64(n),
+		SlicesTaken: c.Grants, HitsTaken: c.Taken, HitsLocal: c.Spent, HitsReleased: c.Released,
+		HitsReleasing: c.Releasing, SlicesLapsed: c.Lapses, HitsLapsed: c.Lapsed,
+		TakeErrors: s.takeErrors.Load(), HitsHeld: c.Held, CountersLeased: uint64(n),
 	}
 }
 
-// Ping is the inner store's, for readiness.
-func (s *Store) Ping(ctx context.Context) error {
-	if p, ok := s.inner.(interface{ Ping(context.Context) error }); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
-
-// Close gives back every unused hit it can (within the inner store's
+// Close releases every unused hit it can (within the inner store's
 // timeouts) and waits for the takes in flight. The inner store stays open:
 // its owner closes it after. Later requests are all decided in the inner
 // store.
@@ -205,7 +190,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	close(s.stop)
-	s.work.Wait() // the sweeper, the takes and give-backs in flight
+	s.work.Wait() // the sweeper, the takes and releases in flight
 	now := s.opts.Now()
 	var wg sync.WaitGroup
 	for _, c := range s.all() {
@@ -213,7 +198,7 @@ func (s *Store) Close() error {
 		hits, rule := s.release(c, now), c.rule
 		c.mu.Unlock()
 		if hits > 0 {
-			wg.Go(func() { s.giveBack(c, rule, hits) })
+			wg.Go(func() { s.sendRelease(c, rule, hits) })
 		}
 	}
 	wg.Wait()
@@ -264,11 +249,11 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 		s.follow(c, it.Rule, now)
 		c.seen += it.Hits
 		c.lastHit = now
-		if !grouped && !it.Refund && s.reserve(c, it.Hits, now) {
+		if !grouped && !it.Refund && s.spend(c, it.Hits, now) {
 			// Answered from the slice as it is now: its window, and what it
 			// holds (never more than remains across processes).
 			held[i] = c
-			results[i] = engine.Result{Admitted: true, Remaining: c.left, Reset: max(c.sliceReset.Sub(now), 0)}
+			results[i] = engine.Result{Admitted: true, Remaining: c.grant.Left(), Reset: max(c.sliceReset.Sub(now), 0)}
 		} else {
 			rest++
 		}
@@ -280,20 +265,13 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	if rest > 0 {
 		var err error
 		if admitted, err = s.applyRest(ctx, items, results, counters, held, rest, now); err != nil {
-			s.putBack(items, held, false)
+			s.unspend(items, held, false)
 			return false, err
 		}
 	}
 	if !admitted {
-		s.putBack(items, held, true)
+		s.unspend(items, held, true)
 	}
-	var local uint64
-	for i, c := range held {
-		if c != nil && (admitted || items[i].CountDenied) {
-			local += items[i].Hits
-		}
-	}
-	s.hitsLocal.Add(local)
 	return admitted, nil
 }
 
@@ -330,16 +308,15 @@ func (s *Store) applyRest(ctx context.Context, items []engine.Item, results []en
 	return admitted, nil
 }
 
-// putBack returns the reservations of held to their slices: all of them
-// on an error, those that do not count when denied on a denial.
-func (s *Store) putBack(items []engine.Item, held []*counter, denied bool) {
+// unspend puts the hits spent on held back into their slices: all of
+// them on an error, those that do not count when denied on a denial.
+func (s *Store) unspend(items []engine.Item, held []*counter, denied bool) {
 	for i, c := range held {
 		if c == nil || (denied && items[i].CountDenied) {
 			continue
 		}
 		c.mu.Lock()
-		c.left += items[i].Hits
-		s.hitsHeld.Add(items[i].Hits)
+		s.ledger.Unspend(&c.grant, items[i].Hits)
 		c.mu.Unlock()
 	}
 }
@@ -382,10 +359,10 @@ func (s *Store) Held(desc string, rule *engine.Rule, now time.Time) (uint64, tim
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !now.Before(c.until) || lowered(c.rule, rule) {
-		return 0, 0 // lapsed, or not to be spent under rule (follow)
+	if lowered(c.rule, rule) {
+		return 0, 0 // not to be spent under rule (follow)
 	}
-	return c.left, c.until.Sub(now)
+	return c.grant.Held(now) // nothing once its time is over
 }
 
 // lookup returns the counter record of (desc, rule), or nil.
@@ -423,99 +400,58 @@ func (s *Store) counter(it *engine.Item, now time.Time) *counter {
 		return nil
 	}
 	c := &counter{desc: it.Desc, rule: it.Rule, rateFrom: now}
+	c.grant.Tokens = tokens(c)
 	s.counters[k] = c
 	return c
 }
 
-// tokens reports whether c's rule is a token bucket, whose slices live
-// for a time rather than a window.
-func tokens(c *counter) bool { return c.rule.Algorithm() == engine.TokenBucket }
+// tokens reports whether c's rule refills (a token bucket), whose slices
+// live for a time rather than a window.
+func tokens(c *counter) bool { return c.rule.Refills() }
 
-// reserve takes hits from c's slice when it covers them at now. c.mu held.
-func (s *Store) reserve(c *counter, hits uint64, now time.Time) bool {
-	if c.left == 0 {
-		return false
-	}
-	if !now.Before(c.until) {
-		s.expire(c, now)
-		return false
-	}
-	if c.left < hits {
-		return false
-	}
-	c.left -= hits
-	s.hitsHeld.Add(-hits)
-	return true
+// spend takes hits from c's slice when it covers them at now (a slice
+// whose time is over expires first). c.mu held.
+func (s *Store) spend(c *counter, hits uint64, now time.Time) bool {
+	s.expire(c, now)
+	return s.ledger.Spend(&c.grant, now, hits)
 }
 
-// expire ends c's slice, whose time is over: a bucket's tokens are given
-// back, a window's hits lapse with it. c.mu held.
+// expire ends c's slice when its time is over at now: a bucket's tokens
+// are released, a window's hits lapse with it. c.mu held.
 func (s *Store) expire(c *counter, now time.Time) {
-	if tokens(c) {
-		s.giveBackLater(c, s.release(c, now))
-		return
-	}
-	s.lost(c.left)
-	s.hitsHeld.Add(-c.left)
-	c.left = 0
+	s.releaseLater(c, s.ledger.Expire(&c.grant, now))
 }
 
-// release empties c's slice for a give-back at now and returns its hits,
-// or 0 when a give-back could land after the slice's window (the hits then
+// release empties c's slice for a release sent at now and returns its
+// hits, or 0 when it could land after the slice's window (the hits then
 // stay held until it ends, and lapse). c.mu held.
 func (s *Store) release(c *counter, now time.Time) uint64 {
-	if c.left == 0 {
-		return 0
-	}
-	if !s.givable(c, c.until, now) {
-		return 0
-	}
-	hits := c.left
-	c.left = 0
-	s.hitsHeld.Add(-hits)
-	return hits
+	return s.ledger.Release(&c.grant, now, s.opts.StoreTimeout)
 }
 
-// givable reports whether a give-back sent at now of hits of c's counter
-// that may be spent until until surely lands before their window ends: a
-// bucket's tokens always may be. c.mu held.
-func (s *Store) givable(c *counter, until, now time.Time) bool {
-	return tokens(c) || now.Add(2*s.opts.StoreTimeout+clockMargin).Before(until)
-}
-
-// lost counts hits that were held and not given back.
-func (s *Store) lost(hits uint64) {
-	if hits > 0 {
-		s.slicesLost.Add(1)
-		s.hitsLost.Add(hits)
-	}
-}
-
-// giveBackLater gives back hits released from c in the background; when
-// the store is closing, they go back to c for Close to give back. c.mu
-// held.
-func (s *Store) giveBackLater(c *counter, hits uint64) {
+// releaseLater sends a release of hits emptied from c's slice in the
+// background; when the store is closing, they go back to the slice for
+// Close to release. c.mu held.
+func (s *Store) releaseLater(c *counter, hits uint64) {
 	rule := c.rule
-	if hits > 0 && !s.spawn(func() { s.giveBack(c, rule, hits) }) {
-		c.left += hits
-		s.hitsHeld.Add(hits)
+	if hits > 0 && !s.spawn(func() { s.sendRelease(c, rule, hits) }) {
+		s.ledger.Keep(&c.grant, hits)
 	}
 }
 
-// giveBack refunds hits of c's counter in the inner store, under rule:
+// sendRelease refunds hits of c's counter in the inner store, under rule:
 // the rule, of those they were taken under, that admits the most, so that
 // a bucket gets back no more tokens than were taken.
-func (s *Store) giveBack(c *counter, rule *engine.Rule, hits uint64) {
+func (s *Store) sendRelease(c *counter, rule *engine.Rule, hits uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.StoreTimeout, 10*time.Millisecond))
 	defer cancel()
 	items := [1]engine.Item{{Desc: c.desc, Rule: rule, Hits: hits, Refund: true}}
 	var res [1]engine.Result
-	if _, err := s.inner.Apply(ctx, items[:], res[:]); err != nil {
-		s.lost(hits)
-		s.log.Debug("lease: giving back a slice failed", "error", err)
-		return
+	_, err := s.inner.Apply(ctx, items[:], res[:])
+	s.ledger.Landed(hits, err == nil)
+	if err != nil {
+		s.log.Debug("lease: releasing a slice failed", "error", err)
 	}
-	s.hitsGivenBack.Add(hits)
 }
 
 // heard records what the store said of c's counter in r, a decision
@@ -533,7 +469,7 @@ func (s *Store) heard(c *counter, r *engine.Result, rule *engine.Rule, sent time
 // maybeTake starts a take for c when its slice is low and the rate and
 // what remains make one worth it. c.mu held.
 func (s *Store) maybeTake(c *counter, now time.Time) {
-	if c.taking || s.closed.Load() || now.Before(c.backoff) || c.left > c.lastSize/2 {
+	if c.taking || s.closed.Load() || now.Before(c.backoff) || c.grant.Left() > c.lastSize/2 {
 		return
 	}
 	if d := now.Sub(c.rateFrom); d >= rateSpan {
@@ -546,35 +482,32 @@ func (s *Store) maybeTake(c *counter, now time.Time) {
 		c.seen, c.rateFrom = 0, now
 	}
 	size := s.sliceSize(c, now)
-	if size < minSlice {
+	if size == 0 {
 		return
 	}
 	rule := c.rule
 	c.taking = s.spawn(func() { s.take(c, rule, size) })
 }
 
-// sliceSize is the slice to take for c at now: what lasts Hold at its
-// rate, within a share of what remains, what the window's rest can use
-// and the rule's capacity. c.mu held.
+// sliceSize is the slice to take for c at now (grant.Size): what
+// lasts Hold at its rate, or the window's rest, within a share of what
+// remains (or the rule's capacity); 0 when none is worth taking. c.mu
+// held.
 func (s *Store) sliceSize(c *counter, now time.Time) uint64 {
-	want := c.rate * s.opts.Hold.Seconds()
+	span := s.opts.Hold
 	if !tokens(c) && now.Before(c.reset) {
-		want = min(want, c.rate*c.reset.Sub(now).Seconds())
+		span = min(span, c.reset.Sub(now))
 	}
 	remaining := c.rule.Capacity()
 	if now.Before(c.remainingUntil) {
 		remaining = min(remaining, c.remaining)
 	}
-	size := min(math.Ceil(want), float64(remaining/shareDivisor), float64(engine.MaxHits))
-	if size < 0 {
-		return 0
-	}
-	return uint64(size)
+	return grant.Size(c.rate, span, remaining)
 }
 
 // take asks the inner store for a slice of size hits of c's counter under
 // rule and holds what it grants, unless c's rule admits less by then
-// (follow): the slice is then given back.
+// (follow): the slice is then released, or lapses.
 func (s *Store) take(c *counter, rule *engine.Rule, size uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(4*s.opts.StoreTimeout, 50*time.Millisecond))
 	defer cancel()
@@ -596,38 +529,30 @@ func (s *Store) take(c *counter, rule *engine.Rule, size uint64) {
 	if !ok {
 		return // less remains than asked: the next take sizes by it
 	}
-	until := sent.Add(res[0].Reset - clockMargin)
+	until := grant.End(sent, res[0].Reset)
 	if tokens(c) {
-		until = sent.Add(2*s.opts.Hold - clockMargin)
+		until = sent.Add(2*s.opts.Hold - grant.Margin)
 	}
-	s.slicesTaken.Add(1)
-	s.hitsTaken.Add(size)
 	if lowered(rule, c.rule) {
-		// Taken under a rule that admits more than the counter's now.
-		if s.givable(c, until, now) && s.spawn(func() { s.giveBack(c, rule, size) }) {
-			return
-		}
-		s.lost(size)
+		// Taken under a rule that admits more than the counter's now:
+		// released at once, or lapses.
+		g := grant.Grant{Tokens: c.grant.Tokens}
+		s.ledger.Take(&g, now, size, until)
+		s.releaseOrLapse(&g, c, rule, now)
 		return
 	}
-	if c.left > 0 && now.Before(c.until) {
-		until = minTime(until, c.until)
-	} else if c.left > 0 {
-		s.expire(c, now)
-	}
-	if c.left == 0 {
+	if held, _ := c.grant.Held(now); held == 0 {
 		c.sliceReset = c.reset // the window of this take (a merged slice keeps its own)
 	}
-	c.left += size
-	c.until, c.lastSize = until, size
-	s.hitsHeld.Add(size)
+	s.releaseLater(c, s.ledger.Take(&c.grant, now, size, until))
+	c.lastSize = size
 }
 
 // follow makes rule, the one a request on c's counter is decided under,
 // c's rule: a reload, or anything else that changes a limit, applies to
 // the next slice, which is taken and sized under it. When rule admits less
 // than c's rule did (a lower limit or burst), the slice held is not spent
-// under it: its hits are given back, under the rule they were taken under,
+// under it: its hits are released, under the rule they were taken under,
 // when that surely lands in their window, and otherwise lapse; requests go
 // to the store, which decides them under rule, until a slice is taken
 // under it. A slice taken under a rule that admits less than rule is spent
@@ -639,18 +564,21 @@ func (s *Store) follow(c *counter, rule *engine.Rule, now time.Time) {
 	}
 	c.rule = rule
 	c.remaining = rescale(c.remaining, old, rule)
-	if !lowered(old, rule) || c.left == 0 {
+	if !lowered(old, rule) || c.grant.Left() == 0 {
 		return
 	}
-	hits := s.release(c, now)
-	if hits > 0 && !s.spawn(func() { s.giveBack(c, old, hits) }) {
-		s.lost(hits) // closing: lost rather than held, to be spent under rule
+	s.releaseOrLapse(&c.grant, c, old, now)
+}
+
+// releaseOrLapse releases what g, a slice of c's counter taken under
+// rule, holds when that surely lands in its window, and lets it lapse
+// otherwise (or when the store is closing: lapsed rather than held).
+// c.mu held.
+func (s *Store) releaseOrLapse(g *grant.Grant, c *counter, rule *engine.Rule, now time.Time) {
+	if hits := s.ledger.Release(g, now, s.opts.StoreTimeout); hits > 0 && !s.spawn(func() { s.sendRelease(c, rule, hits) }) {
+		s.ledger.Landed(hits, false)
 	}
-	if c.left > 0 { // too near its window's end for a give-back
-		s.lost(c.left)
-		s.hitsHeld.Add(-c.left)
-		c.left = 0
-	}
+	s.ledger.Lapse(g) // too near its window's end for a release
 }
 
 // lowered reports whether rule admits less than old, a rule of the same
@@ -671,14 +599,7 @@ func rescale(remaining uint64, from, to *engine.Rule) uint64 {
 	return remaining - min(remaining, fc-tc)
 }
 
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// sweeper gives back the slices of counters gone quiet, ends those whose
+// sweeper releases the slices of counters gone quiet, ends those whose
 // time is over and forgets idle counters, until Close.
 func (s *Store) sweeper() {
 	defer s.work.Done()
@@ -699,11 +620,12 @@ func (s *Store) sweep(now time.Time) {
 	var idle []*counter
 	for _, c := range s.all() {
 		c.mu.Lock()
-		switch {
-		case c.left > 0 && !now.Before(c.until):
+		held, _ := c.grant.Held(now)
+		switch left := c.grant.Left(); {
+		case left > held: // its time is over
 			s.expire(c, now)
-		case c.left > 0 && now.Sub(c.lastHit) >= s.opts.Quiet:
-			s.giveBackLater(c, s.release(c, now))
+		case left > 0 && now.Sub(c.lastHit) >= s.opts.Quiet:
+			s.releaseLater(c, s.release(c, now))
 		case s.idle(c, now):
 			idle = append(idle, c)
 		}
@@ -727,5 +649,5 @@ func (s *Store) sweep(now time.Time) {
 // idle reports whether c holds nothing and has seen no hit for long
 // enough to be forgotten. c.mu held.
 func (s *Store) idle(c *counter, now time.Time) bool {
-	return c.left == 0 && !c.taking && now.Sub(c.lastHit) >= max(10*s.opts.Quiet, time.Second)
+	return c.grant.Left() == 0 && !c.taking && now.Sub(c.lastHit) >= max(10*s.opts.Quiet, time.Second)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // oneProcess is a lease store over a memory store on a test clock, whose
-// takes and give-backs run when the test says (queued) and whose sweeper
+// takes and releases run when the test says (queued) and whose sweeper
 // is the test.
 type oneProcess struct {
 	clock *storetest.Clock
@@ -99,8 +99,8 @@ func TestTokenBucketSlice(t *testing.T) {
 	if held, _ := p.s.Held("d", rule, p.clock.Now()); held != 0 {
 		t.Errorf("still holds %d tokens after the slice's lifetime", held)
 	}
-	if st := p.s.Stats(); st.HitsGivenBack == 0 || st.HitsHeld != 0 {
-		t.Errorf("stats %+v: the unused tokens should be given back", st)
+	if st := p.s.Stats(); st.HitsReleased == 0 || st.HitsHeld != 0 {
+		t.Errorf("stats %+v: the unused tokens should be released", st)
 	}
 	// The bucket refilled over the quiet 300 ms: full again.
 	if got := p.counted(t, rule); got != 0 {
@@ -108,7 +108,7 @@ func TestTokenBucketSlice(t *testing.T) {
 	}
 }
 
-// A window's slice is given back when the counter goes quiet, and the
+// A window's slice is released when the counter goes quiet, and the
 // store then counts exactly the hits admitted.
 func TestQuietCounterGivesBack(t *testing.T) {
 	p := newOneProcess(t)
@@ -183,15 +183,22 @@ func TestResetDropsTheSlice(t *testing.T) {
 	if got := p.apply(t, rule, 500, 50*time.Microsecond); got != 500 {
 		t.Fatalf("admitted %d of 500", got)
 	}
-	if held, _ := p.s.Held("d", rule, p.clock.Now()); held == 0 {
+	held, _ := p.s.Held("d", rule, p.clock.Now())
+	if held == 0 {
 		t.Fatalf("no slice held after 500 requests")
 	}
+	before := p.s.Stats()
 	n, err := p.s.Reset(context.Background(), []engine.Item{{Desc: "d", Rule: rule}})
 	if err != nil || n != 1 {
 		t.Fatalf("Reset = %d, %v; want 1 counter cleared", n, err)
 	}
 	if held, _ := p.s.Held("d", rule, p.clock.Now()); held != 0 || p.s.Stats().HitsHeld != 0 {
 		t.Errorf("holds %d hits (stats %+v) after the reset", held, p.s.Stats())
+	}
+	// The hits dropped lapse: the ledger still accounts for every hit taken.
+	st := p.s.Stats()
+	if st.HitsLapsed-before.HitsLapsed != held || st.HitsTaken != st.HitsLocal+st.HitsHeld+st.HitsReleasing+st.HitsReleased+st.HitsLapsed {
+		t.Errorf("stats %+v after a reset that dropped %d held hits: want them lapsed, and taken = spent + held + releasing + released + lapsed", st, held)
 	}
 	// The window admits its whole limit again, and no more: the old
 	// slice's hits are not spent on top.
@@ -203,7 +210,7 @@ func TestResetDropsTheSlice(t *testing.T) {
 // A changed limit applies to the next slice (issue #33): a raise keeps the
 // slice held (its hits were counted within the smaller limit); a lowered
 // limit or burst gives it back and decides in the store; a take in flight
-// under the old limit is given back when it lands.
+// under the old limit is released when it lands.
 func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -238,7 +245,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if got := held(tc.lowered); got != 0 {
 				t.Errorf("step 3: Held under the lowered limit = %d, want 0", got)
 			}
-			gave := p.s.Stats().HitsGivenBack
+			gave := p.s.Stats().HitsReleased
 			h = p.s.Stats().HitsHeld
 			local = p.s.Stats().HitsLocal
 			items := []engine.Item{{Desc: "d", Rule: tc.lowered, Hits: 1}}
@@ -250,8 +257,8 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 				t.Errorf("step 3: the first request under the lowered limit: %d admitted from slices, %d held; want none of the old slice", st.HitsLocal-local, st.HitsHeld)
 			}
 			p.runTasks()
-			if got := p.s.Stats().HitsGivenBack - gave; got < h {
-				t.Errorf("step 3: %d hits given back, want the %d held", got, h)
+			if got := p.s.Stats().HitsReleased - gave; got < h {
+				t.Errorf("step 3: %d hits released, want the %d held", got, h)
 			}
 			// A take sent under the old limit lands after the change.
 			p.advance(time.Second) // a fresh window, a full bucket
@@ -260,7 +267,7 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if held(tc.start) == 0 {
 				t.Fatal("step 4: no slice after a request under the old limit")
 			}
-			p.s.sweep(p.clock.Now().Add(time.Hour)) // quiet: given back
+			p.s.sweep(p.clock.Now().Add(time.Hour)) // quiet: released
 			p.runTasks()
 			if _, err := p.s.Apply(context.Background(), []engine.Item{{Desc: "d", Rule: tc.start, Hits: 1}}, results); err != nil {
 				t.Fatal(err)
@@ -268,21 +275,21 @@ func TestChangedLimitAppliesToNextSlice(t *testing.T) {
 			if len(p.tasks) != 1 {
 				t.Fatalf("step 4: %d tasks queued after a request with no slice, want its take", len(p.tasks))
 			}
-			gave = p.s.Stats().HitsGivenBack
+			gave = p.s.Stats().HitsReleased
 			if _, err := p.s.Apply(context.Background(), []engine.Item{{Desc: "d", Rule: tc.lowered, Hits: 1}}, results); err != nil {
 				t.Fatal(err)
 			}
-			p.runTasks() // the take under the old limit lands, then its give-back
+			p.runTasks() // the take under the old limit lands, then its release
 			if got := held(tc.lowered); got != 0 {
 				t.Errorf("step 4: a take under the old limit landed after the change: %d held, want 0", got)
 			}
-			if p.s.Stats().HitsGivenBack == gave {
-				t.Errorf("step 4: the take under the old limit was not given back")
+			if p.s.Stats().HitsReleased == gave {
+				t.Errorf("step 4: the take under the old limit was not released")
 			}
 		})
 	}
 }
 
 func leasedRule(alg string, limit, burst uint32) *engine.Rule {
-	return engine.MustCompile(engine.Spec{Algorithm: alg, Unit: engine.Second, Multiplier: 1, Limit: limit, Burst: burst, BurstSet: burst > 0, Lease: true})
+	return engine.MustCompile(engine.Spec{Algorithm: alg, Unit: engine.Second, Multiplier: 1, Limit: limit, Burst: engine.Opt[uint32]{V: burst, Set: burst > 0}, Lease: true})
 }

@@ -153,8 +153,8 @@ func hotRun(t *testing.T, opts redisstore.Options, workers int, gap time.Duratio
 	checkWindows(t, ta, from, time.Now(), limit, min)
 	for i, p := range ps {
 		ls, rs := p.lease.Stats(), p.redis.Stats()
-		t.Logf("process %d: %d slices (%d hits) taken, %d hits admitted from them, %d given back, %d lost; %d Redis scripts",
-			i, ls.SlicesTaken, ls.HitsTaken, ls.HitsLocal, ls.HitsGivenBack, ls.HitsLost, rs.Scripts)
+		t.Logf("process %d: %d slices (%d hits) taken, %d hits admitted from them, %d released, %d lapsed; %d Redis scripts",
+			i, ls.SlicesTaken, ls.HitsTaken, ls.HitsLocal, ls.HitsReleased, ls.HitsLapsed, rs.Scripts)
 		if ls.HitsLocal == 0 {
 			t.Errorf("process %d admitted no hit from a slice", i)
 		}
@@ -186,10 +186,10 @@ func TestHotKeyTwoProcessesCluster(t *testing.T) {
 }
 
 // TestKilledProcessLosesOnlyItsSlice: of two processes on a hot leased
-// limit, one dies early in a window holding a slice (nothing given back). The
+// limit, one dies early in a window holding a slice (nothing released). The
 // window it dies in still admits at most the limit; the next windows,
 // the other process alone admits at least 90% of it: what the dead one
-// held was lost until its window ended, no longer.
+// held lapsed: counted until its window ended, no longer.
 func TestKilledProcessLosesOnlyItsSlice(t *testing.T) {
 	const limit = 2000
 	srv := redistest.Start(t)
@@ -285,7 +285,7 @@ func redisOnClock(t *testing.T, srv *redistest.Server, clock *storetest.Clock, p
 }
 
 // TestNeverOverAdmitsRedis is TestNeverOverAdmits on Redis, on a test
-// clock: random sequences of requests, takes and give-backs run late and
+// clock: random sequences of requests, takes and releases run late and
 // in any order, processes killed and stopped, window ends and changes of
 // the leased limit, checked against the same exact model.
 func TestNeverOverAdmitsRedis(t *testing.T) {
@@ -335,7 +335,7 @@ func TestReloadReachesLeasedLimit(t *testing.T) {
 				afterChange++
 			}
 		}
-		m.runTasks(p, r, -1) // takes and give-backs land before the next request
+		m.runTasks(p, r, -1) // takes and releases land before the next request
 		if i%5 == 0 {
 			p.s.sweep(clock.Now())
 		}

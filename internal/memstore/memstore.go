@@ -180,7 +180,7 @@ func (s *Store) Close() error {
 
 // Apply implements engine.Store. Its phases: find the shards of the items'
 // descriptors and lock them in order; make sure every counter exists; hand
-// their states to engine.Evaluate; then settle: record expiries, drop what
+// their states to engine.Evaluate; then finish: record expiries, drop what
 // has expired, account sizes, and evict while a shard is over budget.
 func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine.Result) (bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -212,7 +212,7 @@ func (s *Store) Apply(ctx context.Context, items []engine.Item, results []engine
 	c.locate(s)
 	c.load(t)
 	admitted := engine.Evaluate(now, items, c.states, results)
-	c.settle(s, t)
+	c.finish(s, t)
 	for _, i := range c.order {
 		s.shards[i].evict(s.shardBytes, c.entries)
 	}
@@ -336,17 +336,17 @@ func (c *applyCall) load(t int64) {
 	}
 }
 
-// settle records the expiry of each counter the request touched, drops
+// finish records the expiry of each counter the request touched, drops
 // those that are equivalent to no state (and their entry when none is
 // left), and accounts the entries' sizes. Counters of the same entries that
 // the request did not touch stay as they are until the sweeper: forgetting
 // a counter is only unseen while time goes forward, and Redis too forgets
 // only what a request touches (or what its TTL ends). Requires the shards
 // locked.
-func (c *applyCall) settle(s *Store, t int64) {
+func (c *applyCall) finish(s *Store, t int64) {
 	for i, ent := range c.entries {
 		ctr := &ent.counters[c.indexes[i]]
-		ctr.expires = ctr.rule.Settle(&ctr.st, t)
+		ctr.expires = ctr.rule.Prune(&ctr.st, t)
 		ctr.touched = true
 	}
 	for i, ent := range c.entries {
@@ -480,12 +480,10 @@ func (s *Store) Stats() (counters int, bytes int64) {
 	return counters, bytes
 }
 
-// Ping reports the store as ready; memory is always there.
+// Ping implements engine.Store: memory is always there.
 func (s *Store) Ping(context.Context) error { return nil }
 
-var _ engine.Resetter = (*Store)(nil)
-
-// Reset implements engine.Resetter: each item's counter expires now.
+// Reset implements engine.Store: each item's counter expires now.
 func (s *Store) Reset(ctx context.Context, items []engine.Item) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -3,8 +3,10 @@ package proctest
 import (
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -12,13 +14,55 @@ import (
 // that cannot find it (a test fails then, it never skips).
 const RedisInstall = "install it: apt-get install -y redis-server (Debian/Ubuntu), brew install redis (macOS); `make test` does it when run as root"
 
-// RedisServer returns the path of redis-server.
-func RedisServer() (string, error) {
-	bin, err := exec.LookPath("redis-server")
+// The variables that name the Redis-protocol server the tests run against
+// (Valkey's valkey-server, a Redis built by hand) and its command-line
+// client, for `make test-store`: a server so named always wins over
+// redis-server in PATH and over a container.
+const (
+	EnvRedisServer = "RLS_TEST_REDIS_SERVER"
+	EnvRedisCLI    = "RLS_TEST_REDIS_CLI"
+)
+
+// RedisServer returns the path of the server the tests start: the one
+// RLS_TEST_REDIS_SERVER names, else redis-server in PATH.
+func RedisServer() (string, error) { return redisBinary(EnvRedisServer, "redis-server") }
+
+// RedisCLI returns the path of the command-line client that goes with it:
+// the one RLS_TEST_REDIS_CLI names, else redis-cli in PATH.
+func RedisCLI() (string, error) { return redisBinary(EnvRedisCLI, "redis-cli") }
+
+// RedisNamed reports whether RLS_TEST_REDIS_SERVER names the server.
+func RedisNamed() bool { return os.Getenv(EnvRedisServer) != "" }
+
+func redisBinary(env, name string) (string, error) {
+	if p := os.Getenv(env); p != "" {
+		bin, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("%s=%s: %w", env, p, err)
+		}
+		return bin, nil
+	}
+	bin, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("redis-server not found in PATH: %s", RedisInstall)
+		return "", fmt.Errorf("%s not found in PATH (or name one in %s): %s", name, env, RedisInstall)
 	}
 	return bin, nil
+}
+
+// RedisVersion returns the first line that the server the tests start
+// prints of its version (`--version`), e.g. "Redis server v=7.0.15 ...",
+// "Valkey server v=8.0.1 ...".
+func RedisVersion() (string, error) {
+	bin, err := RedisServer()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line, nil
 }
 
 // RedisArgs are the arguments of a redis-server on 127.0.0.1:port that

@@ -19,8 +19,8 @@ import (
 // instant cannot change, whichever process asks.
 //
 // Hits given back anywhere are announced by Redis on the channel
-// <prefix>freed (decide.lua for refunds, release.lua for released cluster
-// reservations), and the store drops the counter's entry when the notice
+// <prefix>freed (the decide function for refunds, release.lua for released
+// cluster reservations), and the store drops the counter's entry when the notice
 // arrives. Entries are only kept while that subscription is live, and a
 // denial is not kept when a notice for its counter arrived while its
 // request was in flight (its answer may predate the refund). Safe for
@@ -58,22 +58,22 @@ type DenyCacheStats struct {
 
 // DenyCacheStats returns the denial cache's counters, and false when the
 // store has no denial cache (Options.DenyCache off). With a per-second
-// Redis they are those of both stores' caches, as the reference's one
+// Redis they are those of both backends' caches, as the reference's one
 // local cache serves both its Redis: a request asks once, whichever holds
-// its counters (applySplit). Safe for concurrent use.
+// its counters (fromCache). Safe for concurrent use.
 func (s *Store) DenyCacheStats() (DenyCacheStats, bool) {
-	if s.cache == nil {
+	if !s.opts.DenyCache {
 		return DenyCacheStats{}, false
 	}
-	st := s.cache.snapshot()
-	if s.perSecond != nil && s.perSecond.cache != nil {
-		ps := s.perSecond.cache.snapshot()
-		st.Lookups += ps.Lookups
-		st.Hits += ps.Hits
-		st.Entries += ps.Entries
-		st.Evicted += ps.Evicted
-		st.Expired += ps.Expired
-		st.Overwritten += ps.Overwritten
+	var st DenyCacheStats
+	for _, b := range s.backends {
+		c := b.cache.snapshot()
+		st.Lookups += c.Lookups
+		st.Hits += c.Hits
+		st.Entries += c.Entries
+		st.Evicted += c.Evicted
+		st.Expired += c.Expired
+		st.Overwritten += c.Overwritten
 	}
 	return st, true
 }
@@ -111,24 +111,15 @@ func cacheable(it *engine.Item) bool {
 	return !it.Shadow && !it.Refund && !it.CountDenied && it.Group == 0 && it.Hits > 0 && !it.Rule.Penalized()
 }
 
-// deny answers the request from the cache when every one of its items is
-// a denial it knows at now: then each status is exactly what Redis would
-// answer. A request with any other item (one admitted, not cacheable, or
-// unknown) goes to Redis, which judges them all, so that every status is
-// whole. It reports whether it answered, and the epoch to pass to remember
-// when it did not.
+// deny answers a request's items (all of them, or its share on this
+// cache's Redis) from the cache when every one of them is a denial it
+// knows at now: then each status is exactly what Redis would answer. A
+// request with any other item (one admitted, not cacheable, or unknown)
+// goes to Redis, which judges them all, so that every status is whole. It
+// reports whether it answered, and the epoch to pass to remember when it
+// did not. The request is counted apart (counted), once for all its
+// shares.
 func (c *denyCache) deny(items []engine.Item, bases []string, results []engine.Result, now time.Time) (bool, uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	answered := c.answer(items, bases, results, now)
-	c.count(answered)
-	return answered, c.epoch
-}
-
-// denyShare is deny for one store's share of a request on two stores
-// (applySplit), uncounted: the request counts once, in the first store's
-// cache (counted).
-func (c *denyCache) denyShare(items []engine.Item, bases []string, results []engine.Result, now time.Time) (bool, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.answer(items, bases, results, now), c.epoch
@@ -138,18 +129,13 @@ func (c *denyCache) denyShare(items []engine.Item, bases []string, results []eng
 func (c *denyCache) counted(answered bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.count(answered)
-}
-
-// count counts a lookup. Requires c.mu held.
-func (c *denyCache) count(answered bool) {
 	c.stats.Lookups++
 	if answered {
 		c.stats.Hits++
 	}
 }
 
-// answer is deny's judgement, uncounted. Requires c.mu held.
+// answer is deny's judgement. Requires c.mu held.
 func (c *denyCache) answer(items []engine.Item, bases []string, results []engine.Result, now time.Time) bool {
 	now = toMicro(now) // the stores' resolution, as Redis and the engine see it
 	answered := len(c.m) > 0

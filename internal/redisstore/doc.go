@@ -1,24 +1,22 @@
 // Package redisstore is the engine.Store on Redis (7.0 or newer), Redis
 // Cluster or a master that Redis Sentinel watches, optionally with a second
 // Redis for the windows shorter than a minute (Options.PerSecond): one Lua
-// function (scripts/decide.lua, in a Redis Functions library with
+// function (scripts/decide/, in a Redis Functions library with
 // release.lua and the shared prelude.lua) judges every limit of a request
 // at Redis's clock and consumes all of them or none, in one FCALL per node
-// the request touches (on several nodes, each reserves its share and a
-// denied request's shares are given back: reserve.go). The library is
-// loaded on each node once (FUNCTION LOAD) and again when a node answers
-// that it lacks it. Concurrent requests share round trips (pipelining) and,
-// on a single node, FCALLs: one call decides up to PerScript requests one
-// after the other, each whole, so that Redis pays a call's fixed cost
-// (TIME, its tables) once for all of them. Each pipeline has a connection
-// of its own to each node, set up before the deadlines of the requests it
-// carries are stamped; a node that cannot be connected fails its requests
-// at once, with nothing sent, and is reconnected in the background
-// (links.go).
+// the request touches. One router (router.go) splits a request over its
+// backends (the store's Redis, the per-second Redis) and their nodes: on
+// several nodes, each reserves its share and a denied request's shares are
+// given back (reserve.go). The connections, the batching of concurrent
+// requests into pipelines and shared FCALLs, the deadlines in each node's
+// clock, the cluster's redirections and Sentinel's master are the Redis
+// driver's (internal/redisconn), which the library is given to load on
+// each node; the store gives it requests (wire.go) and reads their replies,
+// and gives back what late replies consumed.
 //
-// The scripts mirror the engine's algorithms section by section; the wire
-// contract between Go and Lua (argument and reply layouts, codes) is named
-// once on each side, in wire.go and scripts/prelude.lua.
+// The scripts mirror the engine's algorithms file by file (scripts/alg/);
+// the wire contract between Go and Lua (argument and reply layouts, codes)
+// is named once on each side, in wire.go and scripts/prelude.lua.
 // Denials whose end Redis computed are answered from memory until then, or
 // until Redis announces on <prefix>freed that hits of that counter were
 // given back (a refund, a released cluster reservation). It knows nothing

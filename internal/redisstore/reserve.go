@@ -9,22 +9,20 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/rlsproject/rls/internal/engine"
 )
 
 // part is the share of a request that one node holds: a master of a
-// cluster, or the one node of a store (a single Redis, the master that
-// Sentinel names). The parts of one request may sit on different stores:
-// with a Redis for per-second limits (Options.PerSecond), a request's
-// windows of under a minute go to that store's nodes, the others to the
-// first store's.
+// cluster, or the one node of a backend (a single Redis, the master that
+// Sentinel names). The parts of one request may sit on different
+// backends: with a Redis for per-second limits (Options.PerSecond), a
+// request's windows of under a minute go to that Redis's nodes, the
+// others to the store's own (router.go).
 type part struct {
-	store    *Store // the store whose node holds it
-	addr     string // the node's address ("" for a store's one node)
-	slot     int    // its one cluster slot, or -1 (a part per node: split)
-	idx      []int  // positions in the request
+	backend  *backend // the Redis whose node holds it
+	addr     string   // the node's address ("" for a backend's one node)
+	slot     int      // its one cluster slot, or -1 (a part per node: split)
+	idx      []int    // positions in the request
 	items    []engine.Item
 	bases    []string
 	results  []engine.Result
@@ -48,10 +46,10 @@ var errRegroup = errors.New("redis: a quota group split between stores was judge
 // nothing had been taken. The request is therefore never over-admitted; a
 // concurrent request may see a reservation that is about to be released
 // and be denied by it.
-func applyParts(ctx context.Context, items []engine.Item, results []engine.Result, parts []*part) (bool, error) {
+func (s *Store) applyParts(ctx context.Context, items []engine.Item, results []engine.Result, parts []*part) (bool, error) {
 	var wg sync.WaitGroup
 	for _, p := range parts {
-		wg.Go(func() { p.reserve(ctx, p.items) })
+		wg.Go(func() { s.reserve(ctx, p, p.items) })
 	}
 	wg.Wait()
 	firstErr := gather(parts, results)
@@ -61,7 +59,7 @@ func applyParts(ctx context.Context, items []engine.Item, results []engine.Resul
 	admitted = admitted && firstErr == nil
 	if admitted && over != nil {
 		var err error
-		if admitted, err = regroup(ctx, items, results, parts, over); err != nil {
+		if admitted, err = s.regroup(ctx, items, results, parts, over); err != nil {
 			firstErr = err
 		}
 	}
@@ -69,7 +67,7 @@ func applyParts(ctx context.Context, items []engine.Item, results []engine.Resul
 		// Wait for the releases while the call's time lasts, so that the
 		// next request sees nothing consumed; past it, they go on alone.
 		select {
-		case <-releaseAll(parts):
+		case <-s.releaseAll(parts):
 		case <-ctx.Done():
 		}
 		for _, p := range parts {
@@ -81,7 +79,7 @@ func applyParts(ctx context.Context, items []engine.Item, results []engine.Resul
 					// consumes nothing (it may be sent again: followSlots).
 					continue
 				}
-				if err := p.store.chargeReleased(ctx, p, results); err != nil && firstErr == nil {
+				if err := s.chargeReleased(ctx, p, results); err != nil && firstErr == nil {
 					firstErr = err
 				}
 			}
@@ -96,9 +94,9 @@ func applyParts(ctx context.Context, items []engine.Item, results []engine.Resul
 // reserve runs the decide function in modeReserve over items (the part's
 // own, or the same with groups told over: regroup) and keeps the outcome
 // in p.
-func (p *part) reserve(ctx context.Context, items []engine.Item) {
+func (s *Store) reserve(ctx context.Context, p *part, items []engine.Item) {
 	p.reply, p.reserved = reply{}, items
-	p.admitted, p.err = p.store.applyNode(ctx, p.addr, modeReserve, items, p.bases, p.results, &p.reply)
+	p.admitted, p.err = s.send(ctx, p.backend, p.addr, modeReserve, items, p.bases, p.results, &p.reply)
 }
 
 // gather copies the parts' results into the request's and returns the
@@ -118,7 +116,7 @@ func gather(parts []*part, results []engine.Result) error {
 
 // regroup settles quota groups that parts judged apart. A quota group is
 // one descriptor, whose windows share a cluster slot but may sit on two
-// stores (a per-second window and a longer one): a part that saw only the
+// backends (a per-second window and a longer one): a part that saw only the
 // admitting share of a group over as a whole reserved that share, which the
 // rule does not consume. Such a part gives its reservation back and
 // reserves again, telling its node which groups are over (a negative group
@@ -129,7 +127,7 @@ func gather(parts []*part, results []engine.Result) error {
 // does unless a concurrent request took what it needs meanwhile; otherwise
 // regroup returns false (with errRegroup when the second judgement changed
 // which groups are over) and the caller gives every reservation back.
-func regroup(ctx context.Context, items []engine.Item, results []engine.Result, parts []*part, over map[int32]bool) (bool, error) {
+func (s *Store) regroup(ctx context.Context, items []engine.Item, results []engine.Result, parts []*part, over map[int32]bool) (bool, error) {
 	var again []*part
 	for _, p := range parts {
 		if p.admitted && p.consumedOver(over) {
@@ -142,22 +140,22 @@ func regroup(ctx context.Context, items []engine.Item, results []engine.Result, 
 	var wg sync.WaitGroup
 	for _, p := range again {
 		wg.Go(func() {
-			if err := p.store.release(p.bases[0], p.reply.undo, p.bases); err != nil {
+			if err := s.release(p.backend, p.bases[0], p.reply.undo, p.bases); err != nil {
 				// Its reservation may stand: it must not be given back
 				// twice, nor read as decided.
-				p.store.unknown(p.addr, fmt.Errorf("giving back a quota group's share: %w", err))
+				s.unknown(p.backend, p.addr, fmt.Errorf("giving back a quota group's share: %w", err))
 				p.admitted, p.err = false, fmt.Errorf("redis: giving back a quota group's share: %w", err)
 				return
 			}
-			p.store.releases.Add(1)
-			p.store.regrouped.Add(1)
+			s.releases.Add(1)
+			s.regrouped.Add(1)
 			told := slices.Clone(p.items)
 			for j := range told {
 				if g := told[j].Group; over[g] {
 					told[j].Group = -g
 				}
 			}
-			p.reserve(ctx, told)
+			s.reserve(ctx, p, told)
 		})
 	}
 	wg.Wait()
@@ -205,7 +203,7 @@ func (p *part) overHere(g int32) bool {
 // background so that Apply can keep to its timeout, with a deadline of its
 // own: a reservation left behind would deny others until its counters
 // expire. The channel is closed when every release is done.
-func releaseAll(parts []*part) <-chan struct{} {
+func (s *Store) releaseAll(parts []*part) <-chan struct{} {
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		if !p.admitted {
@@ -215,12 +213,11 @@ func releaseAll(parts []*part) <-chan struct{} {
 			p.released.Store(true) // it took nothing
 			continue
 		}
-		s := p.store
 		s.releasing.Add(1)
 		wg.Go(func() {
 			defer s.releasing.Done()
-			if err := s.release(p.bases[0], p.reply.undo, p.bases); err != nil {
-				s.log.Warn("redis: releasing a reservation failed; its counters stay consumed until they expire", "node", p.addr, "error", err)
+			if err := s.release(p.backend, p.bases[0], p.reply.undo, p.bases); err != nil {
+				p.backend.log.Warn("redis: releasing a reservation failed; its counters stay consumed until they expire", "node", p.addr, "error", err)
 				s.indeterminate.Add(1)
 				return
 			}
@@ -236,22 +233,20 @@ func releaseAll(parts []*part) <-chan struct{} {
 	return done
 }
 
-// release runs release.lua with an undo log that decide.lua wrote (on the
-// node of key), then announces bases: another process may have cached a
-// denial that what is given back caused. It has a deadline of its own.
-func (s *Store) release(key string, undo []any, bases []string) error {
+// release runs release.lua on b with an undo log that a decision wrote
+// (on the node of key), then announces bases: another process may have
+// cached a denial that what is given back caused. It has a deadline of its
+// own.
+func (s *Store) release(b *backend, key string, undo []any, bases []string) error {
 	ctx, cancel := context.WithTimeout(s.releaseCtx, 10*s.opts.Timeout)
 	defer cancel()
 	args := append([]any{s.nowArg()}, undo...)
-	for j, b := range bases {
-		if !slices.Contains(bases[:j], b) {
-			args = append(args, undoPublish, b)
+	for j, base := range bases {
+		if !slices.Contains(bases[:j], base) {
+			args = append(args, undoPublish, base)
 		}
 	}
-	if err := s.fcallRouted(ctx, lib.release, []string{key}, args...); err != nil && err != redis.Nil {
-		return err
-	}
-	return nil
+	return b.conn.Call(ctx, lib.release, []string{key}, args...)
 }
 
 // unreserve sets the statuses of a part whose reservation was released to
@@ -303,8 +298,8 @@ func (s *Store) chargeReleased(ctx context.Context, p *part, results []engine.Re
 		}
 	}
 	after := make([]engine.Result, len(items))
-	if _, err := s.send(ctx, p.addr, req, after, nil); err != nil {
-		s.unknown(p.addr, fmt.Errorf("charging count-denied hits after a release: %w", err))
+	if _, err := s.sendRequest(ctx, p.backend, p.addr, req, after, nil); err != nil {
+		s.unknown(p.backend, p.addr, fmt.Errorf("charging count-denied hits after a release: %w", err))
 		return err
 	}
 	for k, i := range idx {

@@ -10,39 +10,31 @@ import (
 	"github.com/rlsproject/rls/internal/engine"
 )
 
-var _ engine.Resetter = (*Store)(nil)
-
 // resetBound bounds a Reset whose context has no deadline.
 const resetBound = 5 * time.Second
 
-// Reset implements engine.Resetter: per item, the counter's field of its
+// Reset implements engine.Store: per item, the counter's field of its
 // descriptor's hash goes (HDEL), and a sliding log's sorted set (DEL), in
-// one pipeline that also announces each counter on <prefix>freed, so that
-// every process drops its cached denials of it. Counters of windows under a minute go to the
-// per-second Redis when there is one. In a cluster each command goes to
-// the master of its key's slot.
+// one pipeline per backend that also announces each counter on
+// <prefix>freed, so that every process drops its cached denials of it.
+// Counters of windows under a minute go to the per-second Redis when there
+// is one (route). In a cluster each command goes to the master of its
+// key's slot.
 func (s *Store) Reset(ctx context.Context, items []engine.Item) (int, error) {
-	if s.perSecond != nil {
-		var mine, theirs []engine.Item
-		for _, it := range items {
-			if perSecondLimit(it.Rule) {
-				theirs = append(theirs, it)
-			} else {
-				mine = append(mine, it)
-			}
-		}
-		n, err := s.perSecond.reset(ctx, theirs)
+	r := s.route(items)
+	n := 0
+	for k, b := range s.backends {
+		m, err := s.reset(ctx, b, r.shares[k].items, r.shares[k].bases)
+		n += m
 		if err != nil {
 			return n, err
 		}
-		m, err := s.reset(ctx, mine)
-		return n + m, err
 	}
-	return s.reset(ctx, items)
+	return n, nil
 }
 
-// reset is Reset of items whose counters are all on s's nodes.
-func (s *Store) reset(ctx context.Context, items []engine.Item) (int, error) {
+// reset is Reset of items whose counters (bases) are all on b.
+func (s *Store) reset(ctx context.Context, b *backend, items []engine.Item, bases []string) (int, error) {
 	if len(items) == 0 {
 		return 0, nil
 	}
@@ -51,20 +43,19 @@ func (s *Store) reset(ctx context.Context, items []engine.Item) (int, error) {
 		ctx, cancel = context.WithTimeout(ctx, resetBound)
 		defer cancel()
 	}
-	pipe := s.client.Pipeline()
+	pipe := b.conn.Client().Pipeline()
 	counts := make([]*redis.IntCmd, 0, 2*len(items))
 	channel := engine.FreedChannel(s.opts.Prefix)
 	for i := range items {
-		it := &items[i]
-		base := s.base(it)
+		it, base := &items[i], bases[i]
 		hash := engine.DescriptorKey(s.opts.Prefix, it.Desc)
 		counts = append(counts, pipe.HDel(ctx, hash, it.Rule.ID), pipe.Del(ctx, base))
 		if it.Rule.Penalized() {
 			pipe.HDel(ctx, hash, engine.PenaltyField(it.Rule.ID)) // its strikes and block go too (not a counter of its own)
 		}
 		pipe.Publish(ctx, channel, base)
-		if s.cache != nil {
-			s.cache.freed(base)
+		if b.cache != nil {
+			b.cache.freed(base)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

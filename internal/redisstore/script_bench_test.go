@@ -37,7 +37,7 @@ func BenchmarkScript(b *testing.B) {
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
 	b.Cleanup(func() { client.Close() })
 	ctx := context.Background()
-	if err := lib.load(ctx, client); err != nil {
+	if err := client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
 		b.Fatal(err)
 	}
 	keys := 50000

@@ -41,15 +41,12 @@ func newStore(t testing.TB, opts Options) *Store {
 	return s
 }
 
-// waitCacheEmpty waits until s's denial cache holds nothing, or fails
+// waitCacheEmpty waits until s's denial caches hold nothing, or fails
 // with msg after 5 s.
 func waitCacheEmpty(t testing.TB, s *Store, msg string) {
 	t.Helper()
 	for range 500 {
-		s.cache.mu.Lock()
-		n := len(s.cache.m)
-		s.cache.mu.Unlock()
-		if n == 0 {
+		if st, _ := s.DenyCacheStats(); st.Entries == 0 {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -57,18 +54,21 @@ func waitCacheEmpty(t testing.TB, s *Store, msg string) {
 	t.Fatal(msg)
 }
 
-// waitLive waits until the store follows the notices of freed hits, so
-// that its denial cache keeps entries.
+// waitLive waits until the store follows the notices of freed hits on
+// each of its Redis, so that its denial caches keep entries.
 func waitLive(t testing.TB, s *Store) {
 	t.Helper()
 	for range 500 {
-		if s.cache.isLive() {
+		if !slices.ContainsFunc(s.backends, func(b *backend) bool { return !b.cache.isLive() }) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("the subscription to the freed notices was not confirmed within 5 s")
 }
+
+// cacheOf returns the denial cache of s's own Redis.
+func cacheOf(s *Store) *denyCache { return s.backends[0].cache }
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
@@ -668,7 +668,7 @@ func TestMergedScripts(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := func() time.Time { return storetest.T0.Add(1500 * time.Millisecond) }
 	merged := newStore(t, Options{URL: srv.URL(), Prefix: "merged:", Now: clock})
-	alone := newStore(t, Options{URL: srv.URL(), Prefix: "alone:", Now: clock, PerScript: 1})
+	alone := newStore(t, Options{URL: srv.URL(), Prefix: "alone:", Now: clock})
 
 	limits := []*engine.Rule{
 		storetest.Rule(engine.FixedWindow, 5, time.Second, 0),
@@ -699,34 +699,30 @@ func TestMergedScripts(t *testing.T) {
 		}
 		reqs = append(reqs, r)
 	}
-	calls := func(s *Store) []*call {
-		var out []*call
+	ctx := context.Background()
+	client := merged.backends[0].conn.Client()
+	if err := client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fcall := func(s *Store, reqs []request) []any {
+		t.Helper()
+		args := []any{len(reqs)}
 		for _, r := range reqs {
-			out = append(out, &call{ctx: context.Background(), keys: r.bases[s][:1], req: newRequest(modeFinal, s.nowArg(), s.now(), r.items, r.bases[s]), done: make(chan struct{})})
+			args = newRequest(modeFinal, s.nowArg(), s.now(), r.items, r.bases[s]).appendArgs(args)
 		}
-		return out
+		replies, err := client.FCall(ctx, lib.decide, reqs[0].bases[s][:1], args...).Slice()
+		if err != nil || len(replies) != len(reqs) {
+			t.Fatalf("FCALL of %d requests: %v, %d replies", len(reqs), err, len(replies))
+		}
+		return replies
 	}
-	if err := lib.load(context.Background(), merged.client); err != nil {
-		t.Fatal(err) // loaded first, so that no reload counts as a call
-	}
-	together := calls(merged)
-	merged.b.send(0, together)
-	if got := merged.b.scripts.Load(); got != 2 {
-		t.Errorf("60 requests went in %d scripts, want 2 (32 per script)", got)
-	}
-	separate := calls(alone)
-	for _, c := range separate {
-		alone.b.send(0, []*call{c})
-	}
+	together := fcall(merged, reqs) // all 60 in one call, one after the other
 	denied := 0
 	for i, r := range reqs {
-		a, b := together[i], separate[i]
-		if a.err != nil || b.err != nil {
-			t.Fatalf("request %d: %v / %v", i, a.err, b.err)
-		}
+		separate := fcall(alone, reqs[i:i+1])
 		ra, rb := make([]engine.Result, len(r.items)), make([]engine.Result, len(r.items))
-		okA, errA := a.reply.results(a.req, ra)
-		okB, errB := b.reply.results(b.req, rb)
+		okA, errA := decoded(together[i], newRequest(modeFinal, merged.nowArg(), merged.now(), r.items, r.bases[merged]), ra)
+		okB, errB := decoded(separate[0], newRequest(modeFinal, alone.nowArg(), alone.now(), r.items, r.bases[alone]), rb)
 		if errA != nil || errB != nil {
 			t.Fatalf("request %d: %v / %v", i, errA, errB)
 		}
@@ -740,6 +736,16 @@ func TestMergedScripts(t *testing.T) {
 	if denied == 0 || denied == len(reqs) {
 		t.Errorf("%d of %d requests denied: the sequence does not exercise both answers", denied, len(reqs))
 	}
+}
+
+// decoded writes the statuses of the reply v to req into results and
+// returns whether it admitted the request.
+func decoded(v any, req *request, results []engine.Result) (bool, error) {
+	r, err := parseReply(v, len(req.items))
+	if err != nil {
+		return false, err
+	}
+	return r.results(req, results)
 }
 
 // TestDenyCacheSeesRefundElsewhere: a refund sent to another rls process is
@@ -847,15 +853,16 @@ func TestDenyCacheAfterRestart(t *testing.T) {
 		}
 	}
 	deniedTwice()
-	s.cache.mu.Lock()
-	epoch := s.cache.epoch
-	s.cache.mu.Unlock()
+	c := cacheOf(s)
+	c.mu.Lock()
+	epoch := c.epoch
+	c.mu.Unlock()
 	srv.Restart() // an empty Redis: the counter is gone
 	for i := 0; ; i++ {
-		s.cache.mu.Lock()
-		back := s.cache.live && s.cache.epoch >= epoch+2 // lost, then confirmed again
-		n := len(s.cache.m)
-		s.cache.mu.Unlock()
+		c.mu.Lock()
+		back := c.live && c.epoch >= epoch+2 // lost, then confirmed again
+		n := len(c.m)
+		c.mu.Unlock()
 		if back {
 			if n != 0 {
 				t.Fatalf("%d entries survived the restart", n)
@@ -900,7 +907,7 @@ func TestNoChannelPermission(t *testing.T) {
 		t.Fatalf("after it: %v %v %+v; want 4 and 4 left (written once, whole)", ok, err, results)
 	}
 	time.Sleep(300 * time.Millisecond) // a subscription attempt or two
-	if s.cache.isLive() {
+	if cacheOf(s).isLive() {
 		t.Error("the subscription counts as live without the channel's permission")
 	}
 }

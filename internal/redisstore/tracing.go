@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -44,15 +43,5 @@ var modeNames = map[string]string{modeFinal: "final", modeReserve: "reserve", mo
 func (s *Store) cacheHit(ctx context.Context) {
 	if s.opts.Tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
 		trace.SpanFromContext(ctx).SetAttributes(AttrDenyCacheHit.Bool(true))
-	}
-}
-
-// markSent adds the sent event to the spans of calls (nil for untraced
-// ones), all sent at once in one pipeline.
-func markSent(calls []*call, sent time.Time) {
-	for _, c := range calls {
-		if c.span != nil {
-			c.span.AddEvent(EventSent, trace.WithTimestamp(sent), trace.WithAttributes(AttrPipeline.Int(len(calls))))
-		}
 	}
 }

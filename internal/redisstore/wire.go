@@ -1,9 +1,8 @@
 package redisstore
 
 import (
-	"context"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/rlsproject/rls/internal/engine"
 )
 
@@ -23,14 +20,40 @@ import (
 // value below with the same name in upper snake case (ITEM_FIELDS for
 // itemFields); TestWireContract fails when the two sides differ.
 
-//go:embed scripts/prelude.lua
-var preludeSource string
+//go:embed scripts
+var scripts embed.FS
 
-//go:embed scripts/decide.lua
-var decideSource string
+// The library's files, in the order they are assembled (see prelude.lua):
+// libraryHead, then each algorithm's file (algorithmScript) by code, then
+// libraryTail. A file sees the locals of those before it.
+var (
+	libraryHead = []string{"prelude.lua", "decide/state.lua", "decide/hashes.lua"}
+	libraryTail = []string{"penalty.lua", "decide/parse.lua", "decide/load.lua", "decide/judge.lua",
+		"decide/charge.lua", "decide/reply.lua", "decide/decide.lua", "release.lua"}
+)
 
-//go:embed scripts/release.lua
-var releaseSource string
+// algorithmScript is the file of the engine's algorithm name under
+// scripts: it registers the algorithm under its code (ALG_<NAME>).
+func algorithmScript(name string) string { return "alg/" + name + ".lua" }
+
+// libraryFiles returns the paths of the library's files in order.
+func libraryFiles() []string {
+	files := slices.Clone(libraryHead)
+	for _, name := range engine.Algorithms() {
+		files = append(files, algorithmScript(name))
+	}
+	return append(files, libraryTail...)
+}
+
+// script returns the text of the file at path under scripts; a missing
+// file is a programmer's error (an algorithm without its script).
+func script(path string) string {
+	b, err := scripts.ReadFile("scripts/" + path)
+	if err != nil {
+		panic(fmt.Sprintf("redisstore: the Redis scripts have no %s: %v", path, err))
+	}
+	return string(b)
+}
 
 // library is the scripts as one Redis Functions library: loaded once per
 // node (FUNCTION LOAD), then called with FCALL. Its top level, which defines
@@ -42,15 +65,22 @@ var releaseSource string
 type library struct {
 	source  string // the argument of FUNCTION LOAD
 	name    string
-	decide  string // decide.lua's entry point: decides a batch of requests
+	decide  string // decide/decide.lua's entry point: decides a batch of requests
 	release string // release.lua's entry point: undoes a cluster reservation
 }
 
-var lib = newLibrary(preludeSource, decideSource, releaseSource)
+var lib = newLibrary(libraryFiles())
 
-func newLibrary(prelude, decide, release string) library {
-	body := prelude + "\n" + decide + "\n" + release
-	sum := sha256.Sum256([]byte(body))
+// newLibrary assembles the files at paths (under scripts), each after a
+// comment line that names it: Redis reports a line of the whole.
+func newLibrary(paths []string) library {
+	var body strings.Builder
+	for _, p := range paths {
+		body.WriteString("-- scripts/" + p + "\n")
+		body.WriteString(script(p))
+		body.WriteString("\n")
+	}
+	sum := sha256.Sum256([]byte(body.String()))
 	tag := hex.EncodeToString(sum[:6])
 	lib := library{name: "rls_" + tag, decide: "rls_decide_" + tag, release: "rls_release_" + tag}
 	// allow-cross-slot-keys: a request's keys on one cluster node may sit in
@@ -58,44 +88,11 @@ func newLibrary(prelude, decide, release string) library {
 	register := func(name, entry string) string {
 		return "redis.register_function{function_name='" + name + "', callback=" + entry + ", flags={'allow-cross-slot-keys'}}\n"
 	}
-	lib.source = "#!lua name=" + lib.name + "\n" + body + "\n" + register(lib.decide, "decide_entry") + register(lib.release, "release_entry")
+	lib.source = "#!lua name=" + lib.name + "\n" + body.String() + register(lib.decide, "decide_entry") + register(lib.release, "release_entry")
 	return lib
 }
 
-// load loads the library on Redis: on every master of a cluster. Loading
-// it again is harmless (REPLACE, same source).
-func (lib library) load(ctx context.Context, client redis.UniversalClient) error {
-	err := eachNode(ctx, client, func(ctx context.Context, _ string, node *redis.Client) error {
-		return node.FunctionLoadReplace(ctx, lib.source).Err()
-	})
-	if err != nil {
-		return fmt.Errorf("redis: loading the rls function library: %w", err)
-	}
-	return nil
-}
-
-// notLoaded reports whether err says that a node does not have the library
-// (a new or restarted node, FUNCTION FLUSH): nothing ran, the call may be
-// sent again once the library is loaded.
-func notLoaded(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Function not found")
-}
-
-// fcall calls a function of the library with keys and args, loading the
-// library first when the node does not have it.
-func (lib library) fcall(ctx context.Context, client redis.UniversalClient, fn string, keys []string, args ...any) *redis.Cmd {
-	cmd := client.FCall(ctx, fn, keys, args...)
-	if !notLoaded(cmd.Err()) {
-		return cmd
-	}
-	if err := lib.load(ctx, client); err != nil {
-		cmd.SetErr(err)
-		return cmd
-	}
-	return client.FCall(ctx, fn, keys, args...)
-}
-
-// decide.lua's arguments (decide_entry): the number of requests, then per
+// The decide function's arguments (decide_entry): the number of requests, then per
 // request requestHead fields at the request* positions and itemFields per
 // item at the item* positions (from 1); a request whose items all take
 // one hit with no flags and no group sends minus the number of its items
@@ -140,7 +137,7 @@ const (
 	modePeek    = "P"
 )
 
-// decide.lua's reply per request: replyHead fields (verdict, instant), then
+// The decide function's reply per request: replyHead fields (verdict, instant), then
 // unless expired replyItemFields per item; then the undo log (modeReserve
 // when admitted; the other modes when decided after the undo instant) and,
 // in modeReserve when admitted, the view.
@@ -183,7 +180,7 @@ const (
 	undoPublish = "P"
 )
 
-// request is one request as decide.lua reads it: the request* fields, then
+// request is one request as the decide function reads it: the request* fields, then
 // the item* fields of each item (see prelude.lua). The batcher stamps its
 // deadline and undo instant when it sends it (stamp).
 type request struct {
@@ -198,7 +195,7 @@ type request struct {
 	items               []wireItem
 }
 
-// wireItem is one limit of a request as decide.lua reads it.
+// wireItem is one limit of a request as the decide function reads it.
 type wireItem struct {
 	base string // the counter's key (engine.CounterKey): the key of the hash, ':' and the field
 	// key is the hash (the descriptor's key, a prefix of base) and rule the
@@ -386,11 +383,12 @@ func (r *request) route(cluster bool) (keys []string, oneSlot bool) {
 
 // touched returns the keys that the decide function reads and writes for
 // the item (the package doc's key layout): its descriptor's hash for a
-// counter kept there (and a penalty's field), its counter's own sorted set
-// for a sliding log or a concurrency limit; "" for none.
+// counter kept there (and a penalty's field), its counter's own key (a
+// sorted set) for one kept there (engine.Rule.OwnKey); "" for none.
+// TestRouteKeysAreTheKeysTouched holds it to what the function touches.
 func (w *wireItem) touched() [2]string {
 	var t [2]string
-	if inSortedSet(w.limit) {
+	if w.limit.OwnKey() {
 		t[1] = w.base
 		if w.limit.Penalized() {
 			t[0] = w.key.(string)
@@ -401,20 +399,11 @@ func (w *wireItem) touched() [2]string {
 	return t
 }
 
-// inSortedSet reports whether the counter of rule r is a sorted set of its
-// own rather than a field of its descriptor's hash: decide.lua's sections
-// whose in_hash is not set (TestRouteKeysAreTheKeysTouched holds the two
-// to agree).
-func inSortedSet(r *engine.Rule) bool {
-	a := r.Algorithm()
-	return a == engine.SlidingLog || a == engine.Concurrency
-}
-
 // errExpired is the error of a request that Redis refused to decide because
 // its deadline had passed: nothing was consumed.
 var errExpired = errors.New("redis: the request reached Redis after its deadline (not decided, nothing consumed)")
 
-// reply is decide.lua's reply to one request (see prelude.lua): its verdict
+// reply is the decide function's reply to one request (see prelude.lua): its verdict
 // and instant, and unless expired each item's status, then the undo log
 // and, in modeReserve when admitted, the view.
 type reply struct {

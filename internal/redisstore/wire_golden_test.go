@@ -50,8 +50,8 @@ func goldenRules() []*engine.Rule {
 	}
 }
 
-// TestRequestEncoding holds what newRequest and appendArgs send decide.lua
-// to testdata/request.golden: the positions of decide.lua's arguments are
+// TestRequestEncoding holds what newRequest and appendArgs send the decide
+// function to testdata/request.golden: the positions of its arguments are
 // the contract of prelude.lua (REQUEST_*, ITEM_*, FLAG_*).
 func TestRequestEncoding(t *testing.T) {
 	at := time.Date(2027, 2, 10, 12, 0, 0, 0, time.UTC)
@@ -91,7 +91,7 @@ func TestRequestEncoding(t *testing.T) {
 }
 
 // TestReplyDecoding holds how parseReply and results read a reply of
-// decide.lua (as go-redis hands it over) to testdata/reply.golden: the
+// the decide function (as go-redis hands it over) to testdata/reply.golden: the
 // statuses (with a charged denial), the undo log flattened into
 // release.lua's arguments, and the view.
 func TestReplyDecoding(t *testing.T) {
@@ -199,14 +199,15 @@ func TestRedisKeys(t *testing.T) {
 			}
 		}
 	}
-	keys, err := s.client.Keys(ctx, "golden:*").Result()
+	client := s.backends[0].conn.Client()
+	keys, err := client.Keys(ctx, "golden:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		typ, err := s.client.Type(ctx, k).Result()
+		typ, err := client.Type(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +215,7 @@ func TestRedisKeys(t *testing.T) {
 		if typ != "hash" {
 			continue
 		}
-		fields, err := s.client.HGetAll(ctx, k).Result()
+		fields, err := client.HGetAll(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

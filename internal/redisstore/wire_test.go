@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bufio"
 	"context"
+	"io/fs"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,7 +17,10 @@ import (
 
 // TestWireContract: every constant of the wire contract has the same value
 // in Go (wire.go) and in Lua (scripts/prelude.lua), and neither side has a
-// name the other lacks.
+// name the other lacks; every algorithm of the engine has its file
+// (scripts/alg/<name>.lua), which declares its code (ALG_<NAME>) and
+// registers it, no other file names that code, and every file of the
+// scripts is in the library.
 func TestWireContract(t *testing.T) {
 	goSide := map[string]string{
 		"REQUEST_HEAD":               strconv.Itoa(requestHead),
@@ -67,22 +71,7 @@ func TestWireContract(t *testing.T) {
 	goSide["FREED_CHANNEL"] = strconv.Quote(engine.FreedChannel(""))
 	goSide["HASH_EXPIRY"] = strconv.Quote(engine.HashExpiry)
 	goSide["PENALTY_SUFFIX"] = strconv.Quote(engine.PenaltyField(""))
-	// The algorithm codes are the engine's (its registry, by code).
-	for code, name := range engine.Algorithms() {
-		goSide["ALG_"+strings.ToUpper(name)] = strconv.Itoa(code)
-	}
-	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|-?[0-9]+)`)
-	luaSide := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(preludeSource))
-	for sc.Scan() {
-		if m := constant.FindStringSubmatch(sc.Text()); m != nil {
-			v := m[2]
-			if strings.HasPrefix(v, "'") {
-				v = strconv.Quote(strings.Trim(v, "'"))
-			}
-			luaSide[m[1]] = v
-		}
-	}
+	luaSide := luaConstants(script("prelude.lua"))
 	for name, want := range goSide {
 		got, ok := luaSide[name]
 		switch {
@@ -97,12 +86,71 @@ func TestWireContract(t *testing.T) {
 			t.Errorf("prelude.lua's %s = %s has no Go counterpart in wire.go (add it to both and to this test)", name, v)
 		}
 	}
-	// Every algorithm has an entry in decide.lua's dispatch table.
-	for _, name := range engine.Algorithms() {
-		if c := "[ALG_" + strings.ToUpper(name) + "] ="; !strings.Contains(decideSource, c) {
-			t.Errorf("decide.lua's algorithms table has no entry %s", c)
+
+	// Every file of the scripts, and whether the library assembles it.
+	inLibrary := map[string]bool{}
+	err := fs.WalkDir(scripts, "scripts", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			inLibrary[strings.TrimPrefix(path, "scripts/")] = false
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range libraryFiles() {
+		if _, ok := inLibrary[f]; !ok {
+			t.Errorf("the library assembles %s, which is not among the scripts", f)
+		}
+		inLibrary[f] = true
+	}
+	for f, in := range inLibrary {
+		if !in {
+			t.Errorf("scripts/%s is not in the library (libraryHead, libraryTail or an algorithm's file)", f)
 		}
 	}
+	// Each algorithm: its file, its code there and nowhere else.
+	algFiles := map[string]bool{}
+	for code, name := range engine.Algorithms() {
+		file, constant := algorithmScript(name), "ALG_"+strings.ToUpper(name)
+		algFiles[file] = true
+		src := script(file)
+		if got := luaConstants(src)[constant]; got != strconv.Itoa(code) {
+			t.Errorf("%s: local %s = %q, want the engine's code %d", file, constant, got, code)
+		}
+		if !strings.Contains(src, "algorithms["+constant+"] =") {
+			t.Errorf("%s does not register the algorithm (algorithms[%s] = ...)", file, constant)
+		}
+		for f := range inLibrary {
+			if f != file && strings.Contains(script(f), constant) {
+				t.Errorf("scripts/%s names %s, which only %s may", f, constant, file)
+			}
+		}
+	}
+	for f := range inLibrary {
+		if strings.HasPrefix(f, "alg/") && !algFiles[f] {
+			t.Errorf("scripts/%s is not the file of an algorithm of the engine (%v)", f, engine.Algorithms())
+		}
+	}
+}
+
+// luaConstants returns the constants that src declares at the start of a
+// line (local NAME = 'text' or an integer), by name, their values as Go
+// literals.
+func luaConstants(src string) map[string]string {
+	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|-?[0-9]+)`)
+	out := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(src))
+	for sc.Scan() {
+		if m := constant.FindStringSubmatch(sc.Text()); m != nil {
+			v := m[2]
+			if strings.HasPrefix(v, "'") {
+				v = strconv.Quote(strings.Trim(v, "'"))
+			}
+			out[m[1]] = v
+		}
+	}
+	return out
 }
 
 // TestUnknownAlgorithmCode: a code the scripts do not know is an error, and
@@ -119,12 +167,12 @@ func TestUnknownAlgorithmCode(t *testing.T) {
 	badReq.items[0].rule = "9" + badReq.items[0].rule.(string)[1:]
 	args = badReq.appendArgs(args)
 	for range 2 {
-		err := lib.fcall(context.Background(), s.client, lib.decide, []string{s.base(&good[0])}, args...).Err()
+		err := s.backends[0].conn.Call(context.Background(), lib.decide, []string{s.base(&good[0])}, args...)
 		if err == nil || !strings.Contains(err.Error(), "unknown algorithm in rule 9|") {
 			t.Fatalf("decide with algorithm code 9 = %v, want an error naming the rule", err)
 		}
 	}
-	keys, err := s.client.Keys(context.Background(), "unknown:*").Result()
+	keys, err := s.backends[0].conn.Client().Keys(context.Background(), "unknown:*").Result()
 	if err != nil || len(keys) != 0 {
 		t.Errorf("keys after the refused call: %v (%v), want none", keys, err)
 	}

@@ -43,14 +43,7 @@ func StartProxiedCluster(tb testing.TB, masters int) *Cluster {
 
 func startCluster(tb testing.TB, masters, replicas int, proxied bool) *Cluster {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		tb.Fatalf("redistest: a Redis Cluster needs redis-server in PATH; %s", install)
-	}
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		tb.Fatalf("redistest: a Redis Cluster needs redis-cli in PATH; %s", install)
-	}
+	bin, cli := serverBinary(tb), cliBinary(tb)
 	c := &Cluster{tb: tb}
 	n := masters * (1 + replicas)
 	for range n {

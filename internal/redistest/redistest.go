@@ -1,6 +1,8 @@
-// Package redistest starts real Redis servers for tests: in a container
-// when a Docker engine answers (testcontainers-go), otherwise the
-// redis-server binary on a free loopback port; and Redis Clusters and
+// Package redistest starts real Redis servers for tests: the server binary
+// that RLS_TEST_REDIS_SERVER names (Valkey, a Redis built by hand) when it
+// is set, else in a container when a Docker engine answers
+// (testcontainers-go), otherwise the redis-server binary on a free
+// loopback port; and Redis Clusters and
 // Sentinel deployments (a master, replicas, sentinels) of redis-server
 // processes. Every server is stopped by the test that started
 // it. A test that cannot get Redis fails: `make test` installs redis-server.
@@ -13,7 +15,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -30,8 +31,6 @@ import (
 	"github.com/rlsproject/rls/internal/proctest"
 	"github.com/rlsproject/rls/internal/testpki"
 )
-
-const install = proctest.RedisInstall
 
 // Server is one Redis server. Its methods may be called from the test's
 // goroutine only.
@@ -75,7 +74,7 @@ func Start(tb testing.TB) *Server {
 func StartWith(tb testing.TB, c Config) *Server {
 	tb.Helper()
 	plain := c.Password == "" && c.TLS == nil
-	if plain && dockerAnswers() {
+	if plain && !proctest.RedisNamed() && dockerAnswers() {
 		ctx := context.Background()
 		ctr, err := tcredis.Run(ctx, "redis:7-alpine")
 		if err == nil {
@@ -87,10 +86,7 @@ func StartWith(tb testing.TB, c Config) *Server {
 		}
 		tb.Logf("redistest: Docker answers but the Redis container failed (%v); using redis-server", err)
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		tb.Fatalf("redistest: no Docker engine and no redis-server in PATH; %s", install)
-	}
+	bin := serverBinary(tb)
 	s := &Server{dir: tb.TempDir(), port: proctest.Port(tb), tb: tb, password: c.Password, tls: c.TLS}
 	s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	s.args = proctest.RedisArgs(s.port, s.dir)
@@ -108,6 +104,39 @@ func StartWith(tb testing.TB, c Config) *Server {
 	s.start(bin)
 	tb.Cleanup(s.Stop)
 	return s
+}
+
+// serverBinary returns the server binary the tests start (proctest's
+// RedisServer: RLS_TEST_REDIS_SERVER, else redis-server), and logs its
+// version line once per test binary, so that a run says what it ran on.
+func serverBinary(tb testing.TB) string {
+	tb.Helper()
+	bin, err := proctest.RedisServer()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	versionOnce.Do(func() {
+		v, err := proctest.RedisVersion()
+		if err != nil {
+			v = err.Error()
+		}
+		fmt.Fprintf(os.Stderr, "redistest: %s (%s)\n", v, bin)
+	})
+	return bin
+}
+
+// versionOnce logs the server's version once per test binary.
+var versionOnce sync.Once
+
+// cliBinary returns the command-line client that goes with the server
+// (proctest's RedisCLI).
+func cliBinary(tb testing.TB) string {
+	tb.Helper()
+	cli, err := proctest.RedisCLI()
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return cli
 }
 
 // dockerAnswers reports quickly whether a Docker engine is reachable.
@@ -344,8 +373,7 @@ func (s *Server) Restart() {
 	s.tb.Helper()
 	s.binaryOnly("Restart")
 	s.Stop()
-	bin, _ := exec.LookPath("redis-server")
-	s.start(bin)
+	s.start(serverBinary(s.tb))
 }
 
 // Pause stops the server's process (SIGSTOP): connections stay open and

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,10 +73,7 @@ func StartSentinel(tb testing.TB, c SentinelConfig) *Sentinel {
 	if c.DownAfter <= 0 {
 		c.DownAfter = 400 * time.Millisecond
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		tb.Fatalf("redistest: Redis Sentinel needs redis-server in PATH; %s", install)
-	}
+	bin := serverBinary(tb)
 	st := &Sentinel{Name: "rlsmaster", cfg: c, tb: tb}
 	for i := range 1 + c.Replicas {
 		s := &Server{dir: tb.TempDir(), port: proctest.Port(tb), tb: tb, password: c.Password, tls: c.TLS}

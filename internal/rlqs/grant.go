@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rlsproject/rls/internal/config"
+	grants "github.com/rlsproject/rls/internal/engine/grant"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -122,7 +123,7 @@ const maxFillEvery = time.Hour
 // before the client can spend it, in the window of its counters that it
 // can be spent in (with the tokens it may hold over from the window
 // before: at most max). The counters are those of the config it was paid
-// in: a give-back goes to them or nowhere.
+// in: a release goes to them or nowhere.
 type grant struct {
 	a       assignment
 	start   time.Time // when the client's token bucket started, full
@@ -132,12 +133,14 @@ type grant struct {
 	node    *config.Descriptor // entries' node in cfg
 	mark    time.Time          // what it let the client spend is in bucket.canSpend up to mark
 	// taken is the tokens taken since start (max included), the fill
-	// taken up to takenUntil; window of them in the window that ends at
-	// windowEnd, the one the last of them were counted in.
+	// taken up to takenUntil.
 	taken      uint64
 	takenUntil time.Time
-	window     uint64
-	windowEnd  time.Time
+	// held is the tokens taken in the window that the last of them were
+	// counted in (a Grant of package grant, which ends with the window),
+	// less what the client could have spent of them: what a release can
+	// give back. Tokens are spent oldest first.
+	held grants.Grant
 }
 
 // owed is the most the client can have spent by t: max and the fill since
@@ -147,8 +150,9 @@ func (g *grant) owed(t time.Time) float64 {
 }
 
 // accrue adds to b.canSpend what the grant in force let its client spend
-// up to now (its fill; its max when it started).
-func (b *bucket) accrue(now time.Time) {
+// up to now (its fill; its max when it started), and spends from the
+// grant's ledger (l) what the client could have spent of it by now.
+func (b *bucket) accrue(now time.Time, l *grants.Ledger) {
 	g := b.grant
 	if g == nil {
 		return
@@ -160,6 +164,15 @@ func (b *bucket) accrue(now time.Time) {
 	if t := earlier(now, g.ends); t.After(g.mark) {
 		b.canSpend += g.owed(t) - g.owed(g.mark)
 		g.mark = t
+	}
+	// What the client cannot have spent by now, of the tokens taken: of
+	// those held, the newest.
+	var unspendable uint64
+	if spendable := uint64(math.Floor(g.owed(now))); g.taken > spendable {
+		unspendable = g.taken - spendable
+	}
+	if held := g.held.Left(); held > unspendable {
+		l.Spend(&g.held, now, held-unspendable)
 	}
 }
 
@@ -219,48 +232,45 @@ func (ss *Session) takeTo(ctx context.Context, b *bucket, g *grant, now time.Tim
 	}
 	b.sawLeft(now, end, uint64(st.Remaining), hits)
 	g.taken, g.takenUntil = owed, to
-	if !end.Equal(g.windowEnd) {
-		g.window, g.windowEnd = 0, end
-	}
-	g.window += hits
-	ss.s.metrics.granted.Add(float64(hits))
+	// Counted in the window that ends at end: what the grant held of the
+	// window before lapses (the client had it all to spend by its end).
+	ss.s.ledger.Take(&g.held, now, hits, end)
 	return nil
 }
 
 // release ends the grant at now (its assignment replaced, or gone): what
 // the client can no longer spend of what was paid in the current window
-// goes back to the counters that took it, while that window lasts. It is
-// the one place where hits go back: they are never more than what the
+// goes back to the counters that took it, when that surely lands while
+// the window lasts (grant.ReleaseLands); otherwise it lapses. It is the
+// one place where hits go back: they are never more than what the
 // client's own token bucket could not have spent, whatever it reports.
 func (ss *Session) release(ctx context.Context, b *bucket, now time.Time) {
-	b.accrue(now)
+	l := &ss.s.ledger
+	b.accrue(now, l)
 	g := b.grant
 	b.grant = nil
-	if g == nil || !ss.landsBefore(now, g.windowEnd) {
+	if g == nil {
 		return
 	}
-	spendable := uint64(math.Floor(g.owed(now)))
-	if g.taken <= spendable {
-		return
-	}
-	back := min(g.taken-spendable, g.window)
+	back := l.Release(&g.held, now, ss.s.opts.StoreTimeout)
+	l.Lapse(&g.held)
 	if back == 0 {
 		return
 	}
-	if _, err := ss.request(ctx, g.cfg, g.entries, back, true); err != nil {
-		// ErrConfigChanged: the counters that paid are no longer the
-		// config's; the hits stay counted there until their window ends.
-		ss.s.metrics.givenBackNot.Add(float64(back))
-		return
-	}
-	ss.s.metrics.givenBack.Add(float64(back))
+	_, err := ss.request(ctx, g.cfg, g.entries, back, true)
+	// An error (ErrConfigChanged: the counters that paid are no longer
+	// the config's): the hits stay counted there until their window ends.
+	l.Landed(back, err == nil)
 }
 
-// landsBefore reports whether a give-back sent at now is surely decided
-// before end, the end of the window its hits were counted in: one that
-// landed in the next window would free hits of that window.
-func (ss *Session) landsBefore(now, end time.Time) bool {
-	return now.Add(2*ss.s.opts.StoreTimeout + time.Millisecond).Before(end)
+// lapse ends the grant at now without a release (its assignment expired,
+// its stream ended): what the client could not have spent of it lapses.
+func (ss *Session) lapse(b *bucket, now time.Time) {
+	b.accrue(now, &ss.s.ledger)
+	if g := b.grant; g != nil {
+		ss.s.ledger.Lapse(&g.held)
+	}
+	b.grant = nil
 }
 
 // request sends hits of entries to the service, decided in cfg or not at

@@ -1,6 +1,10 @@
 package rlqs
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	grants "github.com/rlsproject/rls/internal/engine/grant"
+)
 
 // metrics are the service's own: what its clients report (bounded to what
 // is plausible) and what it hands out. Payments count in
@@ -14,9 +18,9 @@ type metrics struct {
 	denied        prometheus.Counter            // reported{result="denied"}
 	actions       *prometheus.CounterVec        // actions sent, by kind
 	sent          map[string]prometheus.Counter // actions, by kind: the series made once
-	granted       prometheus.Counter            // requests paid for the assignments
-	givenBack     prometheus.Counter            // requests paid that clients could not spend, given back
-	givenBackNot  prometheus.Counter            // of those, the ones that could not go back
+	granted       prometheus.CounterFunc        // requests taken for the assignments (the ledger's)
+	released      prometheus.CounterFunc        // requests taken that clients could not spend, released
+	unreleased    prometheus.CounterFunc        // of those, the ones whose release failed
 	overuse       prometheus.Counter            // requests beyond assignments, charged at a report
 	overuseNot    prometheus.Counter            // of those, the ones the limit had no room for
 	unknownDomain prometheus.Counter            // bucket reports of streams of unknown domains
@@ -30,7 +34,10 @@ const (
 	actionAbandon     = "abandon"
 )
 
-func newMetrics(streams func() float64) *metrics {
+func newMetrics(streams func() float64, ledger *grants.Ledger) *metrics {
+	fromLedger := func(f func(grants.Counts) uint64) func() float64 {
+		return func() float64 { return float64(f(ledger.Counts())) }
+	}
 	m := &metrics{
 		streams: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rls_rlqs_streams",
 			Help: "RLQS streams served now."}, streams),
@@ -40,12 +47,15 @@ func newMetrics(streams func() float64) *metrics {
 			Help: "Requests that RLQS clients report having decided themselves, by result (allowed, denied)."}, []string{"result"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rls_rlqs_actions_total",
 			Help: "Bucket actions sent to RLQS clients, by kind: token_bucket (a grant), deny_all (the limit is spent), allow_all (no limit), abandon (a reload removed the limit)."}, []string{"action"}),
-		granted: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_granted_requests_total",
-			Help: "Requests paid in the store for the token buckets handed out, before their clients can spend them."}),
-		givenBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_given_back_requests_total",
-			Help: "Requests paid that a replaced token bucket could no longer spend, given back while their window lasted."}),
-		givenBackNot: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_given_back_lost_requests_total",
-			Help: "Requests to give back that stayed counted: a reload changed the counters that paid them, or the store failed."}),
+		granted: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_rlqs_granted_requests_total",
+			Help: "Requests taken in the store for the token buckets handed out, before their clients can spend them."},
+			fromLedger(func(c grants.Counts) uint64 { return c.Taken })),
+		released: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_rlqs_given_back_requests_total",
+			Help: "Requests taken that a replaced token bucket could no longer spend, released while their window lasted."},
+			fromLedger(func(c grants.Counts) uint64 { return c.Released })),
+		unreleased: prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rls_rlqs_given_back_lost_requests_total",
+			Help: "Requests to release that stayed counted: a reload changed the counters that took them, or the store failed."},
+			fromLedger(func(c grants.Counts) uint64 { return c.Unlanded })),
 		overuse: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_overuse_requests_total",
 			Help: "Requests that clients report beyond what their assignments let them admit (before a first assignment, or under a fallback), charged at the report."}),
 		overuseNot: prometheus.NewCounter(prometheus.CounterOpts{Name: "rls_rlqs_overuse_uncharged_requests_total",
@@ -65,6 +75,6 @@ func newMetrics(streams func() float64) *metrics {
 // registers them.
 func (s *Server) Collectors() []prometheus.Collector {
 	m := s.metrics
-	return []prometheus.Collector{m.streams, m.buckets, m.reported, m.actions, m.granted, m.givenBack, m.givenBackNot,
+	return []prometheus.Collector{m.streams, m.buckets, m.reported, m.actions, m.granted, m.released, m.unreleased,
 		m.overuse, m.overuseNot, m.unknownDomain}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rlsproject/rls/internal/config"
+	grants "github.com/rlsproject/rls/internal/engine/grant"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -67,8 +68,8 @@ type Options struct {
 	// Now is the clock; nil is time.Now. It must be the store's.
 	Now func() time.Time
 	// StoreTimeout is the store's bound on a decision once sent: a grant's
-	// unused requests are given back only while that surely lands in the
-	// window they were counted in.
+	// unused requests are released only when that surely lands in the
+	// window they were counted in (grant.ReleaseLands).
 	StoreTimeout time.Duration
 	// FirstReport is how long a stream may stay without a report before it
 	// is ended (DEADLINE_EXCEEDED); 0 is DefaultFirstReport.
@@ -85,6 +86,7 @@ type Server struct {
 	opts    Options
 	streams chan struct{} // a token per stream served
 	bytes   atomic.Int64  // what all sessions' bucket ids count against MaxBytes
+	ledger  grants.Ledger // what became of the tokens taken for assignments
 	metrics *metrics
 
 	mu    sync.Mutex
@@ -100,7 +102,7 @@ func New(svc *service.Service, opts Options) *Server {
 		opts.FirstReport = DefaultFirstReport
 	}
 	s := &Server{svc: svc, opts: opts, streams: make(chan struct{}, MaxStreams), conns: make(map[string]int)}
-	s.metrics = newMetrics(func() float64 { return float64(len(s.streams)) })
+	s.metrics = newMetrics(func() float64 { return float64(len(s.streams)) }, &s.ledger)
 	return s
 }
 
@@ -210,9 +212,9 @@ func (s *Server) admit(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// reserveBytes counts n more bytes of bucket ids against MaxBytes, and
+// claimBytes counts n more bytes of bucket ids against MaxBytes, and
 // says whether they fit (when not, nothing is counted).
-func (s *Server) reserveBytes(n int) bool {
+func (s *Server) claimBytes(n int) bool {
 	if s.bytes.Add(int64(n)) > MaxBytes {
 		s.bytes.Add(-int64(n))
 		return false

@@ -220,7 +220,24 @@ func runFleet(t *testing.T, s uint64, w window, f fleet, clock *storetest.Clock,
 	for _, e := range envoys {
 		run.over += e.overBound()
 	}
+	for i, srv := range servers {
+		checkLedger(t, s, i, srv)
+	}
 	return run
+}
+
+// checkLedger checks that the grant ledger of process i accounts for every
+// token it took: spent (by its clients, as far as it can tell), held,
+// released or lapsed, none in flight (releases are sent in the report or
+// tick that makes them), no term past what was taken.
+func checkLedger(t *testing.T, s uint64, i int, srv *Server) {
+	t.Helper()
+	c := srv.ledger.Counts()
+	sum := c.Spent + c.Held + c.Releasing + c.Released + c.Lapsed
+	if sum != c.Taken || c.Releasing != 0 || max(c.Spent, c.Held, c.Released, c.Lapsed) > c.Taken {
+		t.Errorf("seed %d: process %d's grant ledger %+v: spent + held + releasing + released + lapsed = %d, want the %d taken, none releasing",
+			s, i, c, sum, c.Taken)
+	}
 }
 
 // checkWindows checks every whole window of a fleet's run: at most the

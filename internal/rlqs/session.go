@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rlsproject/rls/internal/config"
+	grants "github.com/rlsproject/rls/internal/engine/grant"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -79,11 +80,15 @@ func (s *Server) NewSession() *Session {
 	return &Session{s: s, buckets: make(map[string]*bucket)}
 }
 
-// end forgets the session's buckets. Their grants stay counted: the client
-// may still spend them until their assignments expire.
+// end forgets the session's buckets. Their grants stay counted (they
+// lapse): the client may still spend them until their assignments expire.
 func (ss *Session) end() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	now := ss.s.opts.Now()
+	for _, b := range ss.buckets {
+		ss.lapse(b, now)
+	}
 	ss.s.metrics.buckets.Sub(float64(len(ss.buckets)))
 	ss.s.bytes.Add(-int64(ss.bytes))
 	clear(ss.buckets)
@@ -143,7 +148,7 @@ func (ss *Session) newBucket(id *rlqsv3.BucketId, key string) (*bucket, error) {
 	if ss.bytes+n > MaxStreamBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "a stream's bucket ids may hold %d bytes at most", MaxStreamBytes)
 	}
-	if !ss.s.reserveBytes(n) {
+	if !ss.s.claimBytes(n) {
 		return nil, status.Errorf(codes.ResourceExhausted, "the RLQS streams' bucket ids hold %d bytes, the most this server keeps", MaxBytes)
 	}
 	ss.bytes += n
@@ -227,7 +232,7 @@ func (ss *Session) report(ctx context.Context, b *bucket, allowed, denied uint64
 	if b.node != nil {
 		// Requests beyond what its assignments let it admit (before its
 		// first one, or under a fallback) are charged when they fit.
-		b.accrue(now)
+		b.accrue(now, &ss.s.ledger)
 		if most := uint64(b.canSpend); allowed > most {
 			over := min(allowed-most, service.MaxHits)
 			ss.s.metrics.overuse.Add(float64(over))
@@ -245,7 +250,7 @@ func (ss *Session) report(ctx context.Context, b *bucket, allowed, denied uint64
 	}
 	b.canSpend = 0
 	if g := b.grant; g.live(now) {
-		b.accrue(now)
+		b.accrue(now, &ss.s.ledger)
 		b.canSpend = float64(g.a.max) // it may hold up to max now
 	}
 	return actions
@@ -322,10 +327,10 @@ func (ss *Session) assign(ctx context.Context, b *bucket, now time.Time) []*rlqs
 // resize replaces the bucket's token bucket, paid to the next window
 // boundary, when the rate it would be sized to now is well below its own
 // (keepBelow; pressedKeep when the limits run short), or well above it
-// (growAbove) while its client is short of tokens: then by half of what
-// the limits had left after that payment at most. It returns nil when the
-// token bucket goes on (Envoy carries an equal one over, with its tokens,
-// so nothing new is paid for its max).
+// (growAbove) while its client is short of tokens: then by a grant's share
+// of what the limits had left after that payment at most (grant.Cap: a
+// quarter). It returns nil when the token bucket goes on (Envoy carries an
+// equal one over, with its tokens, so nothing new is paid for its max).
 func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	g, want := b.grant, b.want(now)
 	r, w, below := g.a.rate(), want.rate(), keepBelow
@@ -341,10 +346,11 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 			// Nothing paid in this window yet: what is left is not known.
 			return ss.replace(ctx, b, want, now, nil)
 		}
-		// The client's share of this window's rest grows by half of what
-		// is left; the token bucket's own fill comes back when replaced.
+		// The client's share of this window's rest grows by a grant's
+		// share of what is left; the token bucket's own fill comes back
+		// when replaced.
 		span := earlier(g.ends, end).Sub(now) + burstTime
-		if grown := min(w, r+float64(b.left/2)/span.Seconds()); grown > growAbove*r {
+		if grown := min(w, r+float64(grants.Cap(b.left))/span.Seconds()); grown > growAbove*r {
 			return ss.replace(ctx, b, sized(grown, b.node, b.ttl()), now, nil)
 		}
 	}
@@ -353,7 +359,8 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 
 // replace ends the bucket's grant at now and returns the actions of a new
 // one, of want or less, paid: after a payment that fell short (short), of
-// half what the binding limit has left; DENY_ALL when nothing fits.
+// a grant's share of what the binding limit has left (grant.Cap: a
+// quarter); DENY_ALL when nothing fits.
 func (ss *Session) replace(ctx context.Context, b *bucket, want assignment, now time.Time, short *shortfall) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	replacing := b.grant.live(now)
 	ss.release(ctx, b, now)
@@ -371,12 +378,12 @@ func (ss *Session) replace(ctx context.Context, b *bucket, want assignment, now 
 			if short.err != nil || short.left == 0 {
 				break
 			}
-			// Half of what is left, spent over the rest of the window and
-			// the burst.
+			// A grant's share of what is left, spent over the rest of the
+			// window and the burst.
 			span := earlier(now.Add(ttl), nextBoundary(b.node, now)).Sub(now)
-			half := float64((short.left + 1) / 2)
-			rate := min(want.rate(), half/(span+burstTime).Seconds())
-			for rate > 0 && float64(maxTokens(rate, b.node))+rate*span.Seconds() > half {
+			share := float64(grants.Cap(short.left))
+			rate := min(want.rate(), share/(span+burstTime).Seconds())
+			for rate > 0 && float64(maxTokens(rate, b.node))+rate*span.Seconds() > share {
 				rate *= 0.8 // the least max_tokens may not fit
 			}
 			if rate*span.Seconds() < 1 {
@@ -446,7 +453,7 @@ func (ss *Session) Tick(ctx context.Context) (*rlqsv3.RateLimitQuotaResponse, er
 		case b.sent == sentDenyAll:
 			resp.BucketAction = append(resp.BucketAction, ss.replace(ctx, b, b.want(now), now, nil)...)
 		case !g.live(now):
-			b.grant = nil // expired: the client has fallen back
+			ss.lapse(b, now) // expired: the client has fallen back
 		default:
 			if short := ss.takeTo(ctx, b, g, now); short != nil {
 				resp.BucketAction = append(resp.BucketAction, ss.replace(ctx, b, g.a, now, short)...)

@@ -195,7 +195,7 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 		de.Limits = make([]LimitExplanation, 0, len(limits))
 		for _, l := range limits {
 			le := LimitExplanation{Limit: l}
-			if !l.Unlimited && l.Rule.Algorithm() == engine.Concurrency {
+			if !l.Unlimited && l.Rule.InFlight() {
 				le.LeaseTTL = l.Rule.Window
 			}
 			switch useOf(l, replaced) {

@@ -2,10 +2,8 @@ package service
 
 import (
 	"context"
-	"errors"
 
 	"github.com/rlsproject/rls/internal/config"
-	"github.com/rlsproject/rls/internal/engine"
 )
 
 // ResetResult says what a Reset cleared. A value, built per call.
@@ -24,10 +22,6 @@ type ResetDescriptor struct {
 	// order; empty when the descriptor matched no limit.
 	Limits []*config.Limit
 }
-
-// ErrCannotReset is returned by Reset when the store cannot clear
-// counters.
-var ErrCannotReset = errors.New("the store cannot reset counters")
 
 // Reset clears the counters of every limit that req's descriptors match,
 // as a decision would find them (all windows, all algorithms; not those a
@@ -57,11 +51,7 @@ func (s *Service) Reset(ctx context.Context, req *Request) (*ResetResult, error)
 	if len(sc.items) == 0 {
 		return res, nil
 	}
-	r, ok := s.store.(engine.Resetter)
-	if !ok {
-		return nil, ErrCannotReset
-	}
-	n, err := r.Reset(ctx, sc.items)
+	n, err := s.store.Reset(ctx, sc.items)
 	if err != nil {
 		return nil, err
 	}

@@ -203,21 +203,14 @@ func (s *Service) Config() *config.Config {
 	return nil
 }
 
-// pinger is what a store implements to take part in readiness.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // Ready reports whether the service can answer: a config is loaded and the
 // store answers.
 func (s *Service) Ready(ctx context.Context) error {
 	if s.current.Load() == nil {
 		return errNoConfig
 	}
-	if p, ok := s.store.(pinger); ok {
-		if err := p.Ping(ctx); err != nil {
-			return fmt.Errorf("store: %w", err)
-		}
+	if err := s.store.Ping(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
 	}
 	return nil
 }

@@ -339,6 +339,9 @@ func (s failingStore) Peek(context.Context, []engine.Item, []engine.Result) (boo
 	return false, s.err
 }
 
+func (s failingStore) Reset(context.Context, []engine.Item) (int, error) { return 0, s.err }
+func (s failingStore) Ping(context.Context) error                        { return s.err }
+
 func TestStoreErrorPolicy(t *testing.T) {
 	storeErr := errors.New("connection refused")
 	req := &Request{Domain: "api", Descriptors: []Descriptor{desc("whitelisted", "x"), desc("remote_address", "10.0.0.1")}}

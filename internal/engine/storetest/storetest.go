@@ -63,10 +63,10 @@ const (
 func Rule(alg string, rpu uint32, window time.Duration, burst uint32) *engine.Rule {
 	s := engine.Spec{
 		Algorithm: alg, Limit: rpu, Unit: engine.Second, Multiplier: uint32(window / time.Second),
-		Burst: burst, BurstSet: alg == engine.TokenBucket,
+		Burst: engine.Opt[uint32]{V: burst, Set: alg == engine.TokenBucket},
 	}
 	if alg == engine.Concurrency {
-		s.Multiplier, s.LeaseTTL, s.LeaseTTLSet = 1, window, true
+		s.Multiplier, s.LeaseTTL = 1, engine.Some(window)
 	}
 	return engine.MustCompile(s)
 }
@@ -75,7 +75,7 @@ func Rule(alg string, rpu uint32, window time.Duration, burst uint32) *engine.Ru
 func PenaltyRule(alg string, rpu uint32, window time.Duration, ladder []time.Duration, reset time.Duration) *engine.Rule {
 	return engine.MustCompile(engine.Spec{
 		Algorithm: alg, Limit: rpu, Unit: engine.Second, Multiplier: uint32(window / time.Second),
-		Penalty: ladder, PenaltyReset: reset, PenaltyResetSet: true,
+		Penalty: ladder, PenaltyReset: engine.Some(reset),
 	})
 }
 
@@ -100,7 +100,7 @@ func Seed(t testing.TB) uint64 {
 // the config would.
 func CalendarRule(unit engine.Unit, rpu uint32, loc *time.Location) *engine.Rule {
 	return engine.MustCompile(engine.Spec{
-		Limit: rpu, Unit: unit, Multiplier: 1, Calendar: true, TimeZone: loc.String(), TimeZoneSet: true,
+		Limit: rpu, Unit: unit, Multiplier: 1, Calendar: true, TimeZone: engine.Some(loc.String()),
 	})
 }
 
@@ -127,7 +127,7 @@ var paris = func() *time.Location {
 // last (memstore) or last changed it (Redis), which the differential tests
 // leave out.
 func WindowID(l *engine.Rule) string {
-	if l.Algorithm() == engine.Concurrency {
+	if l.InFlight() {
 		return l.ID + "@" + l.Window.String()
 	}
 	return l.ID
@@ -158,20 +158,16 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("CountersAreSeparate", func(t *testing.T) { testSeparate(t, newStore) })
 	t.Run("ExpiredStateForgotten", func(t *testing.T) { testExpired(t, newStore) })
 	t.Run("CancelledContext", func(t *testing.T) { testCancelled(t, newStore) })
+	t.Run("NoItems", func(t *testing.T) { testNoItems(t, newStore) })
 	t.Run("ConcurrentExactlyTheLimit", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
 }
 
 // testReset: Reset clears every counter of the items, whatever the
 // algorithm, and says how many held state; other counters keep theirs.
-// Every store of rls implements engine.Resetter.
 func testReset(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
-	r, ok := s.(engine.Resetter)
-	if !ok {
-		t.Fatalf("%T does not implement engine.Resetter", s)
-	}
 	rules := []*engine.Rule{
 		Rule(engine.FixedWindow, 2, time.Minute, 0),
 		Rule(engine.SlidingWindow, 3, time.Hour, 0),
@@ -198,7 +194,7 @@ func testReset(t *testing.T, newStore NewStore) {
 			}
 		}
 	}
-	n, err := r.Reset(context.Background(), items(reset))
+	n, err := s.Reset(context.Background(), items(reset))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +211,7 @@ func testReset(t *testing.T, newStore NewStore) {
 			t.Errorf("%s of another descriptor admitted after a Reset: its counter was cleared too", it.Rule.ID)
 		}
 	}
-	if n, err := r.Reset(context.Background(), items(uniqueDesc(t, "ip=3"))); err != nil || n != 0 {
+	if n, err := s.Reset(context.Background(), items(uniqueDesc(t, "ip=3"))); err != nil || n != 0 {
 		t.Errorf("Reset of counters never used: %d, %v; want 0, nil", n, err)
 	}
 	// A penalty's block goes with its counter: one counter cleared.
@@ -224,7 +220,7 @@ func testReset(t *testing.T, newStore NewStore) {
 	if ok, res := apply(t, s, blocked); ok || res[0].Blocked {
 		t.Fatalf("a penalized counter's first denial: admitted %v, blocked %v; want a strike (false, false)", ok, res[0].Blocked)
 	}
-	if n, err := r.Reset(context.Background(), blocked); err != nil || n != 1 {
+	if n, err := s.Reset(context.Background(), blocked); err != nil || n != 1 {
 		t.Errorf("Reset of a blocked counter: %d, %v; want 1, nil", n, err)
 	}
 	if ok, res := apply(t, s, blocked); !ok {
@@ -960,6 +956,23 @@ func testCancelled(t *testing.T, newStore NewStore) {
 	_, err := s.Apply(ctx, items, make([]engine.Result, 1))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Apply with a cancelled context = %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// testNoItems: a request of no items is admitted (every item admits, as
+// Evaluate reads it), peeks as admitted, and resets nothing: no store
+// fails or panics on it.
+func testNoItems(t *testing.T, newStore NewStore) {
+	s := newStore(t, NewClock(T0).Now)
+	ctx := context.Background()
+	if ok, err := s.Apply(ctx, nil, nil); !ok || err != nil {
+		t.Errorf("Apply(no items) = %v, %v; want admitted", ok, err)
+	}
+	if ok, err := s.Peek(ctx, nil, nil); !ok || err != nil {
+		t.Errorf("Peek(no items) = %v, %v; want admitted", ok, err)
+	}
+	if n, err := s.Reset(ctx, nil); n != 0 || err != nil {
+		t.Errorf("Reset(no items) = %d, %v; want 0", n, err)
 	}
 }
 

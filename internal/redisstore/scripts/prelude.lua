@@ -1,13 +1,22 @@
--- prelude.lua: what decide.lua and release.lua share. The three files make
--- one Redis Functions library (see library in wire.go): loaded once per
--- node with FUNCTION LOAD, its top level runs once, and each request is an
--- FCALL of an entry point (decide_entry, release_entry), which creates no
--- closures. A script sent with EVALSHA would create all of its functions
--- again at every call.
+-- prelude.lua: what every file of the scripts shares. The scripts make one
+-- Redis Functions library (see library in wire.go), assembled from their
+-- files in this order: this prelude; the decide function's state
+-- (decide/state.lua, decide/hashes.lua); the algorithms, one file each
+-- (alg/<name>.lua, by code); the penalties (penalty.lua); the decide
+-- function's phases (decide/parse.lua ... decide/decide.lua); the release
+-- function (release.lua). The library is one chunk: a file sees the locals
+-- of the files before it (as upvalues, as fast as its own), and a file
+-- keeps what no later file needs in a block of its own (do ... end), so
+-- that the chunk stays within Lua's 200 locals. Loaded once per node with
+-- FUNCTION LOAD, its top level runs once, and each request is an FCALL of
+-- an entry point (decide_entry, release_entry), which creates no closures.
+-- A script sent with EVALSHA would create all of its functions again at
+-- every call.
 --
 -- The wire contract is named once on each side: these constants here, the
 -- same names in internal/redisstore/wire.go, and TestWireContract fails
--- when the two differ.
+-- when the two differ. The algorithm codes (ALG_<NAME>) are each in its
+-- algorithm's file.
 
 -- The key layout's parts the scripts derive (engine/key.go): the counters
 -- of a descriptor (but sliding logs) are the fields of one hash, named by
@@ -18,24 +27,11 @@
 local HASH_EXPIRY = 'x'
 -- A penalized counter's strikes and block end are the field of its rule ID
 -- and PENALTY_SUFFIX (engine.PenaltyField), in the same hash (a sliding
--- log's too): the block end and strikes packed as a window's state.
+-- log's too): the block end and strikes (see penalty.lua).
 local PENALTY_SUFFIX = '!p'
 local FREED_CHANNEL = 'freed'
 
--- Algorithm codes: the engine's (engine.Algorithms, by code).
-local ALG_FIXED_WINDOW = 0
-local ALG_SLIDING_WINDOW = 1
-local ALG_SLIDING_LOG = 2
-local ALG_TOKEN_BUCKET = 3
--- A fixed window on a time zone's calendar (calendar: true): its window
--- argument is "b1:b2:b3:b4", the starts of the previous, current and next
--- windows around the store's clock and the next one's end, in µs.
-local ALG_CALENDAR_WINDOW = 4
--- Requests in flight (algorithm: concurrency): a sliding log whose window is
--- the lease_ttl.
-local ALG_CONCURRENCY = 5
-
--- decide.lua's arguments: args[1] is the number of requests, then each
+-- The decide function's arguments: args[1] is the number of requests, then each
 -- request is REQUEST_HEAD fields at the REQUEST_* positions, followed by
 -- ITEM_FIELDS fields per item at the ITEM_* positions, or, for a request
 -- whose items all take one hit with no flags and no group (REQUEST_ITEMS
@@ -52,9 +48,10 @@ local ITEM_KEY = 1 -- the descriptor's key (engine.DescriptorKey): its counters'
                    -- SAME_KEY for the previous item's
 local SAME_KEY = ''
 -- the rule: RULE_PATTERN's fields, 'code|window|limit|burst|penalty|id':
--- its algorithm, its window in µs (see ALG_CALENDAR_WINDOW), its limit and
--- burst, its penalty ('' for none, else 'reset:step:step...' in µs,
--- engine.Rule.PenaltyArg) and its ID (the counter's field in the hash).
+-- its algorithm, its window in µs (a calendar window's: see
+-- alg/calendar_window.lua), its limit and burst, its penalty ('' for none,
+-- else 'reset:step:step...' in µs, engine.Rule.PenaltyArg) and its ID (the
+-- counter's field in the hash).
 -- Parsed once per library load and kept (a calendar window's changes with
 -- its bounds).
 local ITEM_RULE = 2
@@ -83,12 +80,11 @@ local MODE_CHARGE = 'C'
 -- give each limit's remaining and reset before the request.
 local MODE_PEEK = 'P'
 
--- decide.lua's reply, per request: REPLY_HEAD fields (the verdict, one of
--- VERDICT_*, and the instant), then, unless expired, REPLY_ITEM_FIELDS per
--- item (its verdict, see REPLY_ITEM_*; remaining, reset µs, retry µs or
--- RETRY_NEVER); then the undo log
--- (operations for release.lua) in MODE_RESERVE when admitted, and in the
--- other modes when the request was decided after its REQUEST_UNDO_AFTER
+-- The decide function's reply, per request: REPLY_HEAD fields (the
+-- verdict, one of VERDICT_*, and the instant), then, unless expired,
+-- REPLY_ITEM_FIELDS per item (its verdict, see REPLY_ITEM_*; remaining,
+-- reset µs, retry µs or RETRY_NEVER); then the undo log (operations for
+-- release.lua) in MODE_RESERVE when admitted, and in the other modes when the request was decided after its REQUEST_UNDO_AFTER
 -- instant; then, in MODE_RESERVE when admitted, per item the remaining and
 -- reset µs of the state before the request.
 -- A request admitted in MODE_FINAL without flags, groups, penalties or an
@@ -121,9 +117,10 @@ local REPLY_ITEM_BLOCKED_CHARGED = 3
 -- end.
 local TB_MAX_AHEAD = 1125899906842624
 
--- release.lua's operations (the undo log written by decide.lua):
-local UNDO_WINDOW = 'W' -- key id start window span delta: take delta hits off the
-                        -- window that started at start (or, a window later, off the previous one)
+-- The release function's operations (the undo log that the decide function
+-- writes; each algorithm's file undoes its own):
+local UNDO_WINDOW = 'W' -- key id start window span delta: remove delta hits from the
+                        -- window that started at start (or, a window later, from the previous one)
 local UNDO_TAT = 'T' -- key id delta: token bucket TAT += delta µs
 local UNDO_ZREM = 'Z' -- key count members...: remove log entries
 local UNDO_ZADD = 'A' -- key window count (score member)...: put back log entries
@@ -209,46 +206,11 @@ end
 
 -- A counter's state in its hash field: its numbers (integers below 2^53)
 -- packed as little-endian doubles (STATE_NUMBER each; Go's
--- math.Float64frombits reads them): a window counter (fixed, sliding and
--- calendar windows) holds its window's start in µs and count, and a
--- sliding window the previous window's count too; a token bucket its TAT.
--- Packing and unpacking are one C call, where decimal text cost a format
--- and a tonumber per number. HASH_EXPIRY holds one number.
+-- math.Float64frombits reads them), as its algorithm's file says (a window
+-- counter holds its window's start in µs and count, a token bucket its
+-- TAT). Packing and unpacking are one C call, where decimal text cost a
+-- format and a tonumber per number. HASH_EXPIRY holds one number.
 local STATE_NUMBER = '<d'
-local WINDOW_STATE, SLIDING_STATE = '<dd', '<ddd'
-
--- window_read returns a window counter's start, count and previous count
--- from its field's value (false: absent), or nil for no state.
-local function window_read(v)
-  if not v then
-    return nil
-  end
-  if #v == 24 then
-    local start, count, prev = sunpack(SLIDING_STATE, v)
-    return start, count, prev
-  end
-  local start, count = sunpack(WINDOW_STATE, v)
-  return start, count, 0
-end
-
--- the field value of a window counter's state; prev only in a sliding window's
-local function window_value(start, count, prev, sliding)
-  if sliding then
-    return spack(SLIDING_STATE, start, count, prev)
-  end
-  return spack(WINDOW_STATE, start, count)
-end
-
--- A window counter's expiry: a count weighs for span windows of w from
--- its window's start, a previous count for one.
-local function window_expiry(start, count, prev, w, span)
-  if count > 0 then
-    return start + span * w
-  elseif prev > 0 then
-    return start + w
-  end
-  return 0
-end
 
 -- a number of a state (a TAT, the hash's expiry) from its packed value, 0
 -- for none
@@ -281,17 +243,6 @@ local function counter_key(key, id)
   return key .. ':' .. id
 end
 
--- A sliding log is a sorted set of entries scored by their instant,
--- members "<instant>-<seq>/<hits>", and the member LOG_TOTAL whose score is
--- minus one minus the hits of the entries (below every instant, so range
--- reads by score never meet it; kept in the same key, so the two cannot
--- part).
+-- The member of a sliding log's sorted set whose score is minus one minus
+-- the hits of its entries (see alg/sliding_log.lua).
 local LOG_TOTAL = 'n'
-
-local function log_hits(member)
-  return tonumber(match(member, '/(%d+)$') or 1) -- "<instant>-<seq>": one hit (before entries carried hits)
-end
-
-local function log_member(at, seq, hits)
-  return fmt(at) .. '-' .. seq .. '/' .. fmt(hits)
-end

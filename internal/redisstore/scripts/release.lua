@@ -1,20 +1,19 @@
--- release.lua: undoes what a decision wrote, from the undo log that
--- decide.lua returned with it: the reservation of one cluster node (or
+-- release.lua: undoes what a decision wrote, from the undo log that the
+-- decide function returned with it: the reservation of one cluster node (or
 -- store) when the request, spread over several, turned out to be denied
 -- elsewhere, or a late decision whose caller stopped waiting. Every
 -- operation is a delta, so consumption by other requests since stays
--- counted. Each operation is undone by the section of decide.lua that
--- wrote it (its undo table); this file only dispatches. Part of the library
--- with prelude.lua and decide.lua.
+-- counted. Each operation is undone by the algorithm that wrote it (its
+-- undo table, in alg/<name>.lua); this file only dispatches.
 --
 -- keys[1]: a key of the node (routing only).
 -- args: the instant in microseconds or "" (see the test seam in
--- prelude.lua), then operations as decide.lua logged them (UNDO_* of the
+-- prelude.lua), then operations as the decide function logged them (UNDO_* of the
 -- prelude, each followed by its key and fields), then UNDO_PUBLISH base for
 -- each counter whose hits are given back: published on <prefix>freed after
 -- the others, so that other processes drop their cached denials of it.
 
--- undoers maps each operation to the function of the section that undoes
+-- undoers maps each operation to the function of the algorithm that undoes
 -- it: f(args, i, now) undoes the operation at args[i] and returns where the
 -- next one starts. Made at the first release (the library's top level runs
 -- before Redis gives it pairs).
@@ -23,8 +22,8 @@ local undoers
 local function undoer(op)
   if not undoers then
     undoers = {}
-    for _, section in pairs(algorithms) do
-      for o, f in pairs(section.undo) do
+    for _, alg in pairs(algorithms) do
+      for o, f in pairs(alg.undo) do
         undoers[o] = f
       end
     end
@@ -49,9 +48,9 @@ local function release_entry(_, args)
       return redis.error_reply('rls: unknown release operation ' .. tostring(op))
     end
   end
-  for _, section in pairs(algorithms) do
-    if section.finish_undo then
-      section.finish_undo()
+  for _, alg in pairs(algorithms) do
+    if alg.finish_undo then
+      alg.finish_undo()
     end
   end
   return 1

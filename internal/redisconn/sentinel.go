@@ -1,4 +1,4 @@
-package redisstore
+package redisconn
 
 import (
 	"context"
@@ -66,8 +66,8 @@ func newFailoverClient(sen *Sentinel, ro *redis.Options, log *slog.Logger, onCha
 }
 
 // masterWatch follows which node is the master that the sentinels watch,
-// for the store's connections to it: the store's client and the links
-// dial the address it holds (dial). It learns it by asking every sentinel
+// for the Conn's connections to it: the Conn's client and the links dial
+// the address it holds (dial). It learns it by asking every sentinel
 // (SENTINEL MASTER: the answer of the highest config epoch wins) when it
 // holds none, and from the events of every sentinel, subscribed to on
 // each (the sentinels given and those they know of):
@@ -219,7 +219,7 @@ func (w *masterWatch) subscribe(addr string, sc *redis.SentinelClient) {
 // confirmed subscription resets the retries and asks the sentinels where
 // the master is (events may have been missed meanwhile).
 func (w *masterWatch) follow(ctx context.Context, ps *redis.PubSub, wait *time.Duration, warned *bool) error {
-	return receive(ctx, ps, sentinelPing, func(msg any) {
+	return Receive(ctx, ps, sentinelPing, func(msg any) {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "psubscribe" {
@@ -436,7 +436,7 @@ func (w *masterWatch) dial(ctx context.Context, network string) (conn net.Conn, 
 	return conn, moved, err
 }
 
-// dialPooled is the dialer of the store's client, whose pool keeps
+// dialPooled is the dialer of the Conn's client, whose pool keeps
 // connections: they are masterConns.
 func (w *masterWatch) dialPooled(ctx context.Context, network, _ string) (net.Conn, error) {
 	c, moved, err := w.dial(ctx, network)
@@ -553,30 +553,56 @@ func (w *masterWatch) current() string {
 }
 
 // masterChanged is told that Sentinel's master is another node now (a
-// failover). What the store knew of the former master does not hold for
-// the new one: the pipelines' connections are set up again (links), which
-// reads its clock before the next request (another
-// machine's may be ahead or behind), and the denial cache starts empty
-// and stays off until its subscription is confirmed on the new master
-// (replication is asynchronous: hits the former master counted, and
-// notices it published, may never have reached the new one).
-func (s *Store) masterChanged(from, to string) {
-	s.log.Warn("redis: Sentinel names another master; following it", "from", from, "to", to)
-	s.links.reconnect("")
-	if s.clock != nil {
-		s.clock.forget("")
+// failover). What the Conn knew of the former master does not hold for the
+// new one: the pipelines' connections are set up again (links), which
+// reads its clock before the next request (another machine's may be ahead
+// or behind); then the caller is told (Options.OnMasterChange).
+func (c *Conn) masterChanged(from, to string) {
+	c.log.Warn("redis: Sentinel names another master; following it", "from", from, "to", to)
+	c.links.reconnect("")
+	if c.clock != nil {
+		c.clock.forget("")
 	}
-	if s.cache != nil {
-		s.cache.setLive(false)
+	if c.opts.OnMasterChange != nil {
+		c.opts.OnMasterChange(from, to)
 	}
 }
 
-// onMasterMove runs f (in a goroutine of its own) when Sentinel's master
+// OnMasterMove runs f (in a goroutine of its own) when Sentinel's master
 // changes next, and returns a function that cancels that; with no Sentinel
-// it does nothing.
-func (s *Store) onMasterMove(f func()) (stop func() bool) {
-	if s.master == nil {
+// it does nothing. A subscription on Client is moved to the new master so.
+func (c *Conn) OnMasterMove(f func()) (stop func() bool) {
+	if c.master == nil {
 		return func() bool { return false }
 	}
-	return context.AfterFunc(s.master.next(), f)
+	return context.AfterFunc(c.master.next(), f)
+}
+
+// Receive hands each message of ps to handle until ps fails, or stays
+// silent for ping twice: it is pinged after the first silence.
+func Receive(ctx context.Context, ps *redis.PubSub, ping time.Duration, handle func(msg any)) error {
+	pinged := false
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, ping)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			if !isTimeout(err) || pinged {
+				return err
+			}
+			if err := ps.Ping(ctx); err != nil {
+				return err
+			}
+			pinged = true
+			continue
+		}
+		pinged = false
+		handle(msg)
+	}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }

@@ -1,30 +1,30 @@
-package redisstore
+package redisconn
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
 )
 
-// batcher sends the decisions of concurrent requests together: each of its
+// batcher sends the requests of concurrent calls together: each of its
 // workers takes every call queued at that moment (up to maxBatch) and sends
 // them in one round trip, so that under load a round trip carries many
-// decisions. With little load a call goes alone and waits for nobody.
+// requests. With little load a call goes alone and waits for nobody.
 //
-// On a single node the calls of a round trip share FCALLs too: the decide
-// function takes several requests (up to perScript) and decides them one
-// after the other, so Redis pays a call's fixed cost once for all of them.
-// In a cluster, where each call goes to the node of its keys, every call is
-// an FCALL of its own in a pipeline, and a worker sends the calls of each
-// node on its own connection to that node, concurrently.
+// On a single node the calls of a round trip share FCALLs too: the
+// function (Options.Function) takes several requests (up to perScript) and
+// runs them one after the other, so Redis pays a call's fixed cost once
+// for all of them. In a cluster, where each call goes to the node of its
+// keys, every call is an FCALL of its own in a pipeline, and a worker sends
+// the calls of each node on its own connection to that node, concurrently.
 //
 // Connections. Each worker sends on connections of its own (links), set up
 // before the worker stamps the deadlines of the calls it sends on them: a
@@ -36,26 +36,29 @@ import (
 // redisClock): its send instant plus its budget, the store timeout or, when
 // its caller waits less than the timeout and its grace, the same share of
 // the caller's wait (the rest is for the reply's way back). Past it the
-// script decides nothing (verdict expired). Its caller waits for the reply
-// until the deadline plus grace, or its own deadline; a reply that arrives
-// after its caller stopped waiting is late: what it consumed is given back
-// with its undo log, which the script attaches to requests it decides
-// within the last undoSpan before their deadline, the only ones whose
-// replies can be late unless the way back takes longer than a whole
-// budget. A late reply that consumed without an undo log, and a call whose
-// reply never came (the connection failed, or stayed silent past the
-// drain bound: see sendNode), are counted as
-// indeterminate: the store cannot tell or undo what they consumed.
+// function runs nothing of the request (Request.Head: expired), and the
+// call is sent again while its caller waits (resend). Its caller waits for
+// the reply until the deadline plus grace, or its own deadline; a reply
+// that arrives after its caller stopped waiting is late (Options.OnLate):
+// what it did is the caller's to undo, with the undo log that the function
+// attaches to requests it runs within the last undoSpan before their
+// deadline, the only ones whose replies can be late unless the way back
+// takes longer than a whole budget. A call whose reply never came (the
+// connection failed, or stayed silent past the drain bound: see sendNode)
+// is indeterminate (Options.OnIndeterminate): nobody can tell or undo
+// what it did.
 type batcher struct {
 	links     *links
 	queue     chan *call
 	maxBatch  int
 	perScript int
-	clock     *redisClock // nil: no deadlines (the scripts run on a test clock)
+	clock     *redisClock // nil: no deadlines (the function runs on a test clock)
 	timeout   time.Duration
-	bound     time.Duration          // pipelineBound
-	drain     time.Duration          // drainBound (default: bound)
-	late      func(c *call, r reply) // a reply whose caller stopped waiting
+	bound     time.Duration // pipelineBound
+	drain     time.Duration // drainBound
+	fn        string        // the function called (Options.Function)
+	library   string        // the library that defines it (Options.Library)
+	late      func(Late)    // a reply whose caller stopped waiting
 	unknown   func(node string, err error)
 
 	scripts, roundTrips atomic.Uint64
@@ -65,17 +68,16 @@ type batcher struct {
 	wg   sync.WaitGroup
 }
 
-// For a request that Redis has budget to decide: grace is how long its
+// For a request that Redis has budget to run: grace is how long its
 // caller waits for the reply past the deadline, for the reply's way back;
-// undoSpan is how long before the deadline a decision carries its undo
-// log.
+// undoSpan is how long before the deadline a run carries its undo log.
 func grace(budget time.Duration) time.Duration    { return budget / 2 }
 func undoSpan(budget time.Duration) time.Duration { return budget / 2 }
 
-// budget is how long Redis has to decide c, sent at sent: the store
-// timeout, or, when c's caller waits less than the timeout and its grace,
-// the same share of the caller's wait. (A caller that waits 18 ms, Envoy's
-// 20 less rls's answer margin, with a store timeout of a second, gets a
+// budget is how long Redis has to run c, sent at sent: the timeout, or,
+// when c's caller waits less than the timeout and its grace, the same
+// share of the caller's wait. (A caller that waits 18 ms, Envoy's 20 less
+// rls's answer margin, with a store timeout of a second, gets a
 // deadline 12 ms on; a deadline the whole timeout's grace, 500 ms, before
 // its own would be in the past, and every such request would expire.)
 func (b *batcher) budget(c *call, sent time.Time) time.Duration {
@@ -94,7 +96,7 @@ func (b *batcher) budget(c *call, sent time.Time) time.Duration {
 // past the callers' wait, so that late replies are read and given back.
 // Past it the worker goes on, and the pipeline reads on until drainBound.
 func pipelineBound(opts Options) time.Duration {
-	return max(5*opts.Timeout, opts.minPipelineBound)
+	return max(5*opts.Timeout, opts.MinPipelineBound)
 }
 
 // drainBound is how long a pipeline reads its replies in all: past its
@@ -120,20 +122,20 @@ const (
 )
 
 // maxSends bounds how many times one call is sent: a call that Redis
-// refused as past its deadline (nothing decided) goes again while its
+// refused as past its deadline (nothing done) goes again while its
 // caller waits long enough, at most this often in all.
 const maxSends = 3
 
 type call struct {
-	ctx   context.Context
-	span  trace.Span // the caller's trip, nil when untraced
-	node  string     // the node's address, for its clock and links ("" on a single node)
-	keys  []string
-	req   *request
-	done  chan struct{} // closed when answered
-	state atomic.Int32  // status | sends<<statusBits
+	ctx    context.Context
+	onSent func(at time.Time, pipeline int) // the caller's, nil for none
+	node   string                           // the node's address, for its clock and links ("" on a single node)
+	keys   []string
+	req    Request
+	done   chan struct{} // closed when answered
+	state  atomic.Int32  // status | sends<<statusBits
 	// written by whoever answers, before done is closed
-	reply reply
+	reply any
 	err   error
 
 	// asking: sent right after ASKING, to a cluster node that imports the
@@ -146,7 +148,7 @@ func (c *call) status() int32 { return c.state.Load() & statusMask }
 
 // answer delivers reply or err to the caller, unless it has already been
 // answered or abandoned; it reports whether it did.
-func (c *call) answer(r reply, err error) bool {
+func (c *call) answer(r any, err error) bool {
 	for {
 		s := c.state.Load()
 		if s&statusMask != pending {
@@ -162,7 +164,7 @@ func (c *call) answer(r reply, err error) bool {
 
 // answerSend is answer for the wait timer of a call's send number send:
 // a call sent again since is another send's to answer.
-func (c *call) answerSend(send int32, r reply, err error) bool {
+func (c *call) answerSend(send int32, r any, err error) bool {
 	if !c.state.CompareAndSwap(pending|send<<statusBits, answered) {
 		return false
 	}
@@ -203,21 +205,26 @@ func (c *call) markSend() (int32, bool) {
 	}
 }
 
-func newBatcher(links *links, maxBatch, perScript, workers int, timeout, bound time.Duration, clock *redisClock) *batcher {
+// newBatcher starts the workers of opts (whose defaults are set), each
+// sending up to perScript requests per FCALL, waiting bound for a
+// pipeline (pipelineBound).
+func newBatcher(links *links, opts Options, perScript int, bound time.Duration, clock *redisClock) *batcher {
 	b := &batcher{
 		links:     links,
-		queue:     make(chan *call, 16*maxBatch),
-		maxBatch:  maxBatch,
+		queue:     make(chan *call, 16*opts.MaxBatch),
+		maxBatch:  opts.MaxBatch,
 		perScript: perScript,
 		clock:     clock,
-		timeout:   timeout,
+		timeout:   opts.Timeout,
 		bound:     bound,
-		drain:     bound,
-		late:      func(*call, reply) {},
-		unknown:   func(string, error) {},
+		drain:     drainBound(opts),
+		fn:        opts.Function,
+		library:   opts.Library,
+		late:      opts.OnLate,
+		unknown:   opts.OnIndeterminate,
 		stop:      make(chan struct{}),
 	}
-	for i := range workers {
+	for i := range opts.Workers {
 		b.wg.Go(func() { b.work(i) })
 	}
 	return b
@@ -228,30 +235,30 @@ func (b *batcher) close() {
 	b.wg.Wait()
 }
 
-// errClosed is returned by calls on a closed store.
-var errClosed = errors.New("redis store closed")
+// errClosed is returned by calls on a Conn drained or closed.
+var errClosed = errors.New("redis: the connection is closed (nothing sent)")
 
 // errNoReply is the error of a call whose reply did not come within its
-// deadline and grace: it may or may not have been decided.
+// deadline and grace: it may or may not have run.
 var errNoReply = errors.New("redis: no reply within the store timeout")
 
-// do decides one request on node (keys: the FCALL's keys, see
-// request.route; asking: sent after ASKING) and returns the script's reply
-// to it; span, when not nil, is told when the request is sent.
-func (b *batcher) do(ctx context.Context, node string, keys []string, asking bool, req *request, span trace.Span) (reply, error) {
+// do runs one request on node (keys: the FCALL's keys; asking: sent
+// after ASKING) and returns the function's reply to it; onSent, when not
+// nil, is told when the request is sent.
+func (b *batcher) do(ctx context.Context, node string, keys []string, asking bool, req Request, onSent func(time.Time, int)) (any, error) {
 	select {
-	case <-b.stop: // a closed store: a free queue slot must not win the select below
-		return reply{}, errClosed
+	case <-b.stop: // closed: a free queue slot must not win the select below
+		return nil, errClosed
 	default:
 	}
-	c := &call{ctx: ctx, span: span, node: node, keys: keys, asking: asking, req: req, done: make(chan struct{})}
+	c := &call{ctx: ctx, onSent: onSent, node: node, keys: keys, asking: asking, req: req, done: make(chan struct{})}
 	c.state.Store(pending | 1<<statusBits) // its first send
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
-		return reply{}, fmt.Errorf("redis: queueing: %w", ctx.Err())
+		return nil, fmt.Errorf("redis: queueing: %w", ctx.Err())
 	case <-b.stop:
-		return reply{}, errClosed
+		return nil, errClosed
 	}
 	select {
 	case <-c.done:
@@ -259,8 +266,8 @@ func (b *batcher) do(ctx context.Context, node string, keys []string, asking boo
 	case <-ctx.Done():
 		if c.abandon() {
 			// Not sent yet, it never will be; sent, its reply will be
-			// late and given back.
-			return reply{}, fmt.Errorf("redis: %w", ctx.Err())
+			// late (OnLate).
+			return nil, fmt.Errorf("redis: %w", ctx.Err())
 		}
 		<-c.done // answered meanwhile
 		return c.reply, c.err
@@ -328,16 +335,13 @@ func oneNode(calls []*call) bool {
 }
 
 // sendNode runs calls, all to one node, in one pipeline of FCALLs on
-// worker's link to the node, each deciding up to perScript calls. The link
+// worker's link to the node, each carrying up to perScript calls. The link
 // is set up first, if need be, and only then are the deadlines stamped.
-// When the node does not have the function library (a restarted Redis, a
-// new cluster node), nothing ran: the library is loaded and those FCALLs
-// are sent again.
 func (b *batcher) sendNode(worker int, calls []*call) {
 	l, err := b.links.take(calls[0].node, worker)
 	if err != nil {
 		for _, c := range calls {
-			c.answer(reply{}, err) // nothing sent
+			c.answer(nil, err) // nothing sent
 		}
 		return
 	}
@@ -349,15 +353,19 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	sent := time.Now()
 	b.setDeadlines(calls, sent)
 	markSent(calls, sent)
-	// The pipeline runs on its own, the worker waiting for it up to the
-	// bound. Past it (a node paused, partitioned, lost), the worker goes
-	// on with a new connection, and the pipeline keeps this one and reads
-	// its replies for as long as the drain bound, late: a request that
-	// Redis runs late, past its deadline, says that it decided nothing
-	// (expired), and one that it decided is given back; only one whose
-	// reply never comes is indeterminate. The pipeline gets its own copy
-	// of the calls: it may outlive the worker's batch, which the worker
-	// clears and refills.
+	b.fly(l, calls, sent)
+}
+
+// fly runs the pipeline of calls on l in a goroutine of its own, and waits
+// for it up to the bound. Past it (a node paused, partitioned, lost), the
+// worker goes on with a new connection, and the pipeline keeps this one
+// and reads its replies for as long as the drain bound, late: a request
+// that Redis runs late, past its deadline, says that it did nothing
+// (expired), and one that it ran is told to OnLate; only one whose reply
+// never comes is indeterminate. The pipeline gets its own copy of the
+// calls: it may outlive the worker's batch, which the worker clears and
+// refills. Requires l held.
+func (b *batcher) fly(l *link, calls []*call, sent time.Time) {
 	client, socket, own, f := l.client, l.rawSocket(), slices.Clone(calls), l.flight()
 	f.state.Store(pending)
 	b.wg.Go(func() {
@@ -400,16 +408,16 @@ func newFlight() *flight {
 	return f
 }
 
-// pipeline sends calls (see sendNode) on client (whose socket is socket,
-// nil when it cannot be looked at), reads their replies
-// within the drain bound and answers them (late replies go to b.late),
-// and reports whether the connection failed or its state is unknown.
+// pipeline sends calls (see fly) on client (whose socket is socket, nil
+// when it cannot be looked at), reads their replies within the drain bound
+// and answers them (late replies go to b.late), and reports whether the
+// connection failed or its state is unknown.
 func (b *batcher) pipeline(client *redis.Client, socket syscall.RawConn, calls []*call, sent time.Time) (broken bool) {
 	// The callers stop waiting at their deadline plus grace, or later while
 	// their replies wait to be read on socket (replyWait). The wait answers
 	// each call of this send of it (a call sent again is its next send's
-	// to answer); it reads calls, which nothing changes (the reload below
-	// works on copies).
+	// to answer); it reads calls, which nothing changes (reload works on
+	// copies).
 	wait := &replyWait{socket: socket, span: b.timeout + grace(b.timeout), bound: b.bound, calls: make([]timedCall, len(calls))}
 	for i, c := range calls {
 		wait.calls[i] = timedCall{c, c.sends()}
@@ -418,108 +426,126 @@ func (b *batcher) pipeline(client *redis.Client, socket syscall.RawConn, calls [
 	defer wait.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), b.drain)
 	defer cancel()
-
-	type script struct {
-		calls []*call
-		args  []any
-		cmd   *redis.Cmd
-		sent  time.Time // when its pipeline left, for the clock's samples
-	}
-	scripts := make([]script, 0, (len(calls)+b.perScript-1)/b.perScript)
+	scripts := make([]*script, 0, (len(calls)+b.perScript-1)/b.perScript)
 	for rest := calls; len(rest) > 0; {
 		calls := rest[:min(len(rest), b.perScript)]
 		rest = rest[len(calls):]
-		scripts = append(scripts, script{calls: calls, args: scriptArgs(calls)})
+		scripts = append(scripts, &script{calls: calls, args: scriptArgs(calls)})
 	}
-	run := func(which []int, sent time.Time) {
-		pipe := client.Pipeline()
-		for _, i := range which {
-			sc := &scripts[i]
-			if sc.calls[0].asking {
-				pipe.Do(ctx, "asking") // its reply is OK; a failure fails the FCALL too
-			}
-			sc.cmd = pipe.FCall(ctx, lib.decide, sc.calls[0].keys, sc.args...)
-			sc.sent = sent
-		}
-		pipe.Exec(ctx) // errors are per command
-		b.roundTrips.Add(1)
-		b.scripts.Add(uint64(len(which)))
-	}
-	all := make([]int, len(scripts))
-	for i := range all {
-		all[i] = i
-	}
-	run(all, sent)
-	var again []int
-	for i := range scripts {
-		if notLoaded(scripts[i].cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		if err := client.FunctionLoadReplace(ctx, lib.source).Err(); err != nil {
-			// Still Redis's "not found" first: these calls did not run,
-			// whatever the load's error (mayHaveRun).
-			for _, i := range again {
-				scripts[i].cmd.SetErr(fmt.Errorf("%w; loading the library: %w", scripts[i].cmd.Err(), err))
-			}
-		} else {
-			// Sent anew, but only the calls still waiting (the wait timer
-			// may have answered some while the library loaded): their
-			// deadlines, and their callers' wait, start again.
-			sent := time.Now()
-			wait.start(sent)
-			resend := again[:0]
-			for _, i := range again {
-				sc := &scripts[i]
-				if sc.calls = unanswered(slices.Clone(sc.calls)); len(sc.calls) > 0 {
-					b.setDeadlines(sc.calls, sent)
-					markSent(sc.calls, sent)
-					sc.args = scriptArgs(sc.calls)
-					resend = append(resend, i)
-				}
-			}
-			if len(resend) > 0 {
-				run(resend, sent)
-			}
-		}
-	}
+	b.exec(ctx, client, scripts, sent)
+	b.reload(ctx, client, scripts, wait)
 	recv := time.Now()
-	for i := range scripts {
-		sc := &scripts[i]
-		result, err := sc.cmd.Result()
-		replies, ok := result.([]any)
-		if err == nil && (!ok || len(replies) != len(sc.calls)) {
-			err = fmt.Errorf("unexpected decide reply %v", result)
-		}
-		if err != nil && !isRedisError(err) {
-			broken = true // the connection failed, or its state is unknown: set up again before its next use
-		}
-		for j, c := range sc.calls {
-			if err != nil {
-				if mayHaveRun(err) {
-					b.unknown(c.node, err)
-				}
-				c.answer(reply{}, fmt.Errorf("redis: %w", err))
-				continue
-			}
-			r, perr := parseReply(replies[j], len(c.req.items))
-			if perr != nil {
-				c.answer(reply{}, perr)
-				continue
-			}
-			if b.clock != nil && j == 0 {
-				b.clock.sample(c.node, r.now, sc.sent, recv)
-			}
-			if r.verdict == verdictExpired && b.resend(c) {
-				continue
-			}
-			if !c.answer(r, nil) {
-				b.late(c, r)
-			}
+	for _, sc := range scripts {
+		if b.read(sc, recv) {
+			broken = true
 		}
 	}
 	return broken
+}
+
+// script is one FCALL of a pipeline: the calls it carries, its arguments,
+// its command once sent and when its pipeline left (for the clock's
+// samples).
+type script struct {
+	calls []*call
+	args  []any
+	cmd   *redis.Cmd
+	sent  time.Time
+}
+
+// exec sends scripts in one pipeline on client, left at sent, and waits for
+// their replies (or errors).
+func (b *batcher) exec(ctx context.Context, client *redis.Client, scripts []*script, sent time.Time) {
+	pipe := client.Pipeline()
+	for _, sc := range scripts {
+		if sc.calls[0].asking {
+			pipe.Do(ctx, "asking") // its reply is OK; a failure fails the FCALL too
+		}
+		sc.cmd = pipe.FCall(ctx, b.fn, sc.calls[0].keys, sc.args...)
+		sc.sent = sent
+	}
+	pipe.Exec(ctx) // errors are per command
+	b.roundTrips.Add(1)
+	b.scripts.Add(uint64(len(scripts)))
+}
+
+// reload loads the library on client's node when scripts found it
+// without (a restarted Redis, a new cluster node: nothing ran), and sends
+// those scripts again, with the calls still waiting (the wait timer may
+// have answered some while the library loaded): their deadlines, and
+// their callers' wait, start again.
+func (b *batcher) reload(ctx context.Context, client *redis.Client, scripts []*script, wait *replyWait) {
+	var again []*script
+	for _, sc := range scripts {
+		if notLoaded(sc.cmd.Err()) {
+			again = append(again, sc)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	if err := client.FunctionLoadReplace(ctx, b.library).Err(); err != nil {
+		// Still Redis's "not found" first: these calls did not run,
+		// whatever the load's error (mayHaveRun).
+		for _, sc := range again {
+			sc.cmd.SetErr(fmt.Errorf("%w; loading the library: %w", sc.cmd.Err(), err))
+		}
+		return
+	}
+	sent := time.Now()
+	wait.start(sent)
+	resend := again[:0]
+	for _, sc := range again {
+		if sc.calls = unanswered(slices.Clone(sc.calls)); len(sc.calls) > 0 {
+			b.setDeadlines(sc.calls, sent)
+			markSent(sc.calls, sent)
+			sc.args = scriptArgs(sc.calls)
+			resend = append(resend, sc)
+		}
+	}
+	if len(resend) > 0 {
+		b.exec(ctx, client, resend, sent)
+	}
+}
+
+// read answers the calls of sc, whose reply came by recv: each its
+// element of the reply, sent again when Redis refused it as past its
+// deadline and its caller still waits (resend), or told to b.late when its
+// caller stopped waiting; each the error of a failed FCALL, told to
+// b.unknown when it may have run. It reports whether the connection failed
+// or its state is unknown (to be set up again before its next use).
+func (b *batcher) read(sc *script, recv time.Time) (broken bool) {
+	result, err := sc.cmd.Result()
+	replies, ok := result.([]any)
+	if err == nil && (!ok || len(replies) != len(sc.calls)) {
+		err = fmt.Errorf("unexpected reply of %s: %v", b.fn, result)
+	}
+	if err != nil {
+		for _, c := range sc.calls {
+			if mayHaveRun(err) {
+				b.unknown(c.node, err)
+			}
+			c.answer(nil, fmt.Errorf("redis: %w", err))
+		}
+		return !IsRedisError(err)
+	}
+	for j, c := range sc.calls {
+		now, expired, err := c.req.Head(replies[j])
+		if err != nil {
+			c.answer(nil, err)
+			continue
+		}
+		if b.clock != nil && j == 0 {
+			b.clock.sample(c.node, now, sc.sent, recv)
+		}
+		if expired && b.resend(c, replies[j]) {
+			continue
+		}
+		if !c.answer(replies[j], nil) {
+			b.late(Late{Node: c.node, Keys: c.keys, Request: c.req, Reply: replies[j]})
+		}
+	}
+	return false
 }
 
 // timedCall is a call that a replyWait answers, and the number of the
@@ -532,9 +558,9 @@ type timedCall struct {
 // replyWait answers the calls of a pipeline with errNoReply when their
 // replies do not come in time: span (the deadline plus grace) after they
 // were sent, or later while bytes of the replies wait on the pipeline's
-// connection (socket), unread (the replies came, Redis decided them by
-// their deadlines, and rls had no core to read them yet), but never later
-// than bound after they were sent. Safe for concurrent use.
+// connection (socket), unread (the replies came, Redis ran them by their
+// deadlines, and rls had no core to read them yet), but never later than
+// bound after they were sent. Safe for concurrent use.
 type replyWait struct {
 	socket      syscall.RawConn // nil: cannot be looked at
 	span, bound time.Duration
@@ -575,7 +601,7 @@ func (w *replyWait) fire() {
 	}
 	w.mu.Unlock()
 	for _, t := range w.calls {
-		t.c.answerSend(t.send, reply{}, errNoReply)
+		t.c.answerSend(t.send, nil, errNoReply)
 	}
 }
 
@@ -588,12 +614,12 @@ func (w *replyWait) stop() {
 }
 
 // resend queues again a call that Redis refused as past its deadline
-// (nothing was decided, so sending it again is safe), and reports whether
-// it did: while its caller waits at least a store timeout more, and it has
-// been sent fewer than maxSends times. A machine that starved Redis of CPU
-// for longer than the budget (a co-located load, a throttled container)
-// costs its callers time, then, not an error.
-func (b *batcher) resend(c *call) bool {
+// (nothing was done, so sending it again is safe; expired is that reply),
+// and reports whether it did: while its caller waits at least a timeout
+// more, and it has been sent fewer than maxSends times. A machine that
+// starved Redis of CPU for longer than the budget (a co-located load, a
+// throttled container) costs its callers time, then, not an error.
+func (b *batcher) resend(c *call, expired any) bool {
 	if c.sends() >= maxSends {
 		return false
 	}
@@ -608,9 +634,9 @@ func (b *batcher) resend(c *call) bool {
 		b.resent.Add(1)
 		return true
 	default:
-		// The queue is full: answered as expired (the timer of the send
-		// that expired can no longer answer it).
-		c.answer(reply{verdict: verdictExpired}, nil)
+		// The queue is full: answered with the refusal (the timer of the
+		// send that expired can no longer answer it).
+		c.answer(expired, nil)
 		return true
 	}
 }
@@ -626,7 +652,7 @@ func unanswered(calls []*call) []*call {
 			continue
 		}
 		if err := c.ctx.Err(); err != nil {
-			c.answer(reply{}, fmt.Errorf("redis: %w", err))
+			c.answer(nil, fmt.Errorf("redis: %w", err))
 			continue
 		}
 		live = append(live, c)
@@ -634,18 +660,29 @@ func unanswered(calls []*call) []*call {
 	return live
 }
 
-// scriptArgs returns the arguments of one FCALL deciding calls.
+// scriptArgs returns the arguments of one FCALL carrying calls: their
+// number, then each one's arguments.
 func scriptArgs(calls []*call) []any {
 	size := 1
 	for _, c := range calls {
-		size += c.req.argCount()
+		size += c.req.ArgCount()
 	}
 	args := make([]any, 1, size)
 	args[0] = len(calls)
 	for _, c := range calls {
-		args = c.req.appendArgs(args)
+		args = c.req.AppendArgs(args)
 	}
 	return args
+}
+
+// markSent tells the callers of calls that asked (onSent) that the calls
+// left, all at once in one pipeline.
+func markSent(calls []*call, sent time.Time) {
+	for _, c := range calls {
+		if c.onSent != nil {
+			c.onSent(sent, len(calls))
+		}
+	}
 }
 
 // setDeadlines stamps each call's request with its deadline and undo
@@ -658,24 +695,31 @@ func (b *batcher) setDeadlines(calls []*call, sent time.Time) {
 		budget := b.budget(c, sent)
 		rd, ok := b.clock.toRedis(c.node, sent.Add(budget))
 		if !ok {
-			continue // no reply of the node seen yet: Apply waits for one, so only a new node
+			continue // no reply of the node seen yet: its link's setup reads its clock, so only a new node
 		}
-		c.req.deadline, c.req.undoAfter = rd, rd-undoSpan(budget).Microseconds()
+		c.req.SetDeadline(rd, rd-undoSpan(budget).Microseconds())
 	}
 }
 
-// mayHaveRun reports whether a call that failed with err may have been
-// decided: it was sent, and no reply says what happened (a timeout, a
-// broken connection). An error reply from Redis means the script did not
-// decide (a moved slot, an unknown function, a refused argument); so does
-// a link's refusal to dial (errNoDial: nothing was sent).
-func mayHaveRun(err error) bool {
-	return !isRedisError(err) && !errors.Is(err, errNoDial)
+// notLoaded reports whether err says that a node does not have the library
+// (a new or restarted node, FUNCTION FLUSH): nothing ran, the call may be
+// sent again once the library is loaded.
+func notLoaded(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
-// isRedisError reports whether err is an error reply of Redis: the
+// mayHaveRun reports whether a call that failed with err may have run: it
+// was sent, and no reply says what happened (a timeout, a broken
+// connection). An error reply from Redis means the function did not run
+// (a moved slot, an unknown function, a refused argument); so does a
+// link's refusal to dial (errNoDial: nothing was sent).
+func mayHaveRun(err error) bool {
+	return !IsRedisError(err) && !errors.Is(err, errNoDial)
+}
+
+// IsRedisError reports whether err is an error reply of Redis: the
 // connection carried a whole reply and stays usable.
-func isRedisError(err error) bool {
+func IsRedisError(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr)
 }

@@ -1,4 +1,4 @@
-package redisstore
+package redisconn
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // and the client's handshake made, a PING answered, the node's clock read)
 // before a worker stamps deadlines on the calls it sends there, never
 // while a call's deadline runs: not at start (Warm and Ping set every
-// worker's connection up before the store says it is ready), not when a
+// worker's connection up before the Conn says it is ready), not when a
 // connection broke, not when a node is new. A link's client dials only
 // while it is being set up; at any other moment its dialer refuses, so no
 // pipeline dials behind a deadline.
@@ -333,15 +333,12 @@ func (l *link) rawSocket() syscall.RawConn {
 	return l.socket
 }
 
-// errLinksClosed is the error of a connection asked for after close.
-var errLinksClosed = errors.New("redis store closed")
-
 // connect replaces l's client with a new one and sets it up: dial, the
 // handshakes, a PING, and a reading of the node's clock, within ls.setup.
 // Requires l held.
 func (ls *links) connect(ctx context.Context, l *link) error {
 	if ls.ctx.Err() != nil {
-		return errLinksClosed // close has closed l's client, or will not see a new one
+		return errClosed // close has closed l's client, or will not see a new one
 	}
 	l.ready.Store(false)
 	if l.client != nil {
@@ -547,7 +544,7 @@ func (ls *links) ready(ctx context.Context, addr string) error {
 		return err // the node is not down: no connection is made meanwhile
 	}
 	if err := ls.connectAll(ctx, n, false); err != nil {
-		if ctx.Err() != nil || errors.Is(err, errLinksClosed) {
+		if ctx.Err() != nil || errors.Is(err, errClosed) {
 			return err // the caller's wait, not the node
 		}
 		return ls.markDown(n, err)

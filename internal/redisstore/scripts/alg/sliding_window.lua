@@ -1,0 +1,69 @@
+-- sliding_window (engine/sliding_window.go): Cloudflare's estimate, the
+-- previous window's count weighted by the part of it that the sliding
+-- window still overlaps. Its state is a window counter (see
+-- alg/fixed_window.lua) whose field holds the previous window's count too,
+-- which weighs until the previous window no longer does.
+
+local ALG_SLIDING_WINDOW = 1
+
+local sliding = {}
+algorithms[ALG_SLIDING_WINDOW] = sliding
+
+do
+  sliding.locate = fixed.locate
+
+  function sliding.load(c)
+    window_load(c, idiv(now, c_w[c]) * c_w[c], true)
+  end
+
+  local function estimate(c)
+    local w = c_w[c]
+    local weight = (w - (c_t[c] - w_start[c])) / w
+    local est = w_prev[c] * weight
+    return est + w_count[c]
+  end
+
+  function sliding.admits(c, hits, limit)
+    return hits <= limit and estimate(c) + hits <= limit
+  end
+
+  sliding.consume = fixed.consume -- the current window's count
+  sliding.give_back = fixed.give_back
+
+  function sliding.remaining(c, limit)
+    local r = limit - estimate(c)
+    if r <= 0 then
+      return 0
+    end
+    return floor(r)
+  end
+
+  function sliding.reset_at(c)
+    return w_start[c] + c_w[c]
+  end
+
+  function sliding.retry_at(c, hits, limit)
+    local w, ws, count = c_w[c], w_start[c], w_count[c]
+    local ending = ws + w
+    if hits > limit then
+      return never
+    end
+    if count + hits <= limit then
+      -- The previous window's weight has to decay.
+      local a = limit - count - hits
+      local e = w - a * w / w_prev[c]
+      return max(c_t[c] + 1, min(ending, ws + floor(e) - 1))
+    end
+    -- Only in the next window, where this window becomes the previous one.
+    local a = limit - hits
+    local e = w - a * w / count
+    return max(ending, min(ending + w, ending + floor(e) - 1))
+  end
+
+  sliding.restore = window_restore
+  sliding.span = 2
+  sliding.status_from_field = true
+  sliding.write = window_write
+
+  sliding.undo = fixed.undo
+end
