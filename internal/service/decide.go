@@ -101,7 +101,8 @@ func (s *Service) release(sc *scratch) {
 		sc.items[i] = engine.Item{}
 		sc.limits[i] = nil
 	}
-	sc.decision = Decision{}
+	d := &sc.decision // its slices are sc's own buffers
+	d.Request, d.Domain, d.Response, d.StoreErr = nil, nil, nil, nil
 	clear(sc.httpReq.Descriptors)
 	sc.httpReq.Domain = ""
 	s.scratch.Put(sc)
