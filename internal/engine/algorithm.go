@@ -2,6 +2,8 @@ package engine
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -21,6 +23,12 @@ type State struct {
 	// ladder last started over, and the end of the last one.
 	Strikes      uint32
 	BlockedUntil int64
+	// A limit that reserves (reservation.go): the hits its reservations
+	// hold now, counted in the algorithm's state as hits taken (a window's
+	// or a log's Count, a bucket's TAT), and its reservation table (nil
+	// for none).
+	Held  uint64
+	Holds *Holds
 }
 
 // LogEntry is hits logged at one instant by a sliding log.
@@ -86,6 +94,17 @@ type algorithm interface {
 	// expiry returns the instant from which st is equivalent to the zero
 	// State: a store may forget it then. 0 means it already is.
 	expiry(r *Rule, st *State) int64
+	// hold takes a reserve's hits at t: counted as hits taken, beside a
+	// sliding log's entries (not one of them); unhold gives a hold's hits
+	// back at t, when it is settled or ends by itself (the caller keeps
+	// Held). canHold says whether the algorithm can hold at all, and
+	// whyNoHold, when it cannot, why (for the config's message). Each
+	// window algorithm also carries the hits held into each new window in
+	// normalize (reservation.go).
+	hold(r *Rule, st *State, t int64, hits uint64)
+	unhold(r *Rule, st *State, t int64, hits uint64)
+	canHold() bool
+	whyNoHold() string
 	// capacity, quotaWindow, denialCoversMoreHits, stateSizeVaries,
 	// leasable, refills, inFlight, windowInIdentity and calendarBounds
 	// answer Rule's methods of the same names: what the code outside the
@@ -161,6 +180,12 @@ func noBurst(s *Spec, r *Rule, errs *specErrors) {
 // noCalendarBounds is calendarBounds of the algorithms whose window is a
 // length.
 func noCalendarBounds(*Rule, int64) ([4]int64, bool) { return [4]int64{}, false }
+
+// joinNames joins names with "and".
+func joinNames(names []string) string { return strings.Join(names, " and ") }
+
+// uitoa is strconv.FormatUint in base 10.
+func uitoa(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // windowStart returns the start of the epoch-aligned window holding t.
 func windowStart(t, w int64) int64 { return t - t%w }

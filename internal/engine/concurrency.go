@@ -66,6 +66,13 @@ func noLeaseTTL(s *Spec, alg algorithm, errs *specErrors) {
 	}
 }
 
+// A concurrency limit cannot hold for a reservation: its acquisitions are
+// holds already, each released by a refund or by lease_ttl.
+func (concurrency) canHold() bool { return false }
+func (concurrency) whyNoHold() string {
+	return "whose acquisitions are holds already (released by is_negative_hits or lease_ttl)"
+}
+
 // counterID is "cc": neither the lease_ttl nor the unit is part of the
 // counter, so a reload that changes them keeps the acquisitions in flight
 // (they then expire by the new lease_ttl).

@@ -19,14 +19,19 @@ import "time"
 func Evaluate(now time.Time, items []Item, states []*State, results []Result) bool {
 	var snapBuf [8]State
 	var timeBuf [8]int64
-	snaps, times := snapBuf[:0], timeBuf[:0]
+	var dupBuf [8]bool
+	snaps, times, dup := snapBuf[:0], timeBuf[:0], dupBuf[:0]
 	if len(items) > len(snapBuf) {
-		snaps, times = make([]State, 0, len(items)), make([]int64, 0, len(items))
+		snaps, times, dup = make([]State, 0, len(items)), make([]int64, 0, len(items)), make([]bool, 0, len(items))
 	}
-	snaps, times = snaps[:len(items)], times[:len(items)]
+	snaps, times, dup = snaps[:len(items)], times[:len(items)], dup[:len(items)]
 
 	t := now.UnixMicro()
-	judge(t, items, states, results, snaps, times)
+	reserving := normalize(t, items, states, results, snaps, times)
+	if reserving {
+		phases(items, states, results, dup)
+	}
+	judge(t, items, states, results, times, dup)
 	admitted, over := Admit(items, results)
 	if !admitted || over != nil {
 		// Undo the judging pass. States shared by several items are restored
@@ -42,15 +47,19 @@ func Evaluate(now time.Time, items []Item, states []*State, results []Result) bo
 		// are over.
 		for i := range items {
 			if it := &items[i]; results[i].Admitted && !over[it.Group] {
-				apply(it.Rule.alg, it, states[i], times[i])
+				apply(it, &results[i], states[i], times[i], dup[i])
 			}
 		}
 	}
 	chargeDenied(t, items, states, results, times, admitted, over)
+	if reserving {
+		reserveAndSettle(items, states, results, times, dup, admitted, over)
+	}
 	strike(t, items, states, results, times)
 	for i := range items {
 		it, st, r, tc := &items[i], states[i], &results[i], times[i]
 		r.Remaining, r.Reset = status(it.Rule, st, tc, t)
+		holdStatus(it.Rule, st, t, r, false)
 	}
 	return admitted
 }
@@ -122,13 +131,18 @@ func Peek(now time.Time, items []Item, states []*State, results []Result) bool {
 		copies[i] = states[i].Clone()
 		ptrs[i] = &copies[i]
 	}
-	snaps, times := make([]State, len(items)), make([]int64, len(items))
+	snaps, times, dup := make([]State, len(items)), make([]int64, len(items)), make([]bool, len(items))
 	t := now.UnixMicro()
-	judge(t, items, ptrs, results, snaps, times)
+	if normalize(t, items, ptrs, results, snaps, times) {
+		phases(items, ptrs, results, dup)
+	}
+	judge(t, items, ptrs, results, times, dup)
 	admitted, _ := Admit(items, results)
 	for i := range items {
 		it, r, tc := &items[i], &results[i], times[i]
-		r.Remaining, r.Reset = status(it.Rule, &snaps[firstOf(ptrs, i)], tc, t)
+		snap := &snaps[firstOf(ptrs, i)]
+		r.Remaining, r.Reset = status(it.Rule, snap, tc, t)
+		holdStatus(it.Rule, snap, t, r, true)
 	}
 	return admitted
 }
@@ -137,59 +151,87 @@ func Peek(now time.Time, items []Item, states []*State, results []Result) bool {
 func (st *State) Clone() State {
 	c := *st
 	c.Log = append([]LogEntry(nil), st.Log...)
+	c.Holds = st.Holds.clone()
 	return c
 }
 
-// judge is the first pass: each item in order, its counter normalized to t
-// and snapshotted the first time the request meets it (times[i] is then the
-// counter's own instant, shared by the later items on it), its verdict in
-// results[i], its hits consumed (or given back) tentatively when it admits.
-func judge(t int64, items []Item, states []*State, results []Result, snaps []State, times []int64) {
+// normalize is the first pass: each item's result cleared, and its
+// counter, the first time the request meets it, normalized to t (its
+// penalty forgiven, its reservations' due events swept: counted in that
+// item's result) and snapshotted; times[i] is the counter's own instant,
+// shared by the later items on it. It reports whether any item is a
+// reservation call.
+func normalize(t int64, items []Item, states []*State, results []Result, snaps []State, times []int64) (reserving bool) {
 	for i := range items {
-		it, st := &items[i], states[i]
-		alg := it.Rule.alg
-		if j := firstOf(states, i); j == i {
-			times[i] = alg.normalize(it.Rule, st, t)
-			it.Rule.forgive(st, times[i])
-			snaps[i] = *st
-		} else {
-			times[i] = times[j]
-		}
-		tc := times[i]
-		r := &results[i]
+		it, st, r := &items[i], states[i], &results[i]
 		*r = Result{}
+		reserving = reserving || it.Reserving()
+		if j := firstOf(states, i); j != i {
+			times[i] = times[j]
+			continue
+		}
+		times[i] = it.Rule.alg.normalize(it.Rule, st, t)
+		it.Rule.forgive(st, times[i])
+		if st.Holds != nil {
+			r.Lapsed, r.LapsedHits = it.Rule.sweep(st, times[i])
+		}
+		snaps[i] = *st
+	}
+	return reserving
+}
+
+// judge is the judging pass: each item in order at its counter's instant,
+// its verdict in results[i], its hits consumed (or given back, or held
+// for a reserve) tentatively when it admits. A settle, and a repeat of a
+// reservation call on a counter (dup), admit without being judged.
+func judge(t int64, items []Item, states []*State, results []Result, times []int64, dup []bool) {
+	for i := range items {
+		it, st, r := &items[i], states[i], &results[i]
+		alg := it.Rule.alg
+		tc := times[i]
+		hits := judgedHits(it, r, dup[i])
 		switch {
+		case dup[i] || r.Phase > Reserving:
+			r.Admitted = true
 		case !it.Refund && it.Rule.blocked(st, tc):
 			r.Blocked = true
-			retryBlocked(alg, it, st, tc, t, r)
-		case it.Refund || alg.admits(it.Rule, st, tc, it.Hits):
+			retryBlocked(alg, it.Rule, hits, st, tc, t, r)
+		case it.Refund || alg.admits(it.Rule, st, tc, hits):
 			r.Admitted = true
-			apply(alg, it, st, tc)
+			apply(it, r, st, tc, dup[i])
 		default:
-			retry(alg, it, st, tc, t, r)
+			retry(alg, it.Rule, hits, st, tc, t, r)
 		}
 	}
 }
 
-// retry writes into r when the denied item it could pass, as of the
-// decision's instant t (the counter's is tc), or that it never can.
-func retry(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
-	if at := alg.retryAt(it.Rule, st, tc, it.Hits); at == never {
+// retry writes into r when the denied item of rule and hits could pass,
+// as of the decision's instant t (the counter's is tc), or that it never
+// can. While the counter holds hits of reservations, no later than its
+// table's next event: a hold may end by itself then.
+func retry(alg algorithm, rule *Rule, hits uint64, st *State, tc, t int64, r *Result) {
+	at := alg.retryAt(rule, st, tc, hits)
+	if at == never {
 		r.Never, r.RetryAfter = true, 0
-	} else {
-		r.Never, r.RetryAfter = false, micros(at-t)
+		return
 	}
+	if st.Held > 0 {
+		if ev := st.Holds.nextEvent(); ev > 0 {
+			at = min(at, ev)
+		}
+	}
+	r.Never, r.RetryAfter = false, micros(at-t)
 }
 
 // retryBlocked writes into r when the item that its counter's block
 // denied could pass: at the block's end, or later when the count would
 // still deny it then (a client that waits so long is not struck again).
-func retryBlocked(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
-	if alg.admits(it.Rule, st, tc, it.Hits) {
+func retryBlocked(alg algorithm, rule *Rule, hits uint64, st *State, tc, t int64, r *Result) {
+	if alg.admits(rule, st, tc, hits) {
 		r.RetryAfter = micros(st.BlockedUntil - t)
 		return
 	}
-	retry(alg, it, st, tc, t, r)
+	retry(alg, rule, hits, st, tc, t, r)
 	if !r.Never {
 		r.RetryAfter = max(r.RetryAfter, micros(st.BlockedUntil-t))
 	}
@@ -204,8 +246,8 @@ func retryBlocked(alg algorithm, it *Item, st *State, tc, t int64, r *Result) {
 func chargeDenied(t int64, items []Item, states []*State, results []Result, times []int64, admitted bool, over map[int32]bool) {
 	for i := range items {
 		it, r := &items[i], &results[i]
-		if !it.CountDenied || it.Refund || (admitted && r.Admitted && !over[it.Group]) {
-			continue
+		if !it.CountDenied || it.Refund || it.Reserving() || (admitted && r.Admitted && !over[it.Group]) {
+			continue // a reservation call's hits are its hold's, or charged when it settles
 		}
 		alg := it.Rule.alg
 		st, tc := states[i], times[i]
@@ -219,17 +261,23 @@ func chargeDenied(t int64, items []Item, states []*State, results []Result, time
 			// Denied only by hits the request took back: it passes now.
 			r.Never, r.RetryAfter = false, 0
 		default:
-			retry(alg, it, st, tc, t, r)
+			retry(alg, it.Rule, it.Hits, st, tc, t, r)
 		}
 	}
 }
 
 // apply applies an admitted item to its counter at the counter's instant t:
-// consumes its hits, or gives them back for a refund.
-func apply(alg algorithm, it *Item, st *State, t int64) {
-	if it.Refund {
+// consumes its hits, or gives them back for a refund, or holds a reserve's
+// (its result's phase); a settle and a repeat (dup) change nothing here.
+func apply(it *Item, r *Result, st *State, t int64, dup bool) {
+	alg := it.Rule.alg
+	switch {
+	case it.Refund:
 		alg.giveBack(it.Rule, st, t, it.Hits)
-	} else {
+	case dup || r.Phase > Reserving:
+	case r.Phase == Reserving:
+		alg.hold(it.Rule, st, t, it.holdHits())
+	default:
 		alg.consume(it.Rule, st, t, it.Hits)
 	}
 }

@@ -26,11 +26,13 @@ func (fixedWindow) normalize(r *Rule, st *State, t int64) int64 {
 
 // enterWindow moves a fixed or calendar window's state at instant t into
 // the window starting at ws, and returns the counter's instant: a state
-// that has seen a later window stays in it.
+// that has seen a later window stays in it. A new window starts with the
+// hits that reservations hold (taken again in it: their old window's
+// lapse there).
 func enterWindow(st *State, ws, t int64) int64 {
 	switch {
 	case ws > st.Start:
-		st.Start, st.Count = ws, 0
+		st.Start, st.Count = ws, st.Held
 	case ws < st.Start:
 		return st.Start // a later window was seen: no time passes before it
 	}
@@ -46,9 +48,22 @@ func (fixedWindow) consume(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count += hits
 }
 
+// giveBack refunds hits, never below the hits held (a refund does not
+// end a reservation).
 func (fixedWindow) giveBack(_ *Rule, st *State, _ int64, hits uint64) {
+	st.Count -= min(st.Count-min(st.Count, st.Held), hits)
+}
+
+// A window holds a reserve's hits in its count, which carries them into
+// each new window (enterWindow) while they are held.
+func (fixedWindow) hold(_ *Rule, st *State, _ int64, hits uint64) { st.Count += hits }
+
+func (fixedWindow) unhold(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count -= min(st.Count, hits)
 }
+
+func (fixedWindow) canHold() bool     { return true }
+func (fixedWindow) whyNoHold() string { return "" }
 
 func (fixedWindow) remaining(r *Rule, st *State, _ int64) uint64 {
 	limit := uint64(r.Limit)

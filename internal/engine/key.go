@@ -25,6 +25,9 @@ import (
 // rule IDs, but for sliding logs (concurrency limits too), each a sorted
 // set at its CounterKey; a CounterKey also names the counter in notices
 // that its hits were given back, on the channel FreedChannel(prefix).
+// A counter whose limit reserves (reservation.go) keeps its held hits in a
+// field of the descriptor's hash (HeldField) and its reservations beside
+// it (ReservationKeys), under bounded ids (ReservationID).
 
 // maxPart is the longest escaped key part kept readable; longer parts are
 // replaced by a hash so that keys stay short whatever the request sends.
@@ -153,4 +156,32 @@ func appendPart(dst []byte, s string) []byte {
 		dst = append(dst, c)
 	}
 	return dst
+}
+
+// maxReservationID is the longest reservation id kept as it is (longer
+// ones are hashed: a request value must not make keys or tables grow).
+const maxReservationID = 64
+
+// ReservationID returns the id under which a store keeps the reservation
+// of the request value v (the domain's reservation_key entry): v itself
+// when at most 64 bytes, else "#" and 22 base64url characters of its
+// SHA-256.
+func ReservationID(v string) string {
+	if len(v) <= maxReservationID {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// HeldField is the field, in a descriptor's hash, of the reservations of
+// the counter whose field (rule ID) is id: its hits held, the number of
+// holds and the instant of its table's next event.
+func HeldField(id string) string { return id + "!h" }
+
+// ReservationKeys return the keys of the reservation table of the counter
+// whose key is counterKey (CounterKey): a hash of the records by id, and a
+// sorted set of the ids by the instant of their next event.
+func ReservationKeys(counterKey string) (records, events string) {
+	return counterKey + "!r", counterKey + "!e"
 }

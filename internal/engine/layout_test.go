@@ -45,6 +45,7 @@ func TestKeyLayout(t *testing.T) {
 		{Unit: Day, Multiplier: 1, Limit: 3, Calendar: true, Name: "ünï:{x}"},
 		{Algorithm: Concurrency, Unit: Second, Multiplier: 1, Limit: 10, LeaseTTL: Some(30 * time.Second)},
 		{Algorithm: Concurrency, Unit: Minute, Multiplier: 1, Limit: 5, LeaseTTL: Some(time.Minute), Name: "uploads"},
+		{Unit: Hour, Multiplier: 1, Limit: 100000, Reserve: Some(Reserve{Estimate: 4000, TTL: 5 * time.Minute})}, // a reserve is not part of the counter either
 	}
 	var b strings.Builder
 	b.WriteString("# descriptor identities (AppendDescriptorKey)\n")
@@ -60,6 +61,10 @@ func TestKeyLayout(t *testing.T) {
 		r := MustCompile(s)
 		fmt.Fprintf(&b, "%+v\n\t%s\n\t%s\n", s, r.ID, CounterKey("rls:", ids[0], r))
 	}
+	res := MustCompile(specs[len(specs)-1])
+	records, events := ReservationKeys(CounterKey("rls:", ids[0], res))
+	fmt.Fprintf(&b, "\n# reservations of a counter whose limit reserves: held hits in the descriptor's hash (HeldField), records by id and ids by next event (ReservationKeys), ids (ReservationID)\n%s\n%s\n%s\n%q %q\n",
+		HeldField(res.ID), records, events, ReservationID("req-1"), ReservationID(strings.Repeat("r", 65)))
 	fmt.Fprintf(&b, "\n# the rest\nunlimited %q\nfreed channel %q\n", UnlimitedID("vip"), FreedChannel("rls:"))
 	got := b.String()
 	const golden = "testdata/keys.golden"

@@ -81,12 +81,13 @@ func (r *Rule) strike(st *State, t int64) {
 // Prune returns the instant from which st is equivalent to the zero
 // State (Expiry), after dropping, at the decision's instant t, its
 // counter's part when that alone is already equivalent to none while a
-// penalty keeps the state: Redis forgets that part then (its field), and
-// the counter's instant must not differ between stores when the clock
-// steps back.
+// penalty or reservations keep the state: Redis forgets that part then
+// (its field), and the counter's instant must not differ between stores
+// when the clock steps back. (A window's count that is only hits held
+// comes back with the next window, which carries them.)
 func (r *Rule) Prune(st *State, t int64) int64 {
-	if st.Strikes > 0 && r.alg.expiry(r, st) <= t {
-		*st = State{Log: st.Log[:0], Strikes: st.Strikes, BlockedUntil: st.BlockedUntil}
+	if (st.Strikes > 0 || st.Holds != nil) && r.alg.expiry(r, st) <= t {
+		*st = State{Log: st.Log[:0], Strikes: st.Strikes, BlockedUntil: st.BlockedUntil, Held: st.Held, Holds: st.Holds}
 	}
 	return r.Expiry(st)
 }

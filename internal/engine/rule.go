@@ -42,6 +42,10 @@ type Spec struct {
 	// the ladder starts over (when not given, DefaultPenaltyReset).
 	Penalty      []time.Duration
 	PenaltyReset Opt[time.Duration]
+	// Reserve makes the limit's reservation calls hold hits until they
+	// settle (reservation.go); only for the algorithms that can hold
+	// (HoldingAlgorithms).
+	Reserve Opt[Reserve]
 }
 
 // Opt is an option of a Spec that may be left out: Set says whether it
@@ -150,6 +154,10 @@ type Rule struct {
 	// counter's identity. See penalty.go.
 	Penalty      []time.Duration
 	PenaltyReset time.Duration
+	// Reserve, when not nil, makes the reservation calls on the limit
+	// (Item.Reservation) hold hits until they settle: its estimate and
+	// ttl. Not part of the counter's identity. See reservation.go.
+	Reserve *Reserve
 }
 
 // Compile checks s and builds its rule. On problems it returns them all
@@ -193,6 +201,7 @@ func Compile(s Spec) (*Rule, []SpecError) {
 	}
 	r.Lease = s.Lease
 	compilePenalty(&s, r, &errs)
+	compileReserve(&s, r, &errs)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -235,7 +244,9 @@ func (r *Rule) QuotaWindow(end time.Time) time.Duration { return r.alg.quotaWind
 
 // Expiry returns the instant from which st is equivalent to the zero State
 // under r: a store may forget it then. 0 means it already is.
-func (r *Rule) Expiry(st *State) int64 { return max(r.alg.expiry(r, st), r.penaltyExpiry(st)) }
+func (r *Rule) Expiry(st *State) int64 {
+	return max(r.alg.expiry(r, st), r.penaltyExpiry(st), st.Holds.expiry())
+}
 
 // DenialCoversMoreHits reports whether a denial of some hits under r until
 // an instant is a denial of more hits until the same instant, with the same

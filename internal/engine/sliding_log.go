@@ -9,7 +9,9 @@ import "time"
 // holds at most as many entries as the limit: the hits of a request beyond
 // that (hits counted when denied, or a limit lowered by a reload) go into
 // its newest entry, which takes their instant: stricter by the time since
-// that entry, and bounded.
+// that entry, and bounded. The hits that reservations hold are counted in
+// Count beside the log (Count = State.Held + the entries' hits): they have
+// no instant, and leave only when their hold ends (unhold).
 type slidingLog struct{}
 
 // SlidingLog is the algorithm's name (Spec.Algorithm).
@@ -42,7 +44,7 @@ func (slidingLog) normalize(r *Rule, st *State, t int64) int64 {
 	}
 	st.Log = st.Log[i:]
 	if len(st.Log) == 0 {
-		st.Count = 0
+		st.Count = st.Held
 	}
 	return t
 }
@@ -79,6 +81,17 @@ func (slidingLog) giveBack(_ *Rule, st *State, _ int64, hits uint64) {
 		st.Log = st.Log[:len(st.Log)-1]
 	}
 }
+
+// A log holds a reserve's hits in its count, not as an entry: they leave
+// when the hold ends, not a window after it was taken.
+func (slidingLog) hold(_ *Rule, st *State, _ int64, hits uint64) { st.Count += hits }
+
+func (slidingLog) unhold(_ *Rule, st *State, _ int64, hits uint64) {
+	st.Count -= min(st.Count, hits)
+}
+
+func (slidingLog) canHold() bool     { return true }
+func (slidingLog) whyNoHold() string { return "" }
 
 func (slidingLog) remaining(r *Rule, st *State, _ int64) uint64 {
 	limit := uint64(r.Limit)

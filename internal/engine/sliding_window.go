@@ -32,9 +32,11 @@ func (slidingWindow) normalize(r *Rule, st *State, t int64) int64 {
 		return st.Start // a later window was seen: no time passes before it
 	case ws == st.Start:
 	case ws-w == st.Start:
-		st.Start, st.Prev, st.Count = ws, st.Count, 0
+		// The hits held are carried out of the window now previous into
+		// the new one, where they weigh fully (hold).
+		st.Start, st.Prev, st.Count = ws, st.Count-min(st.Count, st.Held), st.Held
 	default:
-		st.Start, st.Prev, st.Count = ws, 0, 0
+		st.Start, st.Prev, st.Count = ws, 0, st.Held
 	}
 	return t
 }
@@ -67,9 +69,24 @@ func (slidingWindow) consume(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count += hits
 }
 
+// giveBack refunds hits, never below the hits held (a refund does not
+// end a reservation).
 func (slidingWindow) giveBack(_ *Rule, st *State, _ int64, hits uint64) {
+	st.Count -= min(st.Count-min(st.Count, st.Held), hits)
+}
+
+// A sliding window holds a reserve's hits in its current window's count,
+// which carries them into each new window while they are held (normalize):
+// a hold weighs fully, never by the previous window's weight, so a
+// request in flight counts whole until it settles.
+func (slidingWindow) hold(_ *Rule, st *State, _ int64, hits uint64) { st.Count += hits }
+
+func (slidingWindow) unhold(_ *Rule, st *State, _ int64, hits uint64) {
 	st.Count -= min(st.Count, hits)
 }
+
+func (slidingWindow) canHold() bool     { return true }
+func (slidingWindow) whyNoHold() string { return "" }
 
 func (a slidingWindow) remaining(r *Rule, st *State, t int64) uint64 {
 	rem := float64(r.Limit) - a.estimate(st, t, r.window())

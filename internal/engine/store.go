@@ -39,6 +39,12 @@ type Item struct {
 	// form one quota_mode descriptor: the quota groups of a request deny it
 	// only when every one of them is over.
 	Group int32
+	// Reservation is the id of the request's reservation on the
+	// descriptor (ReservationID of its reservation_key entry), "" for
+	// none. With a rule that reserves it makes the item a reservation call
+	// (Reserving, reservation.go): the first call with the id reserves, a
+	// later one settles. Not part of the counter's identity.
+	Reservation string
 }
 
 // Result is what a store found for one item.
@@ -78,6 +84,24 @@ type Result struct {
 	// or later when the count would still deny then; RemainingBeforeCharge
 	// is 0.
 	Blocked bool
+
+	// Of a reservation call (reservation.go): Phase is what it was, and
+	// HoldHits the hits it held (a reserve of an admitted request) or
+	// released (a settle of a hold), else 0. A settle admits whatever
+	// its hits; a reserve is judged as its hold's hits.
+	Phase    Phase
+	HoldHits uint64
+	// Of an item whose rule reserves: Held is the hits its counter's
+	// reservations hold after the decision (counted in Remaining), Holds
+	// their number, and OldestHold (Peek only) the age of the oldest.
+	// Lapsed and LapsedHits are the holds of the counter that ended by
+	// themselves at this decision (their ttl passed; released, charging
+	// nothing), on the first item of the request on that counter.
+	Held       uint64
+	Holds      uint32
+	OldestHold time.Duration
+	Lapsed     uint32
+	LapsedHits uint64
 }
 
 // Store keeps counters and decides requests. Every store of rls (memstore,

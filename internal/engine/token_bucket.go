@@ -109,6 +109,14 @@ func (a tokenBucket) giveBack(r *Rule, st *State, t int64, hits uint64) {
 	}
 }
 
+// A bucket holds a reserve's hits as tokens taken (its TAT), which refill
+// as any; a hold that ends gives its tokens back (never more than a full
+// bucket).
+func (a tokenBucket) hold(r *Rule, st *State, t int64, hits uint64)   { a.consume(r, st, t, hits) }
+func (a tokenBucket) unhold(r *Rule, st *State, t int64, hits uint64) { a.giveBack(r, st, t, hits) }
+func (tokenBucket) canHold() bool                                     { return true }
+func (tokenBucket) whyNoHold() string                                 { return "" }
+
 func (a tokenBucket) remaining(r *Rule, st *State, t int64) uint64 {
 	if r.Limit == 0 {
 		return 0

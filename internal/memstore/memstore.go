@@ -92,7 +92,7 @@ func (e *entry) computeSize() int64 {
 	n := int64(entryOverhead + len(e.desc))
 	for i := range e.counters {
 		c := &e.counters[i]
-		n += counterOverhead + int64(len(c.id)) + 16*int64(cap(c.st.Log))
+		n += counterOverhead + int64(len(c.id)) + 16*int64(cap(c.st.Log)) + c.st.Holds.Bytes()
 	}
 	return n
 }
@@ -316,8 +316,8 @@ func (c *applyCall) locate(s *Store) {
 			sh.counters++
 			ent.resize = true
 		}
-		if it.Rule.StateSizeVaries() {
-			ent.resize = true // a log's capacity may change
+		if it.Rule.StateSizeVaries() || it.Rule.Reserve != nil {
+			ent.resize = true // a log's capacity, or a reservation table, may change
 		}
 		c.indexes[i] = j
 	}

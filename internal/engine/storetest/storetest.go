@@ -161,6 +161,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("NoItems", func(t *testing.T) { testNoItems(t, newStore) })
 	t.Run("ConcurrentExactlyTheLimit", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
+	t.Run("Reservations", func(t *testing.T) { testReservations(t, newStore) })
 }
 
 // testReset: Reset clears every counter of the items, whatever the
