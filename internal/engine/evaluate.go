@@ -155,29 +155,60 @@ func (st *State) Clone() State {
 	return c
 }
 
-// normalize is the first pass: each item's result cleared, and its
+// normalize is the first pass: the results cleared, and each item's
 // counter, the first time the request meets it, normalized to t (its
-// penalty forgiven, its reservations' due events swept: counted in that
-// item's result) and snapshotted; times[i] is the counter's own instant,
-// shared by the later items on it. It reports whether any item is a
-// reservation call.
+// penalty forgiven, its reservations' due events swept: counted in the
+// result of the first item on it whose rule reserves) and snapshotted;
+// times[i] is the counter's own instant, shared by the later items on it.
+// A counter that no item of the request reaches with a rule that reserves
+// forgets its reservations first (holdingRule). It reports whether any
+// item is a reservation call.
 func normalize(t int64, items []Item, states []*State, results []Result, snaps []State, times []int64) (reserving bool) {
 	for i := range items {
-		it, st, r := &items[i], states[i], &results[i]
-		*r = Result{}
-		reserving = reserving || it.Reserving()
+		results[i] = Result{}
+		reserving = reserving || items[i].Reserving()
+	}
+	for i := range items {
+		it, st := &items[i], states[i]
 		if j := firstOf(states, i); j != i {
 			times[i] = times[j]
 			continue
 		}
+		hold := -1
+		if st.Holds != nil || st.Held > 0 {
+			hold = holdingRule(items, states, i)
+		}
 		times[i] = it.Rule.alg.normalize(it.Rule, st, t)
 		it.Rule.forgive(st, times[i])
-		if st.Holds != nil {
-			r.Lapsed, r.LapsedHits = it.Rule.sweep(st, times[i])
+		if hold >= 0 && st.Holds != nil {
+			r := &results[hold]
+			r.Lapsed, r.LapsedHits = items[hold].Rule.sweep(st, times[i])
 		}
 		snaps[i] = *st
 	}
 	return reserving
+}
+
+// holdingRule returns the first item from i on whose counter is i's and
+// whose rule reserves, and when there is none (a reload removed its
+// reserve, an override shares its counter) makes the counter forget its
+// reservations and returns -1: its hits held stay in its count until they
+// leave it as any (a window's end), but are no longer carried, swept or
+// settled, as a store that keeps them apart (Redis) does not read them
+// for such a request. A log keeps its hits held beside its entries: they
+// go.
+func holdingRule(items []Item, states []*State, i int) int {
+	for j := i; j < len(items); j++ {
+		if states[j] == states[i] && items[j].Rule.Reserve != nil {
+			return j
+		}
+	}
+	st := states[i]
+	if items[i].Rule.OwnKey() {
+		st.Count -= min(st.Count, st.Held)
+	}
+	st.Held, st.Holds = 0, nil
+	return -1
 }
 
 // judge is the judging pass: each item in order at its counter's instant,

@@ -231,10 +231,10 @@ func (e *holdEvents) Pop() any {
 	return h
 }
 
-// maxSweep bounds the events one decision handles on one counter (the
+// MaxSweep bounds the events one decision handles on one counter (the
 // Redis store's the same): the others wait for the next decision, holding
 // their hits meanwhile (never fewer held than true).
-const maxSweep = 128
+const MaxSweep = 128
 
 // clone returns a copy of hs that shares nothing with it.
 func (hs *Holds) clone() *Holds {
@@ -337,7 +337,7 @@ func (st *State) endHold(r *Rule, h *holdRecord, t int64, state uint8) {
 }
 
 // sweep handles the table's events due at the counter's instant t (at
-// most maxSweep, earliest first): a hold whose ttl has passed is released
+// most MaxSweep, earliest first): a hold whose ttl has passed is released
 // by itself (it lapses: recordLapsed, remembered a ttl more), a record
 // past that is forgotten. It returns the holds released and their hits.
 // Part of normalizing a state: kept whatever the decision's outcome.
@@ -348,7 +348,7 @@ func (r *Rule) sweep(st *State, t int64) (lapsed uint32, hits uint64) {
 	}
 	var dueBuf [16]*holdRecord
 	due := dueBuf[:0]
-	for len(hs.events) > 0 && len(due) < maxSweep && hs.events[0].next() <= t {
+	for len(hs.events) > 0 && len(due) < MaxSweep && hs.events[0].next() <= t {
 		due = append(due, heap.Pop(&hs.events).(*holdRecord))
 	}
 	for _, h := range due {

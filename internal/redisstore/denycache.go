@@ -105,10 +105,13 @@ func newDenyCache(max int) *denyCache {
 // cacheable reports whether an item's denial may stand for later requests:
 // a shadow item never denies, a quota item denies only with its group, a
 // refund always admits, a count-denied item takes its hits even when
-// denied (Redis must count them), and a penalized item's denials are
-// strikes (Redis must record them).
+// denied (Redis must count them), a penalized item's denials are strikes
+// (Redis must record them), and a limit that reserves keeps its
+// reservations in Redis: a settle must reach them whatever the counter
+// says, a hold may end by itself at any instant, and its answers report
+// its holds.
 func cacheable(it *engine.Item) bool {
-	return !it.Shadow && !it.Refund && !it.CountDenied && it.Group == 0 && it.Hits > 0 && !it.Rule.Penalized()
+	return !it.Shadow && !it.Refund && !it.CountDenied && it.Group == 0 && it.Hits > 0 && !it.Rule.Penalized() && it.Rule.Reserve == nil
 }
 
 // deny answers a request's items (all of them, or its share on this

@@ -164,7 +164,7 @@ func (s *Store) trip(ctx context.Context, b *backend, node string, req *request,
 	if err != nil {
 		return false, err
 	}
-	rep, err := parseReply(raw, len(req.items))
+	rep, err := parseReply(raw, len(req.items), req.holds)
 	if err != nil {
 		return false, err
 	}

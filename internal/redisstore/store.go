@@ -294,7 +294,7 @@ func (s *Store) base(it *engine.Item) string {
 // than a whole timeout on its way back) it is indeterminate.
 func (s *Store) late(b *backend, l redisconn.Late) {
 	req := l.Request.(*request) // the store's own, back from the driver
-	r, err := parseReply(l.Reply, len(req.items))
+	r, err := parseReply(l.Reply, len(req.items), req.holds)
 	if err != nil {
 		s.unknown(b, l.Node, fmt.Errorf("a reply came after its caller stopped waiting, unreadable: %w", err))
 		return

@@ -741,7 +741,7 @@ func TestMergedScripts(t *testing.T) {
 // decoded writes the statuses of the reply v to req into results and
 // returns whether it admitted the request.
 func decoded(v any, req *request, results []engine.Result) (bool, error) {
-	r, err := parseReply(v, len(req.items))
+	r, err := parseReply(v, len(req.items), req.holds)
 	if err != nil {
 		return false, err
 	}

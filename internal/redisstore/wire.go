@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,7 @@ var scripts embed.FS
 // libraryTail. A file sees the locals of those before it.
 var (
 	libraryHead = []string{"prelude.lua", "decide/state.lua", "decide/hashes.lua"}
-	libraryTail = []string{"penalty.lua", "decide/parse.lua", "decide/load.lua", "decide/judge.lua",
+	libraryTail = []string{"penalty.lua", "decide/reserve.lua", "decide/parse.lua", "decide/load.lua", "decide/judge.lua",
 		"decide/charge.lua", "decide/reply.lua", "decide/decide.lua", "release.lua"}
 )
 
@@ -96,7 +97,9 @@ func newLibrary(paths []string) library {
 // request requestHead fields at the request* positions and itemFields per
 // item at the item* positions (from 1); a request whose items all take
 // one hit with no flags and no group sends minus the number of its items
-// and plainItemFields per item (the key and the rule).
+// and plainItemFields per item (the key and the rule); one with
+// reservation calls sends reservingItems and the number of its items, and
+// reservingItemFields per item (itemFields and the reservation's id).
 const (
 	requestHead      = 5
 	requestMode      = 1
@@ -104,11 +107,16 @@ const (
 	requestDeadline  = 3
 	requestUndoAfter = 4
 	requestItems     = 5
+	reservingItems   = "r"
 	itemFields       = 4
+	// reservingItemFields: itemFields and itemReservation, the id ("" for
+	// none).
+	reservingItemFields = 5
+	itemReservation     = 5
 	plainItemFields  = 2
 	itemKey          = 1 // the descriptor's key: the hash of its counters; sameKey for the previous item's
 	sameKey          = ""
-	itemRule         = 2 // ruleArg: code|window|limit|burst|penalty|id
+	itemRule         = 2 // ruleArg: code|window|limit|burst|penalty|reserve|id
 	itemHits         = 3
 	itemOpts         = 4 // flags + optsGroup × group
 	optsGroup        = 16
@@ -117,7 +125,7 @@ const (
 	flagCountDenied  = 4
 	flagDenied       = 8
 	// rulePattern is the Lua pattern that reads an item's rule argument.
-	rulePattern = `^(%d+)|([%d:]+)|(%d+)|(%d+)|([%d:]*)|(.*)$`
+	rulePattern = `^(%d+)|([%d:]+)|(%d+)|(%d+)|([%d:]*)|([%d:]*)|(.*)$`
 )
 
 // stateNumber is how the scripts pack each number of a counter's state in
@@ -165,6 +173,16 @@ const (
 	// (engine.Result.Blocked); replyItemBlockedCharged: and charged.
 	replyItemBlocked        = 2
 	replyItemBlockedCharged = 3
+	// replyHoldFields more per item whose rule reserves: its phase
+	// (engine.Phase), the hits it held or released, its counter's hits
+	// held and holds, the age in µs of the oldest hold (modePeek), and the
+	// holds that ended by themselves and their hits.
+	replyHoldFields     = 7
+	phaseNone           = int(engine.NotReserving)
+	phaseReserving      = int(engine.Reserving)
+	phaseSettling       = int(engine.Settling)
+	phaseSettledAgain   = int(engine.SettledAgain)
+	phaseSettlingUnheld = int(engine.SettlingUnheld)
 )
 
 // tbMaxAhead is the bound of a token bucket's TAT ahead of now, the
@@ -178,6 +196,7 @@ const (
 	undoZRem    = "Z"
 	undoZAdd    = "A"
 	undoPublish = "P"
+	undoHold    = "H"
 )
 
 // request is one request as the decide function reads it: the request* fields, then
@@ -193,6 +212,12 @@ type request struct {
 	// 0 for none (sent as "").
 	deadline, undoAfter int64
 	items               []wireItem
+	// reserving: some item is a reservation call (engine.Item.Reserving):
+	// the items carry their ids (reservingItemFields). holds[i] says
+	// whether item i's rule reserves (its reply has replyHoldFields more);
+	// nil when none does.
+	reserving bool
+	holds     []bool
 }
 
 // wireItem is one limit of a request as the decide function reads it.
@@ -210,6 +235,8 @@ type wireItem struct {
 	// (in modeReserve -g: group g is over elsewhere, see regroup).
 	flags int
 	group int32
+	// reservation is the item's reservation id ("" for none).
+	reservation string
 }
 
 // opts is the item's itemOpts argument.
@@ -231,12 +258,12 @@ var (
 // (engine.Rule.PenaltyArg) and ID.
 func ruleArg(r *engine.Rule, at time.Time) any {
 	if b, ok := r.CalendarBounds(at.UnixMicro()); ok {
-		return fmt.Sprintf("%d|%d:%d:%d:%d|%d|%d|%s|%s", r.Code(), b[0], b[1], b[2], b[3], r.Limit, r.Burst, r.PenaltyArg(), r.ID)
+		return fmt.Sprintf("%d|%d:%d:%d:%d|%d|%d|%s|%s|%s", r.Code(), b[0], b[1], b[2], b[3], r.Limit, r.Burst, r.PenaltyArg(), r.ReserveArg(), r.ID)
 	}
 	if v, ok := ruleArgs.Load(r); ok {
 		return v
 	}
-	var arg any = fmt.Sprintf("%d|%d|%d|%d|%s|%s", r.Code(), r.Window.Microseconds(), r.Limit, r.Burst, r.PenaltyArg(), r.ID)
+	var arg any = fmt.Sprintf("%d|%d|%d|%d|%s|%s|%s", r.Code(), r.Window.Microseconds(), r.Limit, r.Burst, r.PenaltyArg(), r.ReserveArg(), r.ID)
 	if nRuleArgs.Add(1) > maxRuleArgs {
 		ruleArgs.Clear()
 		nRuleArgs.Store(1)
@@ -272,13 +299,26 @@ func newRequest(mode, instant string, at time.Time, items []engine.Item, bases [
 		if it.CountDenied {
 			w.flags |= flagCountDenied
 		}
+		if rule.Reserve != nil {
+			if r.holds == nil {
+				r.holds = make([]bool, len(items))
+			}
+			r.holds[i] = true
+			if it.Reserving() {
+				w.reservation, r.reserving = it.Reservation, true
+			}
+		}
 	}
 	return r
 }
 
 // plain reports whether every item takes one hit, with no flags and no
-// group: the items are sent as plainItemFields each.
+// group, and none is a reservation call: the items are sent as
+// plainItemFields each.
 func (r *request) plain() bool {
+	if r.reserving {
+		return false
+	}
 	for i := range r.items {
 		if w := &r.items[i]; w.hits != 1 || w.opts() != 0 {
 			return false
@@ -298,8 +338,11 @@ func (r *request) appendArgs(dst []any) []any {
 		head[requestDeadline-1], head[requestUndoAfter-1] = r.deadline, r.undoAfter
 	}
 	head[requestItems-1] = len(r.items)
-	if plain {
+	switch {
+	case plain:
 		head[requestItems-1] = -len(r.items)
+	case r.reserving:
+		head[requestItems-1] = reservingItems + strconv.Itoa(len(r.items))
 	}
 	dst = append(dst, head[:]...)
 	for i := range r.items {
@@ -317,14 +360,20 @@ func (r *request) appendArgs(dst []any) []any {
 		f[itemHits-1] = w.hits
 		f[itemOpts-1] = w.opts()
 		dst = append(dst, f[:]...)
+		if r.reserving {
+			dst = append(dst, w.reservation)
+		}
 	}
 	return dst
 }
 
 // argCount is the number of arguments the request takes.
 func (r *request) argCount() int {
-	if r.plain() {
+	switch {
+	case r.plain():
 		return requestHead + plainItemFields*len(r.items)
+	case r.reserving:
+		return requestHead + reservingItemFields*len(r.items)
 	}
 	return requestHead + itemFields*len(r.items)
 }
@@ -383,18 +432,23 @@ func (r *request) route(cluster bool) (keys []string, oneSlot bool) {
 
 // touched returns the keys that the decide function reads and writes for
 // the item (the package doc's key layout): its descriptor's hash for a
-// counter kept there (and a penalty's field), its counter's own key (a
-// sorted set) for one kept there (engine.Rule.OwnKey); "" for none.
-// TestRouteKeysAreTheKeysTouched holds it to what the function touches.
-func (w *wireItem) touched() [2]string {
-	var t [2]string
+// counter kept there (and a penalty's or reservations' field), its
+// counter's own key (a sorted set) for one kept there
+// (engine.Rule.OwnKey), and the keys of its reservations when its rule
+// reserves; "" for none. TestRouteKeysAreTheKeysTouched holds it to what
+// the function touches.
+func (w *wireItem) touched() [4]string {
+	var t [4]string
 	if w.limit.OwnKey() {
 		t[1] = w.base
-		if w.limit.Penalized() {
+		if w.limit.Penalized() || w.limit.Reserve != nil {
 			t[0] = w.key.(string)
 		}
 	} else {
 		t[0] = w.key.(string)
+	}
+	if w.limit.Reserve != nil {
+		t[2], t[3] = engine.ReservationKeys(w.base)
 	}
 	return t
 }
@@ -427,13 +481,21 @@ type wireStatus struct {
 	verdict          int64 // replyItem*: admitted, denied, or charged (minus what remained before the charge)
 	remaining, reset int64
 	retry            int64 // µs, or retryNever
+	hold             wireHold
+}
+
+// wireHold is the reservations of an item whose rule reserves, in a
+// reply (replyHoldFields).
+type wireHold struct {
+	phase, hits, held, holds, oldest, lapsed, lapsedHits int64
 }
 
 // wireView is one item of a reply's view.
 type wireView struct{ remaining, reset int64 }
 
-// parseReply reads the reply to a request of n items.
-func parseReply(v any, n int) (reply, error) {
+// parseReply reads the reply to a request of n items; holds[i] says
+// whether item i's rule reserves (nil: none does).
+func parseReply(v any, n int, holds []bool) (reply, error) {
 	vals, ok := v.([]any)
 	if !ok || len(vals) < replyHead {
 		return reply{}, fmt.Errorf("redis: unexpected decide reply %v", v)
@@ -453,15 +515,27 @@ func parseReply(v any, n int) (reply, error) {
 		return reply{}, fmt.Errorf("redis: decide reply with the unknown verdict %d", r.verdict)
 	}
 	rest := vals[replyHead:]
-	if len(rest) < replyItemFields*n {
+	width := replyItemFields * n
+	for _, h := range holds {
+		if h {
+			width += replyHoldFields
+		}
+	}
+	if len(rest) < width {
 		return reply{}, fmt.Errorf("redis: decide reply of %d values for %d items: %v", len(vals), n, vals)
 	}
 	r.statuses = make([]wireStatus, n)
 	for i := range r.statuses {
-		f := rest[replyItemFields*i:]
+		f := rest
 		r.statuses[i] = wireStatus{verdict: num(f[0]), remaining: num(f[1]), reset: num(f[2]), retry: num(f[3])}
+		rest = rest[replyItemFields:]
+		if holds != nil && holds[i] {
+			h := &r.statuses[i].hold
+			h.phase, h.hits, h.held, h.holds = num(rest[0]), num(rest[1]), num(rest[2]), num(rest[3])
+			h.oldest, h.lapsed, h.lapsedHits = num(rest[4]), num(rest[5]), num(rest[6])
+			rest = rest[replyHoldFields:]
+		}
 	}
-	rest = rest[replyItemFields*n:]
 	if len(rest) > 0 {
 		undo, ok := rest[0].([]any)
 		if !ok {
@@ -557,6 +631,14 @@ func (r *reply) results(req *request, results []engine.Result) (bool, error) {
 			Reset:      time.Duration(st.reset) * time.Microsecond,
 			RetryAfter: time.Duration(max(st.retry, 0)) * time.Microsecond,
 			Never:      st.retry == retryNever,
+		}
+		if h := st.hold; h != (wireHold{}) {
+			if h.phase < 0 || h.phase > int64(phaseSettlingUnheld) {
+				return false, fmt.Errorf("redis: decide reply: item %d has the unknown phase %d", i, h.phase)
+			}
+			res.Phase, res.HoldHits = engine.Phase(h.phase), uint64(max(h.hits, 0))
+			res.Held, res.Holds, res.OldestHold = uint64(max(h.held, 0)), uint32(max(h.holds, 0)), time.Duration(max(h.oldest, 0))*time.Microsecond
+			res.Lapsed, res.LapsedHits = uint32(max(h.lapsed, 0)), uint64(max(h.lapsedHits, 0))
 		}
 		switch v := st.verdict; {
 		case v == replyItemAdmitted:

@@ -72,12 +72,25 @@ func TestRequestEncoding(t *testing.T) {
 	}
 	req := newRequest(modeReserve, "", at, items, bases)
 	req.deadline, req.undoAfter = 1802260800010000, 1802260800005000
+	// A request with reservation calls: a limit that reserves, called with
+	// an id and without one, beside one that does not.
+	tokens := storetest.ReserveRule(engine.FixedWindow, 100000, time.Hour, 0, 4000, 5*time.Minute)
+	resItems := []engine.Item{
+		{Desc: "llm/tenant=acme", Rule: tokens, Hits: 1, Reservation: "req-1"},
+		{Desc: "llm/tenant=acme", Rule: goldenRules()[0], Hits: 1, Reservation: "req-1"},
+		{Desc: "llm/tenant=beta", Rule: tokens, Hits: 1},
+	}
+	var resBases []string
+	for _, it := range resItems {
+		resBases = append(resBases, engine.CounterKey("rls:", it.Desc, it.Rule))
+	}
+	rreq := newRequest(modeFinal, "", at, resItems, resBases)
 	// A plain request: every item one hit, no flags, no group.
 	plain := items[:2:2]
 	plain[0].Hits, plain[1].Hits, plain[1].Refund = 1, 1, false
 	preq := newRequest(modeFinal, "", at, plain, bases[:2])
 	var b strings.Builder
-	for _, r := range []*request{req, preq} {
+	for _, r := range []*request{req, rreq, preq} {
 		args := r.appendArgs(nil)
 		if len(args) != r.argCount() {
 			t.Errorf("%d arguments, argCount says %d", len(args), r.argCount())
@@ -107,7 +120,7 @@ func TestReplyDecoding(t *testing.T) {
 		},
 		[]any{int64(8), int64(1000000), int64(1), int64(59000000), int64(3), int64(60000000)},
 	}
-	rep, err := parseReply(raw, 3)
+	rep, err := parseReply(raw, 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +159,7 @@ func TestReplyDecoding(t *testing.T) {
 	}
 	rawStates := []any{int64(verdictAdmittedStates), int64(1802260800001234),
 		pack(1802260800000000, 3), pack(1802257200000000, 40, 200), pack(1802260800041234), nil}
-	rep, err = parseReply(rawStates, 4)
+	rep, err = parseReply(rawStates, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +172,41 @@ func TestReplyDecoding(t *testing.T) {
 	for i, r := range results {
 		fmt.Fprintf(&b, "item %d: %+v\n", i, r)
 	}
+
+	// Items whose rules reserve carry their reservations (a reserve held,
+	// a settle, a look that found a hold ended by itself) beside an item
+	// whose rule does not.
+	rawHolds := []any{int64(verdictAdmitted), int64(1802260800001234),
+		int64(replyItemAdmitted), int64(6000), int64(3000000000), int64(0),
+		int64(phaseReserving), int64(4000), int64(4000), int64(1), int64(0), int64(0), int64(0),
+		int64(replyItemAdmitted), int64(9), int64(1000000), int64(0),
+		int64(replyItemAdmitted), int64(90000), int64(3000000000), int64(0),
+		int64(phaseSettling), int64(4000), int64(0), int64(0), int64(0), int64(1), int64(4000),
+	}
+	rep, err = parseReply(rawHolds, 3, []bool{true, false, true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results = make([]engine.Result, 3)
+	admitted, err = rep.results(nil, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "reservations: verdict %d now %d admitted %v\n", rep.verdict, rep.now, admitted)
+	for i, r := range results {
+		fmt.Fprintf(&b, "item %d: %+v\n", i, r)
+	}
 	golden(t, "reply.golden", b.String())
+	if _, err := parseReply(rawHolds[:len(rawHolds)-1], 3, []bool{true, false, true}); err == nil {
+		t.Errorf("parseReply of a reply short of a reservation field = nil error, want one")
+	}
+	bad := slices.Clone(rawHolds)
+	bad[6] = int64(9)
+	if rep, err := parseReply(bad, 3, []bool{true, false, true}); err == nil {
+		if _, err := rep.results(nil, results); err == nil {
+			t.Errorf("a reply with phase 9 read without error")
+		}
+	}
 
 	for _, bad := range []any{
 		"x", []any{int64(9), int64(0)},
@@ -167,7 +214,7 @@ func TestReplyDecoding(t *testing.T) {
 		append(slices.Clone(raw[:14]), "not a log"),
 		append(slices.Clone(raw[:15]), []any{int64(1)}),
 	} {
-		if _, err := parseReply(bad, 3); err == nil {
+		if _, err := parseReply(bad, 3, nil); err == nil {
 			t.Errorf("parseReply(%v) = nil error, want one", bad)
 		}
 	}
@@ -176,7 +223,7 @@ func TestReplyDecoding(t *testing.T) {
 		append(slices.Clone(rawStates[:5]), "seven b"),
 		append(slices.Clone(rawStates[:5]), int64(1)),
 	} {
-		if _, err := parseReply(bad, 4); err == nil {
+		if _, err := parseReply(bad, 4, nil); err == nil {
 			t.Errorf("parseReply(%v) = nil error, want one", bad)
 		}
 	}
@@ -199,6 +246,18 @@ func TestRedisKeys(t *testing.T) {
 			}
 		}
 	}
+	// A limit that reserves: one hold, one settled reservation.
+	tokens := storetest.ReserveRule(engine.FixedWindow, 100000, time.Hour, 0, 4000, 5*time.Minute)
+	desc := string(engine.AppendDescriptorKey(nil, "llm", []engine.Entry{{Key: "tenant", Value: "acme"}}, nil))
+	for _, call := range []struct {
+		id   string
+		hits uint64
+	}{{"req-1", 1}, {"req-2", 1}, {"req-2", 3500}} {
+		items := []engine.Item{{Desc: desc, Rule: tokens, Hits: call.hits, Reservation: call.id}}
+		if _, err := s.Apply(ctx, items, make([]engine.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	client := s.backends[0].conn.Client()
 	keys, err := client.Keys(ctx, "golden:*").Result()
 	if err != nil {
@@ -212,6 +271,15 @@ func TestRedisKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(&b, "%s\t%s\n", typ, k)
+		if typ == "zset" && strings.HasSuffix(k, "!e") {
+			members, err := client.ZRangeWithScores(ctx, k, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range members {
+				fmt.Fprintf(&b, "\t%v\t%d\n", m.Member, int64(m.Score))
+			}
+		}
 		if typ != "hash" {
 			continue
 		}

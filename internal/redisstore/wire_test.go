@@ -66,11 +66,36 @@ func TestWireContract(t *testing.T) {
 		"UNDO_ZREM":                  strconv.Quote(undoZRem),
 		"UNDO_ZADD":                  strconv.Quote(undoZAdd),
 		"UNDO_PUBLISH":               strconv.Quote(undoPublish),
+		"RESERVING_ITEMS":            strconv.Quote(reservingItems),
+		"RESERVING_ITEM_FIELDS":      strconv.Itoa(reservingItemFields),
+		"ITEM_RESERVATION":           strconv.Itoa(itemReservation),
 	}
 	// The key layout's parts the scripts derive are the engine's.
 	goSide["FREED_CHANNEL"] = strconv.Quote(engine.FreedChannel(""))
 	goSide["HASH_EXPIRY"] = strconv.Quote(engine.HashExpiry)
 	goSide["PENALTY_SUFFIX"] = strconv.Quote(engine.PenaltyField(""))
+	// decide/reserve.lua names its own part of the contract, in its block
+	// (the library's top level is near Lua's 200 locals).
+	records, events := engine.ReservationKeys("")
+	reserveSide := map[string]string{
+		"HELD_SUFFIX":           strconv.Quote(engine.HeldField("")),
+		"RECORDS_SUFFIX":        strconv.Quote(records),
+		"EVENTS_SUFFIX":         strconv.Quote(events),
+		"REPLY_HOLD_FIELDS":     strconv.Itoa(replyHoldFields),
+		"PHASE_NONE":            strconv.Itoa(phaseNone),
+		"PHASE_RESERVING":       strconv.Itoa(phaseReserving),
+		"PHASE_SETTLING":        strconv.Itoa(phaseSettling),
+		"PHASE_SETTLED_AGAIN":   strconv.Itoa(phaseSettledAgain),
+		"PHASE_SETTLING_UNHELD": strconv.Itoa(phaseSettlingUnheld),
+		"UNDO_HOLD":             strconv.Quote(undoHold),
+		"MAX_SWEEP":             strconv.Itoa(engine.MaxSweep),
+	}
+	reserveLua := luaConstants(script("decide/reserve.lua"))
+	for name, want := range reserveSide {
+		if got := reserveLua[name]; got != want {
+			t.Errorf("decide/reserve.lua: %s = %q, Go has %s", name, got, want)
+		}
+	}
 	luaSide := luaConstants(script("prelude.lua"))
 	for name, want := range goSide {
 		got, ok := luaSide[name]
@@ -138,7 +163,7 @@ func TestWireContract(t *testing.T) {
 // line (local NAME = 'text' or an integer), by name, their values as Go
 // literals.
 func luaConstants(src string) map[string]string {
-	constant := regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*) = ('[^']*'|-?[0-9]+)`)
+	constant := regexp.MustCompile(`^ *local ([A-Z][A-Z0-9_]*) = ('[^']*'|-?[0-9]+)`)
 	out := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(src))
 	for sc.Scan() {

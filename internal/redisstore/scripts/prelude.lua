@@ -29,6 +29,10 @@ local HASH_EXPIRY = 'x'
 -- and PENALTY_SUFFIX (engine.PenaltyField), in the same hash (a sliding
 -- log's too): the block end and strikes (see penalty.lua).
 local PENALTY_SUFFIX = '!p'
+-- A counter whose limit reserves keeps its reservations in a field of the
+-- hash and two keys beside it: see decide/reserve.lua, which names those
+-- parts of the key layout, and its part of the wire contract (the reply's
+-- reservation fields, its undo operation), in its block.
 local FREED_CHANNEL = 'freed'
 
 -- The decide function's arguments: args[1] is the number of requests, then each
@@ -41,21 +45,28 @@ local REQUEST_MODE = 1 -- MODE_*
 local REQUEST_INSTANT = 2 -- µs, or "" for Redis TIME
 local REQUEST_DEADLINE = 3 -- µs of Redis's clock after which the request is not decided, or ""
 local REQUEST_UNDO_AFTER = 4 -- µs after which the reply carries its undo log, or ""
-local REQUEST_ITEMS = 5 -- the number of items; minus it for plain items
+local REQUEST_ITEMS = 5 -- the number of items; minus it for plain items;
+                        -- RESERVING_ITEMS and it for items with a reservation id
+local RESERVING_ITEMS = 'r'
+-- A request with reservation calls sends RESERVING_ITEM_FIELDS per item:
+-- ITEM_FIELDS and ITEM_RESERVATION, the reservation's id ('' for none).
+local RESERVING_ITEM_FIELDS = 5
+local ITEM_RESERVATION = 5
 local ITEM_FIELDS = 4
 local PLAIN_ITEM_FIELDS = 2
 local ITEM_KEY = 1 -- the descriptor's key (engine.DescriptorKey): its counters' hash;
                    -- SAME_KEY for the previous item's
 local SAME_KEY = ''
--- the rule: RULE_PATTERN's fields, 'code|window|limit|burst|penalty|id':
+-- the rule: RULE_PATTERN's fields, 'code|window|limit|burst|penalty|reserve|id':
 -- its algorithm, its window in µs (a calendar window's: see
 -- alg/calendar_window.lua), its limit and burst, its penalty ('' for none,
--- else 'reset:step:step...' in µs, engine.Rule.PenaltyArg) and its ID (the
--- counter's field in the hash).
+-- else 'reset:step:step...' in µs, engine.Rule.PenaltyArg), its reserve
+-- ('' for none, else 'estimate:ttl' in µs, engine.Rule.ReserveArg) and its
+-- ID (the counter's field in the hash).
 -- Parsed once per library load and kept (a calendar window's changes with
 -- its bounds).
 local ITEM_RULE = 2
-local RULE_PATTERN = '^(%d+)|([%d:]+)|(%d+)|(%d+)|([%d:]*)|(.*)$'
+local RULE_PATTERN = '^(%d+)|([%d:]+)|(%d+)|(%d+)|([%d:]*)|([%d:]*)|(.*)$'
 local ITEM_HITS = 3
 -- sum of FLAG_* and OPTS_GROUP times the quota group (0 for none; in
 -- MODE_RESERVE, -g for a group g that another node found over: judged,
@@ -111,6 +122,8 @@ local REPLY_ITEM_CHARGED = -1
 -- and so with its hits charged (nothing remained before the charge)
 local REPLY_ITEM_BLOCKED = 2
 local REPLY_ITEM_BLOCKED_CHARGED = 3
+-- An item whose rule reserves has more fields: see decide/reserve.lua
+-- (REPLY_HOLD_FIELDS).
 
 -- How far ahead of now a consumption puts a token bucket's TAT, in µs
 -- (engine.MaxBucketAhead): hits that count when denied push it on without
@@ -125,6 +138,7 @@ local UNDO_TAT = 'T' -- key id delta: token bucket TAT += delta µs
 local UNDO_ZREM = 'Z' -- key count members...: remove log entries
 local UNDO_ZADD = 'A' -- key window count (score member)...: put back log entries
 local UNDO_PUBLISH = 'P' -- base: announce hits given back (see freed)
+-- (and UNDO_HOLD, a counter's reservations: see decide/reserve.lua)
 
 -- The standard functions the scripts use. A library's top level runs
 -- before Redis gives it any (not even tonumber), so each entry point calls

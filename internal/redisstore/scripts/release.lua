@@ -27,6 +27,9 @@ local function undoer(op)
         undoers[o] = f
       end
     end
+    for o, f in pairs(holds.undo) do -- a counter's reservations (decide/reserve.lua)
+      undoers[o] = f
+    end
   end
   return undoers[op]
 end

@@ -57,6 +57,7 @@ do
   calendar.consume = fixed.consume
   calendar.give_back = fixed.give_back
   calendar.remaining = fixed.remaining
+  calendar.hold, calendar.unhold, calendar.carry, calendar.rebase = fixed.hold, fixed.unhold, fixed.carry, fixed.rebase
 
   function calendar.reset_at(c)
     return calendar_end(c, w_start[c])

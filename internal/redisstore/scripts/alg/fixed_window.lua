@@ -143,8 +143,34 @@ function fixed.consume(c, hits)
   w_count[c] = w_count[c] + hits
 end
 
+-- give_back refunds hits, never below the hits held (a refund does not
+-- end a reservation).
 function fixed.give_back(c, hits)
+  local count = w_count[c]
+  local free = count
+  if c_hold[c] then
+    free = count - min(count, c_held[c])
+  end
+  w_count[c] = count - min(free, hits)
+end
+
+-- A window holds a reserve's hits in its count (engine's fixedWindow.hold),
+-- which carries them into each new window while they are held: a window
+-- that load rolled (its start is not the stored one) starts with them.
+fixed.hold = fixed.consume
+
+function fixed.unhold(c, hits)
   w_count[c] = w_count[c] - min(w_count[c], hits)
+end
+
+function fixed.carry(c, held)
+  if w_start[c] ~= w_s0[c] then
+    w_count[c], w_count0[c] = w_count[c] + held, w_count0[c] + held
+  end
+end
+
+function fixed.rebase(c)
+  w_count0[c] = w_count[c]
 end
 
 function fixed.remaining(c, limit)

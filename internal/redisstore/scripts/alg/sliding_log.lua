@@ -145,6 +145,25 @@ do
     end
   end
 
+  -- A log holds a reserve's hits in its count beside its entries (engine's
+  -- slidingLog.hold), not as an entry: l_count is the entries' hits and
+  -- the hits held (carry), and the LOG_TOTAL written is the entries' only.
+  function log.hold(c, hits)
+    l_count[c] = l_count[c] + hits
+  end
+
+  function log.unhold(c, hits)
+    l_count[c] = l_count[c] - min(l_count[c], hits)
+  end
+
+  function log.carry(c, held)
+    l_count[c], l_count0[c] = l_count[c] + held, l_count0[c] + held
+  end
+
+  function log.rebase(c)
+    l_count0[c] = l_count[c]
+  end
+
   function log.restore(c)
     l_count[c], l_pop[c], l_trim[c], l_pend[c] = l_count0[c], 0, 0, {}
   end
@@ -258,7 +277,11 @@ do
       local _
       _, newest = log_stored(c, stored - 1)
     end
-    call('ZADD', base, fmt(-l_count[c] - 1), LOG_TOTAL)
+    local entries = l_count[c]
+    if c_hold[c] then
+      entries = entries - min(entries, c_held[c])
+    end
+    call('ZADD', base, fmt(-entries - 1), LOG_TOTAL)
     call('PEXPIRE', base, ttl_ms(newest + w, now))
   end
 

@@ -30,6 +30,19 @@ do
   sliding.consume = fixed.consume -- the current window's count
   sliding.give_back = fixed.give_back
 
+  -- A sliding window holds a reserve's hits in its current window's count
+  -- (engine's slidingWindow.hold): a window that load rolled takes them
+  -- out of the count now previous and starts with them, so that a hold
+  -- weighs fully until it ends.
+  sliding.hold, sliding.unhold, sliding.rebase = fixed.hold, fixed.unhold, fixed.rebase
+
+  function sliding.carry(c, held)
+    if w_start[c] ~= w_s0[c] then
+      w_prev[c] = w_prev[c] - min(w_prev[c], held)
+      w_count[c], w_count0[c] = w_count[c] + held, w_count0[c] + held
+    end
+  end
+
   function sliding.remaining(c, limit)
     local r = limit - estimate(c)
     if r <= 0 then

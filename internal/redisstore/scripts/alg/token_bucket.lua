@@ -56,6 +56,19 @@ do
     end
   end
 
+  -- A bucket holds a reserve's hits as tokens taken (engine's
+  -- tokenBucket.hold): its TAT has them, and a hold that ends gives them
+  -- back.
+  bucket.hold = bucket.consume
+  bucket.unhold = bucket.give_back
+
+  function bucket.carry()
+  end
+
+  function bucket.rebase(c)
+    b_tat0[c] = b_tat[c]
+  end
+
   function bucket.restore(c)
     b_tat[c] = b_tat0[c]
   end

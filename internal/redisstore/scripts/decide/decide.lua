@@ -11,6 +11,13 @@ local function write(undo)
       penalty_write(c)
     end
   end
+  if holding then
+    for c = 1, nc do
+      if c_hold[c] then
+        holds.write(c, undo)
+      end
+    end
+  end
 end
 
 -- decide judges the request whose arguments start at argv[a] and returns
@@ -33,6 +40,9 @@ local function decide(a)
   end
   parse(a)
   load()
+  if reserving then
+    holds.phases()
+  end
   local v = mode == MODE_RESERVE and view()
   local admitted, over = false, nil
   if mode == MODE_PEEK then
@@ -42,7 +52,7 @@ local function decide(a)
     admitted = rule(mode)
     restore()
     local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
-    statuses(out)
+    statuses(out, true)
     write(nil)
     return out, next_a
   elseif mode == MODE_CHARGE then
@@ -63,16 +73,20 @@ local function decide(a)
   if not plain then
     charge_denied(admitted, over)
   end
-  if penal then
-    strike()
-  end
   local reserve = mode == MODE_RESERVE and admitted
   -- The undo log: a reservation's, and, past the undo instant, any
   -- decision's (a denial's too: its hits that count when denied were
-  -- charged), for a reply that may come after its caller stopped waiting.
+  -- charged, its settles settled), for a reply that may come after its
+  -- caller stopped waiting.
   local undo
   if reserve or (undo_after ~= '' and now > tonumber(undo_after)) then
     undo = {}
+  end
+  if reserving then
+    holds.settle(admitted, over, undo)
+  end
+  if penal then
+    strike()
   end
   if admitted and plain and hashed and not penal and not undo and mode == MODE_FINAL then
     -- VERDICT_ADMITTED_STATES: the fields as written, statuses left to the
@@ -88,7 +102,7 @@ local function decide(a)
     return out, next_a
   end
   local out = { admitted and VERDICT_ADMITTED or VERDICT_DENIED, now }
-  statuses(out)
+  statuses(out, false)
   write(undo)
   if undo then
     out[#out + 1] = undo

@@ -1,26 +1,34 @@
 -- decide/judge.lua: the judging pass and the all-or-nothing rule
 -- (engine.Evaluate's judge and Admit, and the judging pass undone or kept).
 
--- apply applies admitted item k to its counter (engine's apply).
+-- apply applies admitted item k to its counter (engine's apply): a
+-- reserve holds its hits; a settle and a repeat change nothing here
+-- (reserve.lua).
 local function apply(k)
   local c = i_ctr[k]
   if i_refund[k] then
     c_impl[c].give_back(c, i_hits[k], i_lim[k])
-  else
+  elseif not (reserving and i_res[k]) then
     c_impl[c].consume(c, i_hits[k], i_lim[k])
+  elseif not i_free[k] then -- a reserve
+    c_impl[c].hold(c, i_hits[k], i_lim[k])
   end
 end
 
 -- retry sets when denied item k could pass, as of the decision's instant,
--- or RETRY_NEVER (engine's retry).
+-- or RETRY_NEVER (engine's retry): while its counter holds hits of
+-- reservations, no later than its table's next event.
 local function retry(k)
   local c = i_ctr[k]
   local at = c_impl[c].retry_at(c, i_hits[k], i_lim[k], i_burst[k])
   if at == never then
     i_retry[k] = RETRY_NEVER
-  else
-    i_retry[k] = at - now
+    return
   end
+  if holding and c_hold[c] and c_held[c] > 0 and c_next[c] > 0 then
+    at = min(at, c_next[c])
+  end
+  i_retry[k] = at - now
 end
 
 -- judge is the judging pass: each item in order, consumed tentatively when
@@ -31,7 +39,9 @@ local function judge()
     local c, hits, limit, burst = i_ctr[k], i_hits[k], i_lim[k], i_burst[k]
     local impl = c_impl[c]
     i_retry[k] = 0
-    if not i_refund[k] and blocked(k) then
+    if reserving and i_free[k] then
+      i_ok[k] = true -- a settle, or a repeat (reserve.lua)
+    elseif not i_refund[k] and blocked(k) then
       -- engine's retryBlocked: the block's end, or later when the count
       -- would still deny then
       i_ok[k], i_blocked[k], all = false, true, false

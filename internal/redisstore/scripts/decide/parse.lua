@@ -8,15 +8,16 @@ local rules, nrules, max_rules = {}, 0, 4096
 
 -- rule_of returns the rule of an ITEM_RULE argument: code, w (µs; false
 -- for a calendar window), warg (the window argument), limit, burst, id,
--- impl (its algorithm) and pen (its penalty, penalty_of); nil for an
--- argument that names no known algorithm. An algorithm's locate may keep
--- what it derives from the rule in its table.
+-- impl (its algorithm), pen (its penalty, penalty_of) and hold (its
+-- reserve, engine.Rule.ReserveArg: { estimate = hits, ttl = µs }, false
+-- for none); nil for an argument that names no known algorithm. An algorithm's locate may keep what it derives from the rule
+-- in its table.
 local function rule_of(arg)
   local r = rules[arg]
   if r then
     return r
   end
-  local code, warg, limit, burst, pen, id = match(arg, RULE_PATTERN)
+  local code, warg, limit, burst, pen, res, id = match(arg, RULE_PATTERN)
   local impl = code and algorithms[tonumber(code)]
   if not impl then
     return nil
@@ -24,8 +25,9 @@ local function rule_of(arg)
   if nrules >= max_rules then
     rules, nrules = {}, 0
   end
+  local estimate, ttl = match(res, '^(%d+):(%d+)$')
   r = { code = tonumber(code), w = tonumber(warg) or false, warg = warg, limit = tonumber(limit), burst = tonumber(burst), id = id, impl = impl,
-        pen = penalty_of(pen) }
+        pen = penalty_of(pen), hold = estimate and { estimate = tonumber(estimate), ttl = tonumber(ttl) } or false }
   rules[arg], nrules = r, nrules + 1
   return r
 end
@@ -33,7 +35,11 @@ end
 -- items_of returns the number of items of the request whose arguments
 -- start at argv[a], and the fields each item takes.
 local function items_of(a)
-  local m = tonumber(argv[a + REQUEST_ITEMS - 1])
+  local arg = argv[a + REQUEST_ITEMS - 1]
+  local m = tonumber(arg)
+  if not m then -- RESERVING_ITEMS and the number
+    return tonumber(arg:sub(#RESERVING_ITEMS + 1)), RESERVING_ITEM_FIELDS
+  end
   if m < 0 then
     return -m, PLAIN_ITEM_FIELDS
   end
@@ -46,6 +52,7 @@ local function parse(a)
   local width
   n, width = items_of(a)
   nc, nk, plain, penal, hashed = 0, 0, true, false, true
+  holding, reserving = false, width == RESERVING_ITEM_FIELDS
   by_counter = n > 16 and {} or nil
   for k = 1, n do
     local f = a + REQUEST_HEAD + (k - 1) * width - 1 -- item field j is argv[f + j]
@@ -76,7 +83,7 @@ local function parse(a)
         local ids = by_counter[key] or {}
         ids[id], by_counter[key] = c, ids
       end
-      c_key[c], c_id[c], c_w[c], c_impl[c], c_pen[c] = key, id, r.w, r.impl, false
+      c_key[c], c_id[c], c_w[c], c_impl[c], c_pen[c], c_hold[c] = key, id, r.w, r.impl, false, false
       if not r.impl.status_from_field then
         hashed = false
       end
@@ -95,6 +102,15 @@ local function parse(a)
         need(key) -- the penalty's field, for a sliding log too
       end
     end
+    local hold = r.hold
+    i_spec[k] = hold
+    if hold then
+      holding, hashed = true, false -- its statuses carry its reservations
+      if not c_hold[c] then
+        c_hold[c] = hold
+        need(key) -- the held hits' field, for a sliding log too
+      end
+    end
     local hits = width == PLAIN_ITEM_FIELDS and '1' or argv[f + ITEM_HITS]
     i_hits[k] = hits == '1' and 1 or tonumber(hits)
     local opts = width == PLAIN_ITEM_FIELDS and '0' or argv[f + ITEM_OPTS]
@@ -108,6 +124,10 @@ local function parse(a)
       i_refund[k], i_shadow[k] = flags % (2 * FLAG_REFUND) >= FLAG_REFUND, flags % (2 * FLAG_SHADOW) >= FLAG_SHADOW
       i_cd[k] = flags % (2 * FLAG_COUNT_DENIED) >= FLAG_COUNT_DENIED
       i_denied[k] = flags % (2 * FLAG_DENIED) >= FLAG_DENIED
+    end
+    if reserving then
+      local res = argv[f + ITEM_RESERVATION]
+      i_res[k] = hold and res ~= '' and not i_refund[k] and res -- a reservation call (engine's Item.Reserving)
     end
   end
 end

@@ -2,9 +2,11 @@
 
 -- statuses appends per item: its verdict (REPLY_ITEM_*), remaining, reset
 -- and retry µs (from the decision's instant, whatever the counter's own;
--- RETRY_NEVER when no wait admits the item's hits).
-local function statuses(out)
+-- RETRY_NEVER when no wait admits the item's hits), and for an item whose
+-- rule reserves its reservations (holds.status; oldest: MODE_PEEK's).
+local function statuses(out, oldest)
   local m = #out
+  local reported = holding and {}
   for k = 1, n do
     local c = i_ctr[k]
     local impl = c_impl[c]
@@ -31,6 +33,9 @@ local function statuses(out)
     end
     out[m + 3], out[m + 4] = reset, retry
     m = m + 4
+    if holding and i_spec[k] then
+      m = holds.status(out, m, k, reported, oldest)
+    end
   end
 end
 

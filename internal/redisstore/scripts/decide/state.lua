@@ -49,6 +49,16 @@ local by_counter -- a request of many items: counter index by key and id (see pa
 -- admission of plain items then answers VERDICT_ADMITTED_STATES
 local hashed
 
+-- Reservations (decide/reserve.lua): holding says that the request has an
+-- item whose rule reserves (parse), reserving that it has reservation
+-- calls (its items carry ids: RESERVING_ITEMS). i_spec[k]: item k's
+-- rule's reserve ({estimate, ttl}) or false; c_hold[c]: the reserve of
+-- the first such item on counter c, or false; c_held[c]: the hits its
+-- reservations hold (loaded for the counters with c_hold), which its
+-- algorithm counts in its state as hits taken.
+local holding, reserving
+local i_spec, c_hold, c_held = {}, {}, {}
+
 -- never is what retry_at returns for hits that no instant admits (engine's
 -- never, Result.Never): more than the limit, or the bucket, holds.
 local never = {}
@@ -68,6 +78,13 @@ local never = {}
 --   restore(c): back to the state as loaded (the judging pass undone);
 --   write(c, undo): stages (hashes.lua) or writes what changed, and
 --     appends to undo (when not nil) the operations that give it back;
+--   hold(c, hits, limit), unhold(c, hits, limit): a reserve's hits taken,
+--     a hold's given back (engine's hold and unhold); carry(c, held): the
+--     hits held counted in the state as loaded (a window's new count starts
+--     with them, a log's count has them beside its entries); rebase(c):
+--     the state now is the state as loaded (a hold that ended by itself,
+--     swept at load, is normalization, not the request's); only for the
+--     algorithms that can hold;
 --   undo: the release function's operations its writes log (UNDO_*), each
 --     f(args, i, now), which undoes the one at args[i] and returns where
 --     the next starts; finish_undo(), if any, runs after them;
