@@ -113,17 +113,17 @@ const (
 	// none).
 	reservingItemFields = 5
 	itemReservation     = 5
-	plainItemFields  = 2
-	itemKey          = 1 // the descriptor's key: the hash of its counters; sameKey for the previous item's
-	sameKey          = ""
-	itemRule         = 2 // ruleArg: code|window|limit|burst|penalty|reserve|id
-	itemHits         = 3
-	itemOpts         = 4 // flags + optsGroup × group
-	optsGroup        = 16
-	flagRefund       = 1
-	flagShadow       = 2
-	flagCountDenied  = 4
-	flagDenied       = 8
+	plainItemFields     = 2
+	itemKey             = 1 // the descriptor's key: the hash of its counters; sameKey for the previous item's
+	sameKey             = ""
+	itemRule            = 2 // ruleArg: code|window|limit|burst|penalty|reserve|id
+	itemHits            = 3
+	itemOpts            = 4 // flags + optsGroup × group
+	optsGroup           = 16
+	flagRefund          = 1
+	flagShadow          = 2
+	flagCountDenied     = 4
+	flagDenied          = 8
 	// rulePattern is the Lua pattern that reads an item's rule argument.
 	rulePattern = `^(%d+)|([%d:]+)|(%d+)|(%d+)|([%d:]*)|([%d:]*)|(.*)$`
 )
