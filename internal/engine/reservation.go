@@ -90,8 +90,7 @@ const (
 	// SettledAgain: the id was settled already: nothing is charged.
 	SettledAgain
 	// SettlingUnheld: the id's hold was released by itself (its ttl
-	// passed), or the id is known only to other limits of its descriptor:
-	// the call's hits are charged.
+	// passed): the call's hits are charged.
 	SettlingUnheld
 )
 
@@ -340,7 +339,11 @@ func (st *State) endHold(r *Rule, h *holdRecord, t int64, state uint8) {
 // most MaxSweep, earliest first): a hold whose ttl has passed is released
 // by itself (it lapses: recordLapsed, remembered a ttl more), a record
 // past that is forgotten. It returns the holds released and their hits.
-// Part of normalizing a state: kept whatever the decision's outcome.
+// A hold found only once it would be forgotten too (no decision on the
+// counter for a ttl after its end) is released and forgotten at once, not
+// counted: a store that forgets a whole counter at its expiry (memstore's
+// sweeper, Redis's key expiry) cannot count it either. Part of normalizing
+// a state: kept whatever the decision's outcome.
 func (r *Rule) sweep(st *State, t int64) (lapsed uint32, hits uint64) {
 	hs := st.Holds
 	if hs == nil {
@@ -352,14 +355,23 @@ func (r *Rule) sweep(st *State, t int64) (lapsed uint32, hits uint64) {
 		due = append(due, heap.Pop(&hs.events).(*holdRecord))
 	}
 	for _, h := range due {
-		if h.state != recordHeld {
+		switch {
+		case h.state != recordHeld:
 			delete(hs.byID, h.id)
-			continue
+		case h.forget() <= t:
+			// Ended and forgotten since the last decision on the counter:
+			// its hits go back, uncounted (as when a store forgets the
+			// whole counter at its expiry).
+			heap.Push(&hs.events, h)
+			st.endHold(r, h, t, recordLapsed)
+			heap.Remove(&hs.events, h.index)
+			delete(hs.byID, h.id)
+		default:
+			heap.Push(&hs.events, h)
+			lapsed++
+			hits += h.hits
+			st.endHold(r, h, t, recordLapsed)
 		}
-		heap.Push(&hs.events, h)
-		lapsed++
-		hits += h.hits
-		st.endHold(r, h, t, recordLapsed)
 	}
 	if len(hs.events) == 0 {
 		st.Holds = nil
@@ -374,12 +386,13 @@ func (r *Rule) sweep(st *State, t int64) (lapsed uint32, hits uint64) {
 // the holds of an admitted request's reserves and settles the settles,
 // whatever the outcome.
 
-// phases sets results[i].Phase for each reservation call of items. The
-// calls of one descriptor with one id settle when any of their counters
-// knows the id (SettlingUnheld on those that do not), and reserve
-// otherwise; a later call of the request on a counter that an earlier one
-// of the same id reached does nothing (dup[i] set, its phase
-// NotReserving).
+// phases sets results[i].Phase for each reservation call of items, from
+// its counter's table: a call whose id the counter does not know
+// reserves, one whose id it holds settles. A later call of the request on
+// a counter that an earlier one with the same id reached does nothing
+// (dup[i] set, its phase NotReserving). Each counter decides for itself:
+// the counters of a descriptor may sit on two stores (a per-second Redis),
+// and a limit that a reload added since a reserve reserves at its settle.
 func phases(items []Item, states []*State, results []Result, dup []bool) {
 	for i := range items {
 		it := &items[i]
@@ -394,19 +407,10 @@ func phases(items []Item, states []*State, results []Result, dup []bool) {
 		if dup[i] {
 			continue
 		}
-		known := false
-		for j := range items {
-			if o := &items[j]; o.Reserving() && o.Desc == it.Desc && o.Reservation == it.Reservation && states[j].Holds.find(it.Reservation) != nil {
-				known = true
-				break
-			}
-		}
 		r := &results[i]
 		switch h := states[i].Holds.find(it.Reservation); {
-		case !known:
-			r.Phase = Reserving
 		case h == nil:
-			r.Phase = SettlingUnheld
+			r.Phase = Reserving
 		case h.state == recordHeld:
 			r.Phase = Settling
 		case h.state == recordSettled:
@@ -441,11 +445,7 @@ func reserveAndSettle(items []Item, states []*State, results []Result, times []i
 			st.endHold(rule, h, tc, recordSettled)
 			rule.alg.consume(rule, st, tc, it.Hits)
 		case SettlingUnheld:
-			if h := st.Holds.find(it.Reservation); h != nil {
-				h.state = recordSettled // its next event, when it is forgotten, stays
-			} else {
-				st.addHold(it.Reservation, 0, tc, rule.Reserve.TTL, recordSettled)
-			}
+			st.Holds.find(it.Reservation).state = recordSettled // its next event, when it is forgotten, stays
 			rule.alg.consume(rule, st, tc, it.Hits)
 		}
 	}

@@ -214,6 +214,10 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 			}
 		}
 	}
+	reserving := reservingLimits(rng)
+	if !hot {
+		limits = append(limits, reserving...)
+	}
 	descs := []string{"d/a=1", "d/a=2", "d/b=1"}
 	mean := 700 * time.Millisecond
 	if hot {
@@ -268,6 +272,12 @@ func testPerSecondDifferential(t *testing.T, opts Options, hot bool) {
 			it.Shadow = rng.IntN(12) == 0
 			it.CountDenied = !it.Refund && rng.IntN(8) == 0
 			it.Group = quota[it.Desc]
+			if rng.IntN(3) == 0 {
+				// a few counters that reserve (per-second windows and longer
+				// ones), so that ids meet
+				it.Rule = reserving[rng.IntN(len(reserving))%6*6]
+			}
+			drawReservation(rng, it)
 		}
 		perSecond := 0
 		for i := range items {

@@ -155,7 +155,20 @@ func (s *Store) regroup(ctx context.Context, items []engine.Item, results []engi
 					told[j].Group = -g
 				}
 			}
+			// Holds that ended by themselves were found by the first
+			// reservation (its normalization stays): the second finds none.
+			type ended struct {
+				n    uint32
+				hits uint64
+			}
+			lapsed := make([]ended, len(p.results))
+			for j, r := range p.results {
+				lapsed[j] = ended{r.Lapsed, r.LapsedHits}
+			}
 			s.reserve(ctx, p, told)
+			for j := range p.results {
+				p.results[j].Lapsed, p.results[j].LapsedHits = lapsed[j].n, lapsed[j].hits
+			}
 		})
 	}
 	wg.Wait()
@@ -181,7 +194,8 @@ func (s *Store) regroup(ctx context.Context, items []engine.Item, results []engi
 func (p *part) consumedOver(over map[int32]bool) bool {
 	for j := range p.reserved {
 		it := &p.reserved[j]
-		if it.Group > 0 && over[it.Group] && p.results[j].Admitted && it.Hits > 0 && !it.CountDenied && !p.overHere(it.Group) {
+		consumes := it.Hits > 0 && !it.CountDenied || it.Reserving() // a reserve holds, however many hits it asks
+		if it.Group > 0 && over[it.Group] && p.results[j].Admitted && consumes && !p.overHere(it.Group) {
 			return true
 		}
 	}
@@ -266,13 +280,15 @@ func unreserve(p *part, results []engine.Result) {
 // chargeReleased counts again, on a node whose reservation was released,
 // the hits of the part's count-denied items (count_denied_hits: they count
 // whether or not the request is admitted, and the release took them back),
-// as memstore charges them in a denied request (modeCharge, with each
+// and settles again its settles (a reservation call's settle happens
+// whatever the request's outcome; its reserves hold nothing in a denied
+// request), as memstore does in a denied request (modeCharge, with each
 // item's verdict), and reports the statuses of every item on those
 // counters from the state the charge left.
 func (s *Store) chargeReleased(ctx context.Context, p *part, results []engine.Result) error {
 	var charged []string
 	for j, it := range p.items {
-		if it.CountDenied && !it.Refund {
+		if it.CountDenied && !it.Refund || it.Reserving() {
 			charged = append(charged, p.bases[j])
 		}
 	}
@@ -286,8 +302,8 @@ func (s *Store) chargeReleased(ctx context.Context, p *part, results []engine.Re
 		if !slices.Contains(charged, p.bases[j]) {
 			continue
 		}
-		if !it.CountDenied || it.Refund {
-			it.Hits, it.Refund, it.CountDenied = 0, false, false // a look, for its status
+		if (!it.CountDenied || it.Refund) && !it.Reserving() {
+			it.Hits, it.Refund, it.CountDenied, it.Reservation = 0, false, false, "" // a look, for its status
 		}
 		items, bases, idx = append(items, it), append(bases, p.bases[j]), append(idx, p.idx[j])
 	}
@@ -303,10 +319,17 @@ func (s *Store) chargeReleased(ctx context.Context, p *part, results []engine.Re
 		return err
 	}
 	for k, i := range idx {
-		results[i].Remaining, results[i].Reset = after[k].Remaining, after[k].Reset
-		if items[k].CountDenied && !results[i].Admitted {
-			results[i].RetryAfter = after[k].RetryAfter
-			results[i].RemainingBeforeCharge = after[k].RemainingBeforeCharge
+		r, a := &results[i], &after[k]
+		r.Remaining, r.Reset = a.Remaining, a.Reset
+		if items[k].CountDenied && !items[k].Reserving() && !r.Admitted {
+			r.RetryAfter = a.RetryAfter
+			r.RemainingBeforeCharge = a.RemainingBeforeCharge
+		}
+		if items[k].Rule.Reserve != nil {
+			// What the reservation calls did once the request was denied;
+			// the holds ended by themselves were the reservation's (its
+			// normalization stays).
+			r.Phase, r.HoldHits, r.Held, r.Holds = a.Phase, a.HoldHits, a.Held, a.Holds
 		}
 	}
 	return nil

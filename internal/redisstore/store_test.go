@@ -144,6 +144,11 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 		p.ID += fmt.Sprintf(":pen%d", i)
 		limits = append(limits, &p)
 	}
+	// Limits that reserve, each its own counter, called with ids of a
+	// small pool (so that reserves meet settles, repeats and ends by
+	// themselves) or none.
+	reserving := reservingLimits(rng)
+	limits = append(limits, reserving...)
 	descs := []string{"d/a=1", "d/a=2", "d/b=1", "d/c=x"}
 	if hot {
 		// Limits of 0, 1 and 3 (a quarter of them shared by 3 and 10).
@@ -156,6 +161,8 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 		limits, descs = small, descs[:2]
 	}
 	const nsteps = 3000
+	var phases [engine.SettlingUnheld + 1]int
+	lapsed := 0
 	for step := range nsteps {
 		d := time.Duration(rng.ExpFloat64() * float64(200*time.Millisecond))
 		if rng.IntN(15) == 0 {
@@ -186,6 +193,12 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 				it.Refund = rng.IntN(40) == 0
 				it.Shadow, it.Group = false, 0
 			}
+			if !hot && rng.IntN(3) == 0 {
+				// One of a few counters that reserve, so that calls with one
+				// id meet on it: reserves, settles, repeats.
+				it.Rule, it.Desc = reserving[rng.IntN(len(reserving))%5*7], descs[rng.IntN(2)]
+			}
+			drawReservation(rng, it)
 		}
 		if rng.IntN(5) == 0 && n > 1 {
 			items[n-1] = items[0] // the same counter twice
@@ -205,6 +218,8 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 				step, seed, clock.Now().Sub(storetest.T0), mok, rok, describe(items), mr, rr)
 		}
 		for i := range items {
+			phases[mr[i].Phase]++
+			lapsed += int(mr[i].Lapsed)
 			cached := rr[i].Cached
 			rr[i].Cached = false
 			if mr[i] != rr[i] {
@@ -219,14 +234,60 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 		t.Error("the denial cache answered no request: the comparison did not cover it")
 	}
 	t.Logf("answered from the denial cache: %d of %d", red.Stats().CacheHits, nsteps)
+	t.Logf("reservation calls by phase %v (none, reserve, settle, settled again, settle unheld); holds ended by themselves %d", phases, lapsed)
+	if !hot && (slices.Contains(phases[engine.Reserving:], 0) || lapsed == 0) {
+		t.Errorf("seed %d: the draw left a reservation phase or an ended hold out (%v, %d): it tests too little of reservations", seed, phases, lapsed)
+	}
 }
 
 func describe(items []engine.Item) string {
 	var b strings.Builder
 	for _, it := range items {
 		fmt.Fprintf(&b, "\n  %s %s %d/%s burst %d penalty %v/%s hits %d refund %v shadow %v count denied %v group %d", it.Desc, it.Rule.Algorithm(), it.Rule.Limit, it.Rule.Window, it.Rule.Burst, it.Rule.Penalty, it.Rule.PenaltyReset, it.Hits, it.Refund, it.Shadow, it.CountDenied, it.Group)
+		if r := it.Rule.Reserve; r != nil {
+			fmt.Fprintf(&b, " reserve %d/%s id %q", r.Estimate, r.TTL, it.Reservation)
+		}
 	}
 	return b.String()
+}
+
+// reservingLimits returns limits that reserve, of every algorithm that can
+// hold, each its own counter (its ID marked), for the differential tests.
+func reservingLimits(rng *rand.Rand) []*engine.Rule {
+	var out []*engine.Rule
+	ttls := []time.Duration{300 * time.Millisecond, 2 * time.Second, 20 * time.Second}
+	for _, alg := range []string{engine.FixedWindow, engine.SlidingWindow, engine.SlidingLog, engine.TokenBucket} {
+		for _, w := range []time.Duration{time.Second, time.Minute, time.Hour} {
+			for _, rpu := range []uint32{4, 10, 1000} {
+				burst := uint32(0)
+				if alg == engine.TokenBucket {
+					burst = rpu * uint32(1+rng.IntN(2))
+				}
+				estimate := []uint32{1, 2, 4}[rng.IntN(3)]
+				l := storetest.ReserveRule(alg, rpu, w, burst, estimate, ttls[rng.IntN(len(ttls))])
+				l.ID += fmt.Sprintf(":res%d:%d", rpu, burst)
+				out = append(out, l)
+			}
+		}
+	}
+	cal := engine.MustCompile(engine.Spec{Unit: engine.Day, Multiplier: 1, Limit: 20, Calendar: true,
+		Reserve: engine.Some(engine.Reserve{Estimate: 3, TTL: 2 * time.Second})})
+	cal.ID += ":res"
+	return append(out, cal)
+}
+
+// drawReservation gives item it, when its rule reserves, an id from a
+// small pool most of the time (a reservation call: a reserve, a settle,
+// a repeat), and sometimes hits above the estimate (a settle beyond its
+// hold).
+func drawReservation(rng *rand.Rand, it *engine.Item) {
+	if it.Rule.Reserve == nil || rng.IntN(4) == 0 {
+		return
+	}
+	it.Reservation = fmt.Sprintf("r%d", rng.IntN(6))
+	if rng.IntN(3) == 0 {
+		it.Hits = uint64(rng.IntN(12))
+	}
 }
 
 // fcallCalls returns the FCALLs the server has run.

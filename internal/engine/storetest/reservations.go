@@ -120,7 +120,7 @@ func testReservations(t *testing.T, newStore NewStore) {
 		t.Run(tc.name, func(t *testing.T) { testReservationTimeline(t, newStore, tc.rule, tc.steps, tc.base) })
 	}
 	t.Run("AllOrNothing", func(t *testing.T) { testReservationAllOrNothing(t, newStore) })
-	t.Run("OneIDPerDescriptor", func(t *testing.T) { testReservationOneID(t, newStore) })
+	t.Run("EachCounterItsOwn", func(t *testing.T) { testReservationCounters(t, newStore) })
 }
 
 func testReservationTimeline(t *testing.T, newStore NewStore, rule *engine.Rule, steps []resStep, base time.Duration) {
@@ -207,11 +207,11 @@ func testReservationAllOrNothing(t *testing.T, newStore NewStore) {
 	}
 }
 
-// testReservationOneID: the calls of one descriptor with one id settle
-// together when any of its counters knows the id (a limit added by a
-// reload settles without a hold instead of reserving), and the same
-// counter twice in a request reserves or settles once.
-func testReservationOneID(t *testing.T, newStore NewStore) {
+// testReservationCounters: each counter keeps its own reservations: a
+// limit added to a descriptor (by a reload) since a reserve reserves at
+// the settle, while the limit that held settles; and the same counter
+// twice in a request reserves or settles once.
+func testReservationCounters(t *testing.T, newStore NewStore) {
 	clock := NewClock(T0)
 	s := newStore(t, clock.Now)
 	desc := uniqueDesc(t, "tenant=acme")
@@ -222,7 +222,7 @@ func testReservationOneID(t *testing.T, newStore NewStore) {
 		t.Fatalf("one counter twice, one id: %v %+v; want one hold of 10, the repeat admitted without a phase", ok, res)
 	}
 	ok, res := apply(t, s, []engine.Item{{Desc: desc, Rule: hourly, Hits: 7, Reservation: "a"}, {Desc: desc, Rule: daily, Hits: 7, Reservation: "a"}})
-	if !ok || res[0].Phase != engine.Settling || res[0].Remaining != 93 || res[1].Phase != engine.SettlingUnheld || res[1].Remaining != 993 {
-		t.Fatalf("a settle reaching a limit added since its reserve: %v %+v; want the hourly settled (93 remaining), the daily charged without a hold (993)", ok, res)
+	if !ok || res[0].Phase != engine.Settling || res[0].Remaining != 93 || res[1].Phase != engine.Reserving || res[1].HoldHits != 7 || res[1].Remaining != 993 {
+		t.Fatalf("a settle reaching a limit added since its reserve: %v %+v; want the hourly settled (93 remaining), the daily holding the call's 7 hits (993)", ok, res)
 	}
 }

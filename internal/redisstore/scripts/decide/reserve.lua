@@ -68,7 +68,9 @@ do
   -- sees it: live (holds), hv0 (the held field as loaded), rkey and ekey
   -- (the keys of their records and events), lim (the limit their sweep
   -- gives back under: the first item's whose rule reserves), lapsed and
-  -- lhits (the holds that ended by themselves at load and their hits),
+  -- lhits (the holds that ended by themselves at load and their hits,
+  -- counted), swept and shits (all the holds load released and their
+  -- hits, counted or forgotten at once),
   -- undo (the records the request changed, as they were: for the undo
   -- log), changed (their events changed), forget (the latest instant a
   -- record added is forgotten), rid and rec (a record looked up: its id,
@@ -112,7 +114,8 @@ do
 
   -- sweep handles counter c's due events at its instant (engine's sweep):
   -- a held record's hold ends by itself (its hits back, unhold; the record
-  -- lapsed, remembered until it is forgotten), a record past that is
+  -- lapsed, remembered until it is forgotten, or forgotten at once,
+  -- uncounted, when that instant has passed too), a record past that is
   -- forgotten.
   local function sweep(c)
     local t, impl = tab[c], c_impl[c]
@@ -128,8 +131,14 @@ do
         if v and state == RECORD_HELD then
           impl.unhold(c, hits, t.lim)
           c_held[c], t.live = c_held[c] - min(c_held[c], hits), t.live - 1
-          t.lapsed, t.lhits = t.lapsed + 1, t.lhits + hits
-          put_record(c, id, 0, at, untl, RECORD_LAPSED)
+          t.swept, t.shits = t.swept + 1, t.shits + hits
+          if untl + (untl - at) > c_t[c] then
+            t.lapsed, t.lhits = t.lapsed + 1, t.lhits + hits
+            put_record(c, id, 0, at, untl, RECORD_LAPSED)
+          else -- forgotten too: uncounted, as a counter's expiry forgets it
+            call('HDEL', t.rkey, id)
+            call('ZREM', t.ekey, id)
+          end
         else
           call('HDEL', t.rkey, id)
           call('ZREM', t.ekey, id)
@@ -157,7 +166,7 @@ do
       end
     end
     tab[c] = { live = live, hv0 = v, rkey = base .. RECORDS_SUFFIX, ekey = base .. EVENTS_SUFFIX, lim = lim,
-               lapsed = 0, lhits = 0, undo = false, changed = false, forget = 0, rid = false, rec = false }
+               lapsed = 0, lhits = 0, swept = 0, shits = 0, undo = false, changed = false, forget = 0, rid = false, rec = false }
     c_held[c], c_next[c] = held, nxt
     if held > 0 then
       c_impl[c].carry(c, held)
@@ -167,10 +176,9 @@ do
     end
   end
 
-  -- holds.phases sets each reservation call's phase (engine's phases):
-  -- the calls of one descriptor with one id settle when any of their
-  -- counters knows the id, and reserve otherwise; a repeat on a counter
-  -- does nothing. A reserve is judged as its hold's hits (i_hits); no
+  -- holds.phases sets each reservation call's phase (engine's phases),
+  -- from its counter's table: an id it does not know reserves, one it
+  -- holds settles; a repeat on a counter does nothing. A reserve is judged as its hold's hits (i_hits); no
   -- reservation call is count-denied.
   function holds.phases()
     for k = 1, n do
@@ -185,19 +193,12 @@ do
           end
         end
         if not i_free[k] then
-          local known = false
-          for j = 1, n do
-            if i_res[j] == id and c_key[i_ctr[j]] == c_key[c] and record(i_ctr[j], id) then
-              known = true
-              break
-            end
-          end
           local v, state = record(c, id), false
           if v then
             local _
             _, _, _, state = sunpack(RECORD_STATE, v)
           end
-          if not known then
+          if not v then
             i_phase[k] = PHASE_RESERVING
             if i_hits[k] <= 1 then
               i_hits[k] = i_spec[k].estimate
@@ -243,15 +244,8 @@ do
           put_record(c, id, 0, at, untl, RECORD_SETTLED)
           impl.consume(c, i_rhits[k], i_lim[k])
         elseif p == PHASE_SETTLING_UNHELD then
-          local v = record(c, id)
-          if v then
-            local _, at, untl = sunpack(RECORD_STATE, v)
-            put_record(c, id, 0, at, untl, RECORD_SETTLED)
-          else
-            local untl = tc + i_spec[k].ttl
-            put_record(c, id, 0, tc, untl, RECORD_SETTLED)
-            t.forget = max(t.forget, untl + i_spec[k].ttl)
-          end
+          local _, at, untl = sunpack(RECORD_STATE, record(c, id))
+          put_record(c, id, 0, at, untl, RECORD_SETTLED)
           impl.consume(c, i_rhits[k], i_lim[k])
         end
       end
@@ -294,7 +288,7 @@ do
         h0, l0 = sunpack(HELD_STATE, t.hv0)
       end
       -- What the sweep did is normalization: the deltas are the request's.
-      local op = { UNDO_HOLD, key, field, fmt(held - (h0 - t.lhits)), fmt(live - (l0 - t.lapsed)), t.rkey, t.ekey, #u }
+      local op = { UNDO_HOLD, key, field, fmt(held - (h0 - t.shits)), fmt(live - (l0 - t.swept)), t.rkey, t.ekey, #u }
       for j = 1, #u do
         op[#op + 1], op[#op + 2], op[#op + 3] = u[j][1], u[j][2], u[j][3]
       end
