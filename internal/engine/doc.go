@@ -4,7 +4,9 @@
 // (state, now, rule, hits) behind the small algorithm interface; the
 // all-or-nothing rule (Admit) that turns the verdicts on every limit of a
 // request into one decision, and Evaluate, which applies both in memory;
-// the key layout of counters (key.go); and the Store interface that the
+// the key layout of counters (key.go); reservations, hits a counter
+// holds for one request until it settles (reservation.go, a grant of
+// package grant held by the store); and the Store interface that the
 // memory and Redis stores implement.
 //
 // It knows nothing about config files, Redis, gRPC or HTTP: configs compile

@@ -44,6 +44,20 @@
 // A token bucket's grant is tokens taken from the bucket: they have no
 // window, are spent within the grant's lifetime and then released, which
 // lands whenever it lands (a bucket gets back no more than was taken).
+//
+// A reservation (an LLM request's estimate of its tokens, held until it
+// settles: engine/reservation.go) is a grant whose holder is the store
+// itself, for one request: its reserve takes the hold (a take the store
+// denies holds nothing), its settle spends min(actual, hold) and releases
+// the rest, landed at once (the same store call), and charges what the
+// request used beyond its hold, past the limit if need be; a hold whose
+// ttl passes is released by itself; at a window's turn the holds of the
+// window that ends lapse there and are taken again in the next (a request
+// in flight counts whole in every window it lives into). The same
+// equation holds, with one term more, the hits charged beyond holds,
+// which is what a window's count may pass its limit by;
+// TestReservationLedger (internal/engine/reservation_test.go) books
+// reservations with this package's Ledger against the reference store.
 package grant
 
 import (
