@@ -12,28 +12,35 @@ import (
 // is always there. (A domain's http_descriptors dump themselves:
 // httpdesc.Item.MarshalJSON.)
 type jsonLimit struct {
-	Index           int      `json:"index"`
-	ID              string   `json:"id"`
-	Label           string   `json:"label"`
-	Name            string   `json:"name,omitempty"`
-	Unlimited       bool     `json:"unlimited,omitempty"`
-	Algorithm       string   `json:"algorithm,omitempty"`
-	Unit            string   `json:"unit,omitempty"`
-	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
-	Window          string   `json:"window,omitempty"`
-	WindowSeconds   int64    `json:"window_seconds,omitempty"`
-	RequestsPerUnit *uint32  `json:"requests_per_unit,omitempty"`
-	Burst           *uint32  `json:"burst,omitempty"`
-	LeaseTTL        string   `json:"lease_ttl,omitempty"`
-	Shadow          bool     `json:"shadow,omitempty"`
-	CountDenied     bool     `json:"count_denied_hits,omitempty"`
-	Lease           bool     `json:"lease,omitempty"`
-	Penalty         []string `json:"penalty,omitempty"`
-	PenaltyReset    string   `json:"penalty_reset,omitempty"`
-	Calendar        string   `json:"calendar_time_zone,omitempty"`
-	Replaces        []string `json:"replaces,omitempty"`
-	Line            int      `json:"line"`
-	Column          int      `json:"column"`
+	Index           int          `json:"index"`
+	ID              string       `json:"id"`
+	Label           string       `json:"label"`
+	Name            string       `json:"name,omitempty"`
+	Unlimited       bool         `json:"unlimited,omitempty"`
+	Algorithm       string       `json:"algorithm,omitempty"`
+	Unit            string       `json:"unit,omitempty"`
+	UnitMultiplier  uint32       `json:"unit_multiplier,omitempty"`
+	Window          string       `json:"window,omitempty"`
+	WindowSeconds   int64        `json:"window_seconds,omitempty"`
+	RequestsPerUnit *uint32      `json:"requests_per_unit,omitempty"`
+	Burst           *uint32      `json:"burst,omitempty"`
+	LeaseTTL        string       `json:"lease_ttl,omitempty"`
+	Shadow          bool         `json:"shadow,omitempty"`
+	CountDenied     bool         `json:"count_denied_hits,omitempty"`
+	Lease           bool         `json:"lease,omitempty"`
+	Penalty         []string     `json:"penalty,omitempty"`
+	PenaltyReset    string       `json:"penalty_reset,omitempty"`
+	Calendar        string       `json:"calendar_time_zone,omitempty"`
+	Reserve         *jsonReserve `json:"reserve,omitempty"`
+	Replaces        []string     `json:"replaces,omitempty"`
+	Line            int          `json:"line"`
+	Column          int          `json:"column"`
+}
+
+// jsonReserve is a limit's reserve in the config dump.
+type jsonReserve struct {
+	Estimate uint32 `json:"estimate"`
+	TTL      string `json:"ttl"`
 }
 
 // DefaultMaxDumpBytes bounds MarshalJSON's output. A dump stops there
@@ -118,6 +125,22 @@ func (d *dumper) put(s ...string) bool {
 	return d.err == nil
 }
 
+// open writes s, which opens a bracket that end closes, when both fit in
+// the budget (end is written later, paid for now).
+func (d *dumper) open(end string, s ...string) bool {
+	n := len(end)
+	for _, part := range s {
+		n += len(part)
+	}
+	if !d.spend(n) {
+		return false
+	}
+	for _, part := range s {
+		d.raw(part)
+	}
+	return d.err == nil
+}
+
 // spend takes n bytes from the budget, or marks the dump full.
 func (d *dumper) spend(n int) bool {
 	if d.full || d.err != nil {
@@ -172,24 +195,29 @@ func (d *dumper) objects(ind, key string, n int, first bool, elem func(i int, in
 	if n == 0 {
 		return d.put(sep(ind, first), quote(key), ": []")
 	}
-	if !d.put(sep(ind, first), quote(key), ": [") {
+	// Each bracket opened pays for its closing too: a dump cut anywhere
+	// stays within its budget but for the closings of what was open.
+	end := "\n" + ind + "]"
+	if !d.open(end, sep(ind, first), quote(key), ": [") {
 		return false
 	}
 	inner := ind + "  "
 	ok := true
 	for i := 0; ok && i < n; i++ {
-		if ok = d.put(sep(inner, i == 0), "{"); ok {
+		close := "\n" + inner + "}"
+		if ok = d.open(close, sep(inner, i == 0), "{"); ok {
 			ok = elem(i, inner+"  ")
-			d.raw("\n" + inner + "}")
+			d.raw(close)
 		}
 	}
-	d.raw("\n" + ind + "]")
+	d.raw(end)
 	return ok
 }
 
 // items writes the field key holding n elements, each written as one item.
 func (d *dumper) items(ind, key string, n int, elem func(i int) any) bool {
-	if !d.put(sep(ind, false), quote(key), ": [") {
+	end := "\n" + ind + "]"
+	if !d.open(end, sep(ind, false), quote(key), ": [") {
 		return false
 	}
 	inner := ind + "  "
@@ -197,7 +225,7 @@ func (d *dumper) items(ind, key string, n int, elem func(i int) any) bool {
 	for i := 0; ok && i < n; i++ {
 		ok = d.item(sep(inner, i == 0), elem(i), inner)
 	}
-	d.raw("\n" + ind + "]")
+	d.raw(end)
 	return ok
 }
 
@@ -205,6 +233,7 @@ func (d *dumper) items(ind, key string, n int, elem func(i int) any) bool {
 func (d *dumper) domain(dom *Domain, ind string) bool {
 	return d.field(ind, "name", dom.Name, true) && d.field(ind, "file", dom.File, false) &&
 		d.field(ind, "line", dom.Line, false) && d.field(ind, "column", dom.Column, false) &&
+		(dom.ReservationKey == "" || d.field(ind, "reservation_key", dom.ReservationKey, false)) &&
 		d.objects(ind, "descriptors", len(dom.Descriptors), false, func(i int, ind string) bool {
 			return d.descriptor(dom.Descriptors[i], ind)
 		}) &&
@@ -265,6 +294,9 @@ func dumpLimit(l *Limit) jsonLimit {
 	}
 	if r.Penalized() {
 		jl.PenaltyReset = r.PenaltyReset.String()
+	}
+	if res := r.Reserve; res != nil {
+		jl.Reserve = &jsonReserve{Estimate: res.Estimate, TTL: res.TTL.String()}
 	}
 	return jl
 }

@@ -137,6 +137,7 @@ type limitFields struct {
 	lease                       strictyaml.Field // the limit's own lease, when given
 	penalty, penaltyReset       strictyaml.Field
 	leaseTTL                    strictyaml.Field
+	reserve                     strictyaml.Field // the limit's own reserve, when given
 	replaceNodes                []*yaml.Node
 	shadow                      bool // the limit's own shadow_mode
 	countDenied                 bool // the limit's own count_denied_hits
@@ -169,6 +170,8 @@ func (g *limitFields) at(name string) strictyaml.Field {
 		return g.penaltyReset
 	case "lease_ttl":
 		return g.leaseTTL
+	case "reserve":
+		return g.reserve
 	}
 	return strictyaml.Field{}
 }
@@ -219,6 +222,10 @@ func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
 	}
 	g.spec.Name = l.Name
 	g.spec.Lease = g.spec.Lease || l.Descriptor.Lease
+	if d := l.Descriptor; !g.reserve.Given() && d.Reserve != nil {
+		g.spec.Reserve = engine.Some(*d.Reserve) // the descriptor's, for all its limits
+		g.reserve = strictyaml.Field{Key: "reserve", KeyNode: d.reserveAt, Value: d.reserveAt}
+	}
 	if g.zone.Given() {
 		g.spec.TimeZone.Set = true
 		if g.calendar.Given() {
@@ -239,6 +246,9 @@ func (p *parser) rule(n *yaml.Node, l *Limit, g *limitFields) bool {
 		p.Errorf(at, "%s", e.Msg)
 	}
 	l.Rule = r
+	if r != nil && r.Reserve != nil && p.reservationKey == "" {
+		p.Errorf(g.reserve.KeyNode, "reserve needs the domain's reservation_key: the descriptor entry that carries a request's id (such as request_id), with which a later call settles")
+	}
 	return r != nil
 }
 
@@ -335,6 +345,15 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 				g.spec.LeaseTTL.Set = true
 				g.bad = g.bad || !ok
 			}
+		case "reserve":
+			if given {
+				g.reserve = f
+				res := p.reserve(f)
+				g.bad = g.bad || res == nil
+				if res != nil {
+					g.spec.Reserve = engine.Some(*res)
+				}
+			}
 		default:
 			p.misplaced(f, levelLimit)
 		}
@@ -346,7 +365,7 @@ func (p *parser) limitFields(n *yaml.Node, l *Limit) limitFields {
 // window or algorithm. requests_per_unit is ignored, as envoyproxy/ratelimit
 // ignores it: files it accepts must load here.
 func (p *parser) unlimited(n *yaml.Node, l *Limit, g limitFields) {
-	for _, f := range [...]strictyaml.Field{g.unit, g.alg, g.burst, g.mult, g.penalty, g.penaltyReset, g.leaseTTL} {
+	for _, f := range [...]strictyaml.Field{g.unit, g.alg, g.burst, g.mult, g.penalty, g.penaltyReset, g.leaseTTL, g.reserve} {
 		if !f.Given() {
 			continue
 		}
@@ -419,4 +438,39 @@ func compactWindow(l *Limit) string {
 		return l.Rule.Algorithm()
 	}
 	return strconv.FormatUint(uint64(l.Rule.Multiplier), 10) + l.Rule.Unit.Code()
+}
+
+// reserve parses a reserve: {estimate: N, ttl: D}, both required; nil
+// when it does not parse (reported). Its values are checked with the
+// limit (engine.Compile).
+func (p *parser) reserve(f strictyaml.Field) *engine.Reserve {
+	v := p.Resolve(f.Value)
+	if v.Kind != yaml.MappingNode {
+		p.Errorf(f.Value, "reserve must be a mapping like {estimate: 4000, ttl: 5m}, got %s", strictyaml.Describe(v))
+		return nil
+	}
+	var res engine.Reserve
+	var estimate, ttl, ok bool
+	good := true
+	for _, rf := range p.Fields(v) {
+		switch rf.Key {
+		case "estimate":
+			res.Estimate, ok = p.uint32Field(rf)
+			estimate, good = true, good && ok
+		case "ttl":
+			res.TTL, ok = p.Duration(rf.Value, rf.Key)
+			ttl, good = true, good && ok
+		default:
+			p.Unknown(rf, "reserve", []string{"estimate", "ttl"})
+			good = false
+		}
+	}
+	if !estimate || !ttl {
+		p.Errorf(f.Value, "reserve needs estimate (the hits a request holds until it settles) and ttl (how long a hold lasts unsettled)")
+		return nil
+	}
+	if !good {
+		return nil
+	}
+	return &res
 }

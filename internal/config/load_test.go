@@ -106,7 +106,7 @@ func TestLoadReportsAllFiles(t *testing.T) {
 	})
 	_, err := Load(dir)
 	want := filepath.Join(dir, "a.yaml") + `:4:24: descriptor "k": unit "eon" is not one of second|minute|hour|day|week|month|year` + "\n" +
-		filepath.Join(dir, "b.yaml") + `:2:1: unknown key "extra" in domain (allowed: domain, descriptors, http_descriptors)`
+		filepath.Join(dir, "b.yaml") + `:2:1: unknown key "extra" in domain (allowed: domain, descriptors, http_descriptors, reservation_key)`
 	if err == nil || err.Error() != want {
 		t.Errorf("Load error:\n%v\nwant:\n%s", err, want)
 	}
@@ -370,7 +370,7 @@ func TestLoadDirectoryWithTestFiles(t *testing.T) {
 		{"a typo beside a domain", "domain: x\ndescriptor: []\n",
 			`:2:1: unknown key "descriptor" in domain (did you mean "descriptors"?)`},
 		{"tests: beside descriptors:", domainDoc("x") + "tests: []\n",
-			`:5:1: unknown key "tests" in domain (allowed: domain, descriptors, http_descriptors)`},
+			`:5:1: unknown key "tests" in domain (allowed: domain, descriptors, http_descriptors, reservation_key)`},
 		{"tests: beside http_descriptors:", "domain: x\nhttp_descriptors: []\ntests: []\n",
 			`:3:1: unknown key "tests" in domain`},
 	} {

@@ -122,6 +122,12 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 			descriptors = f
 		case "http_descriptors":
 			d.HTTPDescriptors = httpdesc.Parse(p.Reader, f)
+		case "reservation_key":
+			key, ok := p.String(f.Value, f.Key)
+			if ok && key == "" {
+				p.Errorf(f.Value, "reservation_key is empty (the key of the descriptor entry that carries a request's id, such as request_id)")
+			}
+			d.ReservationKey = key
 		default:
 			p.misplaced(f, levelDomain)
 		}
@@ -129,6 +135,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 	if !named {
 		p.Errorf(n, "domain is required")
 	}
+	p.reservationKey = d.ReservationKey
 	if descriptors.Given() {
 		d.Descriptors = p.descriptors(descriptors, nil, 0, true)
 	}
@@ -204,6 +211,8 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 			d.CountDeniedHits = p.Bool(f.Value, f.Key)
 		case "lease":
 			d.Lease = p.Bool(f.Value, f.Key)
+		case "reserve":
+			d.Reserve, d.reserveAt = p.reserve(f), f.KeyNode
 		case "quota_mode":
 			d.QuotaMode = p.Bool(f.Value, f.Key)
 		case "detailed_metric":
@@ -222,6 +231,10 @@ func (p *parser) descriptor(n *yaml.Node, parent *Descriptor, depth int, pathOK 
 	if d.ShareThreshold && !d.Wildcard {
 		p.Errorf(share.KeyNode, "share_threshold needs a value with a * wildcard, got value %q", d.Value)
 	}
+	if d.Key != "" && d.Key == p.reservationKey {
+		p.Errorf(n, "key %q is the domain's reservation_key: that entry carries a request's id and is never matched against the descriptors", d.Key)
+	}
+
 	d.Shares = shares(d)
 	d.Limits = p.limits(d, rateLimit, rateLimits)
 	if children.Given() {

@@ -27,7 +27,7 @@ func TestParseBad(t *testing.T) {
 	}{
 		{"alias_cycle.yaml", "alias_cycle.yaml:3:5: descriptor \"k/k/k/k/k/k/k/k/k/k/k/k/k/k/k/k\": descriptors nested deeper than 16 levels"},
 		{"merge_cycle.yaml", "merge_cycle.yaml:3:9: a merge key (<<) brings in the mapping that contains it"},
-		{"merge_not_mapping.yaml", "merge_not_mapping.yaml:2:1: unknown key \"base\" in domain (allowed: domain, descriptors, http_descriptors)\n" +
+		{"merge_not_mapping.yaml", "merge_not_mapping.yaml:2:1: unknown key \"base\" in domain (allowed: domain, descriptors, http_descriptors, reservation_key)\n" +
 			"merge_not_mapping.yaml:6:19: descriptor \"k\": a merge key (<<) takes mappings, got number 5"},
 		{"unit_not_string.yaml", "unit_not_string.yaml:4:24: descriptor \"user\": unit must be a string, got a list"},
 		{"alias_text_bomb.yaml", "alias_text_bomb.yaml:7:1044: aliases expand to more than 1054019 bytes of text (the file's size plus 1 MiB): each use of an alias repeats its text"},
@@ -96,7 +96,7 @@ func TestParseBad(t *testing.T) {
 		{"missing_unit.yaml", "missing_unit.yaml:5:7: descriptor \"user\": unit is required (one of second|minute|hour|day|week|month|year), or unlimited: true"},
 		{"multiple_errors.yaml", "multiple_errors.yaml:4:24: descriptor \"user\": unit \"fortnight\" is not one of second|minute|hour|day|week|month|year\n" +
 			"multiple_errors.yaml:6:51: descriptor \"ip\": requests_per_unit must not be negative, got -5\n" +
-			"multiple_errors.yaml:7:5: descriptor \"ip\": unknown key \"shadow\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits, lease)\n" +
+			"multiple_errors.yaml:7:5: descriptor \"ip\": unknown key \"shadow\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits, lease, reserve)\n" +
 			"multiple_errors.yaml:8:10: descriptor has empty key"},
 		{"negative_rpu.yaml", "negative_rpu.yaml:4:51: descriptor \"user\": requests_per_unit must not be negative, got -1"},
 		{"not_mapping.yaml", "not_mapping.yaml:1:1: a document must be a mapping with domain: and descriptors:, got a list"},
@@ -123,11 +123,24 @@ func TestParseBad(t *testing.T) {
 		{"unit_on_descriptor.yaml", "unit_on_descriptor.yaml:4:5: descriptor \"user\": key \"unit\" is not allowed in a descriptor (it belongs in a rate_limit)\n" +
 			"unit_on_descriptor.yaml:5:5: descriptor \"user\": key \"requests_per_unit\" is not allowed in a descriptor (it belongs in a rate_limit)"},
 		{"unknown_anchor.yaml", "unknown_anchor.yaml:4:17: invalid YAML: unknown anchor 'per_second' referenced"},
-		{"unknown_key.yaml", "unknown_key.yaml:4:5: descriptor \"user\": unknown key \"colour\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits, lease)"},
+		{"unknown_key.yaml", "unknown_key.yaml:4:5: descriptor \"user\": unknown key \"colour\" in descriptor (allowed: key, value, descriptors, rate_limit, rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata, count_denied_hits, lease, reserve)"},
 		{"unlimited_in_list.yaml", "unlimited_in_list.yaml:6:10: descriptor \"user\": an unlimited limit must be the only limit of its descriptor"},
 		{"unlimited_with_unit.yaml", "unlimited_with_unit.yaml:7:7: descriptor \"user=admin\": should not specify rate limit unit when unlimited\n" +
 			"unlimited_with_unit.yaml:9:7: descriptor \"user=admin\": should not specify algorithm when unlimited"},
 		{"value_mapping.yaml", "value_mapping.yaml:4:13: value must be a string, got a mapping"},
+		{"reserve_bad.yaml", "reserve_bad.yaml:5:64: descriptor \"a\": reserve must be a mapping like {estimate: 4000, ttl: 5m}, got number 4000\n" +
+			"reserve_bad.yaml:7:65: descriptor \"b\": reserve needs estimate (the hits a request holds until it settles) and ttl (how long a hold lasts unsettled)\n" +
+			"reserve_bad.yaml:9:65: descriptor \"c\": reserve's estimate must be at least 1\n" +
+			"reserve_bad.yaml:11:65: descriptor \"d\": reserve's ttl 25h0m0s is not between 1ms and 24h\n" +
+			"reserve_bad.yaml:13:65: descriptor \"e\": reserve's ttl 1.5ms is not a whole number of milliseconds\n" +
+			"reserve_bad.yaml:15:88: descriptor \"f\": unknown key \"cost\" in reserve (allowed: estimate, ttl)\n" +
+			"reserve_bad.yaml:17:65: descriptor \"g\": reserve's estimate 4000 is more than the limit admits at once (1000): every reservation would be denied\n" +
+			"reserve_bad.yaml:19:68: descriptor \"h\": reserve is not for lease: true limits: a hold lives in the store until its settle, which a slice decided in process cannot see\n" +
+			"reserve_bad.yaml:21:35: descriptor \"i\": should not specify reserve when unlimited\n" +
+			"reserve_bad.yaml:22:5: descriptor \"request_id\": key \"request_id\" is the domain's reservation_key: that entry carries a request's id and is never matched against the descriptors"},
+		{"reserve_concurrency.yaml", "reserve_concurrency.yaml:5:5: descriptor \"tenant\": reserve is for algorithms fixed_window (calendar: true too), sliding_window, sliding_log and token_bucket; not concurrency, whose acquisitions are holds already (released by is_negative_hits or lease_ttl)"},
+		{"reserve_no_key.yaml", "reserve_no_key.yaml:5:49: descriptor \"tenant\": reserve needs the domain's reservation_key: the descriptor entry that carries a request's id (such as request_id), with which a later call settles"},
+		{"reservation_key_empty.yaml", "reservation_key_empty.yaml:2:18: reservation_key is empty (the key of the descriptor entry that carries a request's id, such as request_id)"},
 		{"window_too_long.yaml", "window_too_long.yaml:4:47: descriptor \"user\": window 101 × year is longer than 100 years"},
 	}
 	covered := make(map[string]bool)
@@ -220,7 +233,7 @@ func TestParseGood(t *testing.T) {
 			t.Errorf("domain %s: File = %q, want testdata/good.yaml", d.Name, d.File)
 		}
 	}
-	if want := []string{"empty", "ext", "reference"}; !slices.Equal(names, want) {
+	if want := []string{"empty", "ext", "llm", "reference"}; !slices.Equal(names, want) {
 		t.Errorf("Domains() = %q, want %q (sorted)", names, want)
 	}
 	if d := c.Domain("nope"); d != nil {
@@ -247,9 +260,22 @@ func TestParseGood(t *testing.T) {
 		"tenant/method/1y",
 		"api_key/1s", "steady", "daily_quota", "api_key/5m/sliding_log", "api_key/5m/sliding_window", "api_key/5m",
 		"tier=gold/1s", "tier=gold/api_key/1d",
+		"tokens_per_hour", "tokens_per_day", "tokens_per_minute",
 	}
 	if !slices.Equal(labels, wantLabels) {
 		t.Errorf("labels of Limits() =\n%q\nwant\n%q", labels, wantLabels)
+	}
+
+	// Reservations: the domain's key, the descriptor's reserve on its
+	// limits, a limit's own instead.
+	llm := c.Domain("llm")
+	if llm.ReservationKey != "request_id" {
+		t.Errorf("llm: reservation_key %q, want request_id", llm.ReservationKey)
+	}
+	for i, want := range []engine.Reserve{{Estimate: 4000, TTL: 5 * time.Minute}, {Estimate: 8000, TTL: 10 * time.Minute}, {Estimate: 4000, TTL: 5 * time.Minute}} {
+		if got := llm.Descriptors[0].Limits[i].Rule.Reserve; got == nil || *got != want {
+			t.Errorf("llm limit %d: reserve %+v, want %+v", i, got, want)
+		}
 	}
 
 	ref := c.Domain("reference")
@@ -426,7 +452,7 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 1, algorithm: magic}
 `))
 	want := `f.yaml:4:24: descriptor "k": unit "lightyear" is not one of second|minute|hour|day|week|month|year
-f.yaml:7:1: unknown key "bogus" in domain (allowed: domain, descriptors, http_descriptors)
+f.yaml:7:1: unknown key "bogus" in domain (allowed: domain, descriptors, http_descriptors, reservation_key)
 f.yaml:12:69: descriptor "k/j": algorithm "magic" is not one of fixed_window|sliding_window|sliding_log|token_bucket|concurrency`
 	if err == nil || err.Error() != want {
 		t.Errorf("Parse error:\n%v\nwant:\n%s", err, want)

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"gopkg.in/yaml.v3"
+
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/httpdesc"
 	"github.com/rlsproject/rls/internal/match"
@@ -80,6 +82,11 @@ type Descriptor struct {
 	CountDeniedHits bool
 	// Lease (lease: true) leases every limit of the node (engine.Rule.Lease).
 	Lease bool
+	// Reserve (reserve: {estimate, ttl}) makes every limit of the node
+	// reserve (engine.Rule.Reserve) unless the limit gives its own; nil
+	// for none.
+	Reserve   *engine.Reserve
+	reserveAt *yaml.Node // its key, for the messages of its limits
 	// DetailedMetric, ValueToMetric: accepted for compatibility; they only
 	// affect envoyproxy/ratelimit's stats names.
 	DetailedMetric bool
@@ -123,6 +130,11 @@ type Domain struct {
 	// HTTPDescriptors say how /auth/{domain} and ext_authz build
 	// descriptors from an HTTP request; nil when the domain has none.
 	HTTPDescriptors httpdesc.List
+	// ReservationKey (reservation_key) is the key of the descriptor entry
+	// that carries a request's id for reservations (engine.Rule.Reserve):
+	// such an entry is never matched against the tree and is not part of
+	// any counter (StripReservation). "" for none.
+	ReservationKey string
 
 	// File is the file the domain was loaded from, as given to Parse or
 	// Load; Line and Column locate the document's first key.

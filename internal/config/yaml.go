@@ -29,6 +29,7 @@ type parser struct {
 	nameBytes, maxNameBytes int  // descriptor paths and limit labels
 	nameOver                bool // past maxNameBytes: reported
 	opts                    *ParseOptions
+	reservationKey          string // the domain's being parsed
 }
 
 // newParser returns a parser for the file called name holding size bytes.
@@ -73,11 +74,11 @@ const (
 // levelKeys are the keys of each level; levelWhere says where that is.
 var (
 	levelKeys = [...][]string{
-		levelDomain: {"domain", "descriptors", "http_descriptors"},
+		levelDomain: {"domain", "descriptors", "http_descriptors", "reservation_key"},
 		levelDescriptor: {"key", "value", "descriptors", "rate_limit", "rate_limits", "shadow_mode", "quota_mode",
-			"detailed_metric", "value_to_metric", "share_threshold", "metadata", "count_denied_hits", "lease"},
+			"detailed_metric", "value_to_metric", "share_threshold", "metadata", "count_denied_hits", "lease", "reserve"},
 		levelLimit: {"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
-			"unit_multiplier", "shadow_mode", "count_denied_hits", "calendar", "time_zone", "lease", "penalty", "penalty_reset", "lease_ttl"},
+			"unit_multiplier", "shadow_mode", "count_denied_hits", "calendar", "time_zone", "lease", "penalty", "penalty_reset", "lease_ttl", "reserve"},
 	}
 	levelWhere = [...]string{
 		levelDomain:     "at the top of a document",

@@ -3,7 +3,6 @@ package engine
 import (
 	"math"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -180,9 +179,6 @@ func noBurst(s *Spec, r *Rule, errs *specErrors) {
 // noCalendarBounds is calendarBounds of the algorithms whose window is a
 // length.
 func noCalendarBounds(*Rule, int64) ([4]int64, bool) { return [4]int64{}, false }
-
-// joinNames joins names with "and".
-func joinNames(names []string) string { return strings.Join(names, " and ") }
 
 // uitoa is strconv.FormatUint in base 10.
 func uitoa(v uint64) string { return strconv.FormatUint(v, 10) }

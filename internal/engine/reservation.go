@@ -133,11 +133,15 @@ func compileReserve(s *Spec, r *Rule, errs *specErrors) {
 func HoldingAlgorithms() string {
 	var names []string
 	for _, a := range algorithms {
-		if _, isForm := a.(form); !isForm && a.canHold() {
+		switch _, isForm := a.(form); {
+		case isForm || !a.canHold():
+		case a.name() == FixedWindow:
+			names = append(names, FixedWindow+" (calendar: true too)")
+		default:
 			names = append(names, a.name())
 		}
 	}
-	return joinNames(names)
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // ReserveArg is r's reserve as the Redis scripts take it: the estimate and
