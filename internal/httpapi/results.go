@@ -76,6 +76,22 @@ type DescriptorExplanation struct {
 	Limits []LimitExplanation `json:"limits"`
 	// Code is this descriptor's status if the request came now.
 	Code string `json:"code,omitempty"`
+	// Reservation, when the domain has a reservation_key and its limits
+	// reserve: the request's id, and this descriptor's reservations now
+	// (those of its limit that holds the most).
+	Reservation *DescriptorReservation `json:"reservation,omitempty"`
+}
+
+// DescriptorReservation is what a descriptor holds for reservations: the
+// request's id (the value of the domain's reservation_key entry, "" for
+// none: then this call neither reserves nor settles), the holds of its
+// limits (Count, the most of any of its limits) and the age of the oldest
+// (Go duration syntax; absent for none).
+type DescriptorReservation struct {
+	Key    string `json:"key"`
+	ID     string `json:"id"`
+	Count  uint32 `json:"count"`
+	Oldest string `json:"oldest,omitempty"`
 }
 
 // Match is how a descriptor's entries met the config.
@@ -150,6 +166,25 @@ type LimitExplanation struct {
 	// holds nothing.
 	Lease bool              `json:"lease,omitempty"`
 	Slice *SliceExplanation `json:"slice,omitempty"`
+	// Reserve is the limit's reserve (reserve: {estimate, ttl}), absent for
+	// a limit that does not reserve.
+	Reserve *ReserveExplanation `json:"reserve,omitempty"`
+}
+
+// ReserveExplanation is a limit's reserve, and (with the state) what its
+// counter holds for reservations now: Held hits (counted in the state's
+// remaining) in Holds holds, the oldest OldestHold old (Go duration
+// syntax; absent for none), and what this call would do: "reserve",
+// "settle", "settled_again" (a second settle: nothing charged),
+// "settle_unheld" (its hold ended by itself: its hits charged), or "none"
+// (no id).
+type ReserveExplanation struct {
+	Estimate   uint32 `json:"estimate"`
+	TTL        string `json:"ttl"`
+	Call       string `json:"call,omitempty"`
+	Held       uint64 `json:"held"`
+	Holds      uint32 `json:"holds"`
+	OldestHold string `json:"oldest_hold,omitempty"`
 }
 
 // SliceExplanation is this process's slice of a leased limit's counter:
@@ -217,7 +252,7 @@ func explanationJSON(ex *service.Explanation) *Explanation {
 		case de.Override:
 			d.Match = Match{Result: "override", Message: "the request's limit override applies; the config is not consulted"}
 		default:
-			d.Match = explainMatch(ex.Dom, de.Entries, de.Match)
+			d.Match = explainMatch(ex.Dom, de.Matched, de.Match)
 			if n := de.Match.Node; n != nil {
 				d.QuotaMode = n.QuotaMode
 			}
@@ -229,6 +264,30 @@ func explanationJSON(ex *service.Explanation) *Explanation {
 		for j := range de.Limits {
 			d.Limits[j] = limitJSON(ex.Dom, &de.Limits[j])
 		}
+		d.Reservation = descriptorReservation(ex.Dom, de)
+	}
+	return out
+}
+
+// descriptorReservation is what descriptor de of domain dom holds for
+// reservations, nil when none of its limits reserves.
+func descriptorReservation(dom *config.Domain, de *service.DescriptorExplanation) *DescriptorReservation {
+	var out *DescriptorReservation
+	var oldest time.Duration
+	for j := range de.Limits {
+		le := &de.Limits[j]
+		if le.Limit.Unlimited || le.Limit.Rule.Reserve == nil {
+			continue
+		}
+		if out == nil {
+			out = &DescriptorReservation{Key: dom.ReservationKey, ID: de.Reservation}
+		}
+		if s := le.State; s != nil {
+			out.Count, oldest = max(out.Count, s.Holds), max(oldest, s.OldestHold)
+		}
+	}
+	if out != nil && oldest > 0 {
+		out.Oldest = oldest.String()
 	}
 	return out
 }
@@ -252,6 +311,14 @@ func limitJSON(dom *config.Domain, le *service.LimitExplanation) LimitExplanatio
 	if le.Held > 0 {
 		l.Slice = &SliceExplanation{Held: le.Held, ValidFor: le.HeldFor.String()}
 	}
+	if l.Reserve != nil {
+		if s := le.State; s != nil {
+			l.Reserve.Call, l.Reserve.Held, l.Reserve.Holds = s.Phase.String(), s.Held, s.Holds
+			if s.OldestHold > 0 {
+				l.Reserve.OldestHold = s.OldestHold.String()
+			}
+		}
+	}
 	return l
 }
 
@@ -267,6 +334,9 @@ func explainLimit(dom *config.Domain, l *config.Limit) LimitExplanation {
 		le.RequestsPerUnit, le.Unit, le.UnitMultiplier = r.Limit, r.Unit.String(), r.Multiplier
 		le.Window, le.Algorithm, le.Burst = r.Window.String(), r.Algorithm(), r.Burst
 		le.Lease = r.Lease
+		if res := r.Reserve; res != nil {
+			le.Reserve = &ReserveExplanation{Estimate: res.Estimate, TTL: res.TTL.String()}
+		}
 		for _, d := range r.Penalty {
 			le.Penalty = append(le.Penalty, d.String())
 		}

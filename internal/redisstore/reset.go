@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +15,8 @@ import (
 const resetBound = 5 * time.Second
 
 // Reset implements engine.Store: per item, the counter's field of its
-// descriptor's hash goes (HDEL), and a sliding log's sorted set (DEL), in
+// descriptor's hash goes (HDEL), and a sliding log's sorted set (DEL), and
+// a counter's reservations (their field and keys), in
 // one pipeline per backend that also announces each counter on
 // <prefix>freed, so that every process drops its cached denials of it.
 // Counters of windows under a minute go to the per-second Redis when there
@@ -44,14 +46,20 @@ func (s *Store) reset(ctx context.Context, b *backend, items []engine.Item, base
 		defer cancel()
 	}
 	pipe := b.conn.Client().Pipeline()
-	counts := make([]*redis.IntCmd, 0, 2*len(items))
+	counts := make([][]*redis.IntCmd, len(items)) // per item, what held its state
 	channel := engine.FreedChannel(s.opts.Prefix)
 	for i := range items {
 		it, base := &items[i], bases[i]
 		hash := engine.DescriptorKey(s.opts.Prefix, it.Desc)
-		counts = append(counts, pipe.HDel(ctx, hash, it.Rule.ID), pipe.Del(ctx, base))
+		counts[i] = append(counts[i], pipe.HDel(ctx, hash, it.Rule.ID), pipe.Del(ctx, base))
 		if it.Rule.Penalized() {
 			pipe.HDel(ctx, hash, engine.PenaltyField(it.Rule.ID)) // its strikes and block go too (not a counter of its own)
+		}
+		if it.Rule.Reserve != nil {
+			// Its reservations go too: their holds and the ids it remembers
+			// (a log that only holds has no entries).
+			records, events := engine.ReservationKeys(base)
+			counts[i] = append(counts[i], pipe.HDel(ctx, hash, engine.HeldField(it.Rule.ID)), pipe.Del(ctx, records, events))
 		}
 		pipe.Publish(ctx, channel, base)
 		if b.cache != nil {
@@ -62,8 +70,10 @@ func (s *Store) reset(ctx context.Context, b *backend, items []engine.Item, base
 		return 0, fmt.Errorf("redis: reset: %w", err)
 	}
 	n := 0
-	for _, c := range counts {
-		n += int(c.Val())
+	for _, cmds := range counts {
+		if slices.ContainsFunc(cmds, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
+			n++
+		}
 	}
 	return n, nil
 }

@@ -26,6 +26,9 @@ type scratch struct {
 	key      []byte          // identities of the request's descriptors, back to back
 	spans    [][2]int        // each limited descriptor's identity in key
 	nodes    []*config.Descriptor
+	entries  [][]config.Entry // each descriptor's entries that count: without its reservation id (reservation.go)
+	ids      []string         // each descriptor's reservation id, "" for none
+	strip    []config.Entry   // the entries of descriptors that had a reservation id, without it
 	built    [][]config.Entry // CheckHTTP's descriptors
 	httpReq  Request          // CheckHTTP's request
 	decision Decision         // what the observers are told
@@ -101,6 +104,9 @@ func (s *Service) release(sc *scratch) {
 		sc.items[i] = engine.Item{}
 		sc.limits[i] = nil
 	}
+	clear(sc.entries)
+	clear(sc.ids)
+	clear(sc.strip)
 	d := &sc.decision // its slices are sc's own buffers
 	d.Request, d.Domain, d.Response, d.StoreErr = nil, nil, nil, nil
 	clear(sc.httpReq.Descriptors)
@@ -132,16 +138,20 @@ func (s *Service) match(ctx context.Context, sc *scratch, dom *config.Domain, re
 }
 
 // resolve matches each descriptor of req that has no override in dom,
-// into sc.nodes (nil for an override or no match), and returns the names
-// of the limits that the matched limits replace and the number of
-// descriptors without an override that matched no node with limits.
+// into sc.nodes (nil for an override or no match), without the entry of
+// the domain's reservation_key (sc.entries, its value in sc.ids), and
+// returns the names of the limits that the matched limits replace and the
+// number of descriptors without an override that matched no node with
+// limits.
 func (sc *scratch) resolve(dom *config.Domain, req *Request) (replaced map[string]bool, unmatched int) {
-	sc.nodes = sc.nodes[:0]
+	sc.nodes, sc.entries, sc.ids, sc.strip = sc.nodes[:0], sc.entries[:0], sc.ids[:0], sc.strip[:0]
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
+		entries, id, _ := sc.reservation(dom.ReservationKey, d.Entries)
+		sc.entries, sc.ids = append(sc.entries, entries), append(sc.ids, id)
 		var node *config.Descriptor
 		if d.Override == nil {
-			node = dom.Match(d.Entries)
+			node = dom.Match(entries)
 			if node == nil || len(node.Limits) == 0 {
 				unmatched++
 			}
@@ -190,7 +200,8 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				// its offsets are parked in Desc's place until the buffer
 				// becomes one string below.
 				start := len(sc.key)
-				sc.key = engine.AppendDescriptorKey(sc.key, req.Domain, d.Entries, node.KeyShares(len(d.Entries)))
+				entries := sc.entries[i]
+				sc.key = engine.AppendDescriptorKey(sc.key, req.Domain, entries, node.KeyShares(len(entries)))
 				sc.spans = append(sc.spans, [2]int{start, len(sc.key)})
 			}
 			var group int32
@@ -204,6 +215,7 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 				Shadow:      all.shadowed(l),
 				CountDenied: (all.countDenied || l.CountDeniedHits) && !d.Refund,
 				Group:       group,
+				Reservation: sc.ids[i],
 			})
 			owner = append(owner, i)
 			limits = append(limits, l)

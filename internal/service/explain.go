@@ -46,8 +46,14 @@ type DescriptorExplanation struct {
 	// consulted, and Match is unset.
 	Override bool
 	// Match is how the entries walked the domain's tree (Match.Node is
-	// the node reached).
-	Match config.Trace
+	// the node reached): Matched, the entries without the one of the
+	// domain's reservation_key, which is never matched.
+	Match   config.Trace
+	Matched []config.Entry
+	// Reservation is the value of the entry of the domain's
+	// reservation_key, the request's id ("" for none): on a limit that
+	// reserves, this call would reserve or settle (LimitState.Phase).
+	Reservation string
 	// Limits are the limits of the matched node (or the override), each
 	// with what the request does with it.
 	Limits []LimitExplanation
@@ -110,6 +116,15 @@ type LimitState struct {
 	// request is denied for BlockedFor.
 	Blocked    bool
 	BlockedFor time.Duration
+	// Of a limit that reserves: Phase is what this call would be (with
+	// the descriptor's reservation id: a reserve of HoldHits, or a settle;
+	// engine.NotReserving without one), Held the hits its counter's
+	// reservations hold now (counted in Remaining), Holds their number and
+	// OldestHold the age of the oldest.
+	Phase      engine.Phase
+	Held       uint64
+	Holds      uint32
+	OldestHold time.Duration
 }
 
 // holder is what a store that leases implements (internal/lease): the
@@ -158,7 +173,7 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 	ex := &Explanation{Domain: req.Domain, Config: cfg, Dom: dom, Code: OK, Descriptors: make([]DescriptorExplanation, len(req.Descriptors))}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		ex.Descriptors[i] = DescriptorExplanation{Entries: d.Entries, Hits: req.hits(d), Refund: d.Refund, Override: d.Override != nil, Code: OK}
+		ex.Descriptors[i] = DescriptorExplanation{Entries: d.Entries, Matched: d.Entries, Hits: req.hits(d), Refund: d.Refund, Override: d.Override != nil, Code: OK}
 	}
 	if dom == nil || len(req.Descriptors) == 0 {
 		return ex
@@ -188,8 +203,17 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		de := &ex.Descriptors[i]
+		de.Matched = sc.entries[i]
+		if key := dom.ReservationKey; key != "" {
+			for _, e := range d.Entries {
+				if e.Key == key {
+					de.Reservation = e.Value // as sent (the store keeps it bounded)
+					break
+				}
+			}
+		}
 		if d.Override == nil {
-			de.Match = dom.Explain(d.Entries)
+			de.Match = dom.Explain(de.Matched)
 		}
 		limits := d.limits(sc.nodes[i])
 		de.Limits = make([]LimitExplanation, 0, len(limits))
@@ -235,7 +259,8 @@ func (s *Service) explainState(le *LimitExplanation, de *DescriptorExplanation, 
 	le.Policy = &p
 	if results != nil {
 		r := &results[k]
-		le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset, Admits: r.Admitted, Never: r.Never}
+		le.State = &LimitState{Remaining: r.Remaining, Reset: r.Reset, Admits: r.Admitted, Never: r.Never,
+			Phase: r.Phase, Held: r.Held, Holds: r.Holds, OldestHold: r.OldestHold}
 		if r.Blocked {
 			le.State.Blocked, le.State.BlockedFor = true, r.RetryAfter
 		}

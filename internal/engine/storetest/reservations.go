@@ -121,6 +121,31 @@ func testReservations(t *testing.T, newStore NewStore) {
 	}
 	t.Run("AllOrNothing", func(t *testing.T) { testReservationAllOrNothing(t, newStore) })
 	t.Run("EachCounterItsOwn", func(t *testing.T) { testReservationCounters(t, newStore) })
+	t.Run("Reset", func(t *testing.T) { testReservationReset(t, newStore) })
+}
+
+// testReservationReset: a Reset forgets a counter's reservations with
+// its count: what they held and the ids they knew (a call with a held id
+// reserves again).
+func testReservationReset(t *testing.T, newStore NewStore) {
+	clock := NewClock(T0)
+	s := newStore(t, clock.Now)
+	desc := uniqueDesc(t, "tenant=acme")
+	for _, rule := range []*engine.Rule{
+		ReserveRule(engine.FixedWindow, 100, time.Hour, 0, 10, time.Minute),
+		ReserveRule(engine.SlidingLog, 100, time.Hour, 0, 10, time.Minute),
+	} {
+		item := engine.Item{Desc: desc, Rule: rule, Hits: 1, Reservation: "a"}
+		if ok, res := apply(t, s, []engine.Item{item}); !ok || res[0].Held != 10 {
+			t.Fatalf("%s: reserve: %v %+v", rule.ID, ok, res[0])
+		}
+		if n, err := s.Reset(context.Background(), []engine.Item{item}); err != nil || n != 1 {
+			t.Fatalf("%s: Reset = %d, %v; want 1 counter cleared", rule.ID, n, err)
+		}
+		if ok, res := apply(t, s, []engine.Item{item}); !ok || res[0].Phase != engine.Reserving || res[0].Held != 10 || res[0].Holds != 1 || res[0].Remaining != 90 {
+			t.Errorf("%s: the same id after a Reset: %v %+v; want a reserve again, 10 held of 100", rule.ID, ok, res[0])
+		}
+	}
 }
 
 func testReservationTimeline(t *testing.T, newStore NewStore, rule *engine.Rule, steps []resStep, base time.Duration) {
