@@ -198,7 +198,7 @@ func (rs *Stats) Decided(state any, d *service.Decision) {
 	rc := state.(*refConfig)
 	buf := rs.labels.Get().(*[]byte)
 	for i := range d.Items {
-		*buf = rs.record(rc, d.Request.Domain, d.Request.Descriptors[d.Owners[i]].Entries, d.Limits[i], &d.Items[i], &d.Results[i], *buf)
+		*buf = rs.record(rc, d.Request.Domain, d.Entries[d.Owners[i]], d.Limits[i], &d.Items[i], &d.Results[i], *buf)
 	}
 	rs.labels.Put(buf)
 }

@@ -37,6 +37,7 @@ type Metrics struct {
 	m    *metrics
 	dm   *domainMetrics
 	full *fullness
+	res  *reservationMetrics
 	// current is the state of the config last made current, for the
 	// limits' values (limit_values.go).
 	current atomic.Pointer[configMetrics]
@@ -55,6 +56,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		m:    newMetrics(reg, maxValues, opts.ShadowAll),
 		dm:   newDomainMetrics(reg),
 		full: newFullness(opts.FullnessKeysPerLimit, opts.FullnessKeys, opts.Now),
+		res:  newReservationMetrics(reg),
 	}
 	m.labels.New = func() any { return new([]byte) }
 	reg.MustRegister(m.full, newLimitValues(&m.current))
@@ -68,6 +70,9 @@ type configMetrics struct {
 	override map[string]*limitMetrics // by domain name
 	domains  map[string]domainSeries  // by domain name
 	fullGen  uint64                   // the generation of its fullness samples
+	// reservations are the reservation series of its limits that reserve
+	// (by Limit.Index; nil for the others).
+	reservations []*limitReservations
 }
 
 // metricsOf returns the metrics of limit, of domain dom: its own, or its
@@ -86,6 +91,7 @@ func (m *Metrics) ForConfig(cfg *config.Config) any {
 	cm := &configMetrics{cfg: cfg}
 	cm.counters, cm.override = m.m.forConfig(cfg)
 	cm.domains = m.dm.forConfig(cfg)
+	cm.reservations = m.res.forConfig(cfg)
 	cm.fullGen = m.full.forConfig(cfg, cm.counters, cm.override)
 	m.current.Store(cm)
 	m.m.domains.Set(float64(len(cfg.Domains())))
@@ -108,7 +114,7 @@ func (m *Metrics) Reloaded(err error) {
 
 // Decided implements service.Observer: the request by code, its store
 // call, its unmatched descriptors, each limit's verdict and how full it
-// left its key, and a request that can never pass.
+// left its key, its reservation calls, and a request that can never pass.
 func (m *Metrics) Decided(state any, d *service.Decision) {
 	cm, _ := state.(*configMetrics) // nil before the first config
 	switch {
@@ -139,6 +145,7 @@ func (m *Metrics) Decided(state any, d *service.Decision) {
 	}
 	if len(d.Items) > 0 {
 		m.countVerdicts(cm, d)
+		countReservations(cm, d)
 	}
 	if d.Response != nil && d.Response.Never {
 		ds.countImpossible()
@@ -166,7 +173,7 @@ func (m *Metrics) countVerdicts(cm *configMetrics, d *service.Decision) {
 			if buf == nil {
 				buf = m.labels.Get().(*[]byte)
 			}
-			*buf = c.count(verdict, d.Request.Descriptors[d.Owners[i]].Entries, *buf)
+			*buf = c.count(verdict, d.Entries[d.Owners[i]], *buf)
 		}
 		m.full.sample(cm, d.Domain, c, l, it, r, &fullNow)
 	}

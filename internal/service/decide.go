@@ -303,7 +303,7 @@ func (s *Service) judge(ctx context.Context, sc *scratch, resp *Response, withLi
 	if err != nil {
 		return err
 	}
-	d.Items, d.Limits, d.Owners, d.Results = sc.items, sc.limits, sc.owner, results
+	d.Items, d.Limits, d.Owners, d.Results, d.Entries = sc.items, sc.limits, sc.owner, results, sc.entries
 	if !admitted {
 		resp.Code = OverLimit
 	}

@@ -58,6 +58,11 @@ type Decision struct {
 	Limits  []*config.Limit
 	Owners  []int
 	Results []engine.Result
+	// Entries[j] are the entries of Request.Descriptors[j] that count: as
+	// the request gave them but for the entry of the domain's
+	// reservation_key (a request's id, matched by nothing and part of no
+	// counter), which Items[i].Reservation carries. Empty when Items is.
+	Entries [][]config.Entry
 	// StoreErr is the error of a failed store call: Response is then the
 	// store-error policy's answer.
 	StoreErr error
