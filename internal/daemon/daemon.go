@@ -152,6 +152,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	quota := rlqs.New(s.svc, rlqs.Options{StoreTimeout: cfg.Store.Redis.Timeout, Tracer: tracer})
 	s.reg.MustRegister(quota.Collectors()...)
 	s.grpc, s.health = newGRPCServer(l, s.svc, rls, quota, tlsSource, cfg.Plugins.GRPCTLS, s.tracing)
+	undo = append(undo, s.grpc.Stop) // its stream workers run from here
 	s.http = s.newHTTPServer(rls)
 	undo = append(undo, s.stopExtras)
 	for _, x := range cfg.Plugins.Listeners {
