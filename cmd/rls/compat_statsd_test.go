@@ -216,9 +216,9 @@ func TestCompatDogStatsd(t *testing.T) {
 	askUnspecThrice(t, s)
 	const tags = "|#service:ratelimit,env:prod,descriptor:unspec_unspecified_value,domain:rl"
 	col.waitFor(t, s, "the DogStatsD stats of three requests on rl/unspec", map[string]uint64{
-		"ratelimit.service.rate_limit.over_limit|c" + tags:   1,
-		"ratelimit.service.rate_limit.total_hits|c" + tags:   3,
-		"ratelimit.service.rate_limit.within_limit|c" + tags: 2,
+		"ratelimit.service.rate_limit.over_limit|c" + tags:                    1,
+		"ratelimit.service.rate_limit.total_hits|c" + tags:                    3,
+		"ratelimit.service.rate_limit.within_limit|c" + tags:                  2,
 		"ratelimit.service.config_load_success|c|#service:ratelimit,env:prod": 1,
 	})
 }
