@@ -128,6 +128,18 @@ func (c *collector) waitFor(t *testing.T, s *server, what string, want map[strin
 	s.waitUntil(t, what, func() bool { return c.has(want) })
 }
 
+// statsdServe starts rls as /bin/ratelimit on a Redis of its own with env
+// and config, its stats sent to a collector on network (STATSD_HOST,
+// STATSD_PORT) every 20 ms (STATS_FLUSH_INTERVAL).
+func statsdServe(t *testing.T, network string, env []string, config string) (*server, *collector) {
+	t.Helper()
+	rds := redistest.Start(t)
+	col := newCollector(t, network)
+	host, port := hostPort(t, col.addr)
+	env = append([]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rds.Addr(), "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=20ms"}, env...)
+	return compatServeWithStats(t, env, config), col
+}
+
 // referenceFile is one of the reference's integration test configs.
 func referenceFile(t *testing.T, name string) string {
 	t.Helper()
@@ -166,11 +178,7 @@ func askUnspecThrice(t *testing.T, s *server) {
 // ratelimit.service.config_load_success with those tags at 1. These
 // variables were ignored.
 func TestCompatStatsdTCP(t *testing.T) {
-	rds := redistest.Start(t)
-	col := newCollector(t, "tcp")
-	host, port := hostPort(t, col.addr)
-	s := compatServeWithStats(t, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rds.Addr(),
-		"STATSD_HOST=" + host, "STATSD_PORT=" + port, "EXTRA_TAGS=foo:bar,a:b", "STATS_FLUSH_INTERVAL=20ms"}, referenceFile(t, "basic.yaml"))
+	s, col := statsdServe(t, "tcp", []string{"EXTRA_TAGS=foo:bar,a:b"}, referenceFile(t, "basic.yaml"))
 	cl := rlsv3.NewRateLimitServiceClient(s.dial(t))
 	if _, err := cl.ShouldRateLimit(context.Background(), rlRequest("basic", "key1", "foo")); err != nil {
 		t.Fatal(err)
@@ -185,11 +193,7 @@ func TestCompatStatsdTCP(t *testing.T) {
 // STATSD_PROTOCOL=udp (read by the reference's stats library) sends the
 // same lines over UDP: the reference's detailed_metric integration check.
 func TestCompatStatsdUDP(t *testing.T) {
-	rds := redistest.Start(t)
-	col := newCollector(t, "udp")
-	host, port := hostPort(t, col.addr)
-	s := compatServeWithStats(t, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rds.Addr(), "USE_STATSD=true", "STATSD_PROTOCOL=udp",
-		"STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=20ms"}, unspecConfig)
+	s, col := statsdServe(t, "udp", []string{"USE_STATSD=true", "STATSD_PROTOCOL=udp"}, unspecConfig)
 	askUnspecThrice(t, s)
 	const p = "ratelimit.service.rate_limit.rl.unspec_unspecified_value."
 	col.waitFor(t, s, "the stats of three requests on rl/unspec over UDP", map[string]uint64{
@@ -203,11 +207,7 @@ func TestCompatStatsdUDP(t *testing.T) {
 // and USE_DOG_STATSD_MOGRIFIERS's renaming (the reference's README example
 // HITS: the stat's name without its key, the domain and the key as tags).
 func TestCompatDogStatsd(t *testing.T) {
-	rds := redistest.Start(t)
-	col := newCollector(t, "udp")
-	host, port := hostPort(t, col.addr)
-	s := compatServeWithStats(t, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rds.Addr(), "USE_STATSD=false", "USE_DOG_STATSD=true",
-		"STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=20ms", "EXTRA_TAGS=env:prod", "DD_SERVICE=ratelimit",
+	s, col := statsdServe(t, "udp", []string{"USE_STATSD=false", "USE_DOG_STATSD=true", "EXTRA_TAGS=env:prod", "DD_SERVICE=ratelimit",
 		"USE_DOG_STATSD_MOGRIFIERS=HITS",
 		`DOG_STATSD_MOGRIFIER_HITS_PATTERN=^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
 		"DOG_STATSD_MOGRIFIER_HITS_NAME=ratelimit.service.rate_limit.$3",
