@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/rlsproject/rls/internal/redistest"
+	"github.com/rlsproject/rls/internal/servetest"
 )
 
 // collector is a StatsD collector on 127.0.0.1 (TCP or UDP) that adds up
@@ -290,5 +292,47 @@ func TestCompatStatsdCollectorNeverReads(t *testing.T) {
 	}
 	if int(total) != decided {
 		t.Errorf("total_hits add up to %v, want %d (every decision)", total, decided)
+	}
+}
+
+// DISABLE_STATS=true turns the sinks off, as the reference's does: no
+// StatsD connection (without it, the last flush at the stop dials the
+// collector at the latest), no PROMETHEUS_ADDR listener, and two sinks are
+// not refused. It was ignored.
+func TestCompatDisableStats(t *testing.T) {
+	for _, disable := range []bool{false, true} {
+		rds := redistest.Start(t)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		host, port := hostPort(t, ln.Addr().String())
+		env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rds.Addr(), "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=1h"}
+		promAddr := servetest.Addr(t)
+		if disable {
+			env = append(env, "DISABLE_STATS=true", "USE_STATSD=true", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+promAddr)
+		}
+		s := compatServeWithStats(t, env, referenceFile(t, "basic.yaml"))
+		cl := rlsv3.NewRateLimitServiceClient(s.dial(t))
+		if _, err := cl.ShouldRateLimit(context.Background(), rlRequest("basic", "key1", "foo")); err != nil {
+			t.Fatal(err)
+		}
+		if disable {
+			if c, err := net.Dial("tcp", promAddr); err == nil {
+				c.Close()
+				t.Errorf("DISABLE_STATS=true USE_PROMETHEUS=true: PROMETHEUS_ADDR %s accepts connections, want no listener", promAddr)
+			}
+		}
+		s.stop(t)
+		// A connection made before the stop is queued on the listener.
+		ln.(*net.TCPListener).SetDeadline(time.Now().Add(time.Second))
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		if connected := err == nil; connected == disable {
+			t.Errorf("DISABLE_STATS=%v: the StatsD collector was dialled: %v, want %v", disable, connected, !disable)
+		}
 	}
 }
