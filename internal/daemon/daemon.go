@@ -44,6 +44,7 @@ type Server struct {
 	grpcAddr   net.Addr
 	httpAddr   net.Addr
 	extras     []*extraServer
+	tasks      []func(context.Context) // Hooks.Tasks
 	// errc receives the error of a listener's server that stops serving.
 	errc chan error
 	// asked carries the reloads asked for (Reload) to the source.
@@ -102,6 +103,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		if hooks, err = cfg.Plugins.Start(Parts{Store: store, Redis: redisParts, Service: cfg.Service, Registry: s.reg, Logger: log}); err != nil {
 			return nil, err
 		}
+		s.tasks = hooks.Tasks
 	}
 	// rls's own metrics watch every decision, then the plug-ins' observers.
 	metrics := decisionmetrics.New(s.reg, decisionmetrics.Options{MaxValueSeries: cfg.Service.MaxValueSeries, ShadowAll: cfg.Service.ShadowAll})
@@ -196,11 +198,23 @@ func (s *Server) Reload(why string) {
 
 // Run serves until ctx ends or a listener's server fails, keeping the gRPC
 // health status equal to readiness and the config current (the source's
-// Run); then it drains: no new work, requests in flight get the shutdown
-// timeout, the listeners stop, and the store is closed. It returns nil
-// after ctx ended, else the listener's error.
+// Run) and running the plug-ins' tasks; then it drains: no new work,
+// requests in flight get the shutdown timeout, the listeners stop, the
+// tasks end, and the store is closed. It returns nil after ctx ended, else
+// the listener's error.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeStore()
+	// The tasks outlive ctx until the drain is done, so that they see
+	// every decision.
+	tasks, stopTasks := context.WithCancel(context.WithoutCancel(ctx))
+	var taskWG sync.WaitGroup
+	for _, task := range s.tasks {
+		taskWG.Go(func() { task(tasks) })
+	}
+	defer func() {
+		stopTasks()
+		taskWG.Wait()
+	}()
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { followReadiness(bg, s.svc, s.health, 2*time.Second) })
