@@ -86,7 +86,7 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
-// New returns the HTTP handler of DESIGN §3.
+// New returns the HTTP handler of the endpoints the README lists (HTTP and gRPC endpoints).
 func New(opts Options) http.Handler {
 	h := &handler{Options: opts, refused: &rate.Sometimes{Interval: time.Second}}
 	if h.Logger == nil {
