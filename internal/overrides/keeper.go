@@ -98,6 +98,9 @@ type Keeper struct {
 	cfg     *config.Config
 	records map[string]*Override
 	raw     map[string][]byte // the records as stored, by ID
+	// entries are what cfg makes of the records not expired (the current
+	// table indexes those that apply).
+	entries map[string]*entry
 	version uint64
 	loaded  bool // a Load succeeded: version and records are the store's
 	stale   error
@@ -122,7 +125,7 @@ func New(b Backend, opts Options) *Keeper {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Keeper{backend: b, opts: opts, log: opts.Logger, wake: make(chan struct{}, 1),
-		records: make(map[string]*Override), raw: make(map[string][]byte), changes: make(map[change]uint64)}
+		records: make(map[string]*Override), raw: make(map[string][]byte), entries: make(map[string]*entry), changes: make(map[change]uint64)}
 }
 
 // now reads the clock of expiries.
@@ -140,12 +143,13 @@ func (k *Keeper) Bind(cfg *config.Config) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	old := k.table.Load()
-	k.cfg = cfg
 	prev := old
 	if old != nil && old.cfg == cfg {
 		prev = old.prev
 	}
-	k.table.Store(build(cfg, k.records, old, prev, k.now()))
+	k.cfg = cfg
+	k.entries = newEntries(cfg, k.records, k.entries, k.now())
+	k.table.Store(buildTable(cfg, k.entries, prev))
 }
 
 // Table returns the table of cfg, the current config or the one before:
@@ -168,8 +172,8 @@ func (k *Keeper) Table(cfg *config.Config) *Table {
 	return t
 }
 
-// expire rebuilds the table of cfg without what expired by now, and
-// asks Run to purge it from the backend.
+// expire removes from the table of cfg what expired by now, and asks Run
+// to purge it from the backend.
 func (k *Keeper) expire(cfg *config.Config) *Table {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -178,13 +182,16 @@ func (k *Keeper) expire(cfg *config.Config) *Table {
 	if t.cfg != cfg || t.expires == 0 || now.UnixMicro() < t.expires {
 		return t
 	}
-	nt := build(cfg, k.records, t, t.prev, now)
-	for id, e := range t.entries {
-		if _, kept := nt.entries[id]; !kept {
+	nt := t.changed(nil, nil, 0) // a copy: t stays as published
+	for id, e := range k.entries {
+		if expired(e.o, now) {
+			delete(k.entries, id)
+			nt = nt.changed(e, nil, 0)
 			k.changes[change{e.o.Domain, "expire"}]++
 			k.log.Info("override expired", "override", e.o.Key.String(), "expires_at", e.o.ExpiresAt, "requests_per_unit", e.o.RequestsPerUnit)
 		}
 	}
+	nt.expires = earliest(k.entries)
 	k.table.Store(nt)
 	select {
 	case k.wake <- struct{}{}:
@@ -193,17 +200,44 @@ func (k *Keeper) expire(cfg *config.Config) *Table {
 	return nt
 }
 
-// rebuild makes the current table again from the records. Requires k.mu.
+// rebuild makes the entries and the table again from the records.
+// Requires k.mu.
 func (k *Keeper) rebuild() {
 	if k.cfg == nil {
 		return
 	}
-	old := k.table.Load()
 	var prev *Table
-	if old != nil {
+	if old := k.table.Load(); old != nil {
 		prev = old.prev
 	}
-	k.table.Store(build(k.cfg, k.records, old, prev, k.now()))
+	k.entries = newEntries(k.cfg, k.records, k.entries, k.now())
+	k.table.Store(buildTable(k.cfg, k.entries, prev))
+}
+
+// update applies the change of the record of id (k.records[id], nil when
+// removed) to the entries and the table. Requires k.mu.
+func (k *Keeper) update(id string) {
+	t := k.table.Load()
+	if k.cfg == nil || t == nil || t.cfg != k.cfg {
+		k.rebuild()
+		return
+	}
+	old := k.entries[id]
+	var e *entry
+	if o := k.records[id]; o != nil && !expired(o, k.now()) {
+		e = newEntry(k.cfg, o)
+		k.entries[id] = e
+	} else {
+		delete(k.entries, id)
+	}
+	expires := t.expires
+	switch {
+	case old != nil && !old.o.ExpiresAt.IsZero() && old.o.ExpiresAt.UnixMicro() == expires:
+		expires = earliest(k.entries) // the earliest went
+	case e != nil && !e.o.ExpiresAt.IsZero() && (expires == 0 || e.o.ExpiresAt.UnixMicro() < expires):
+		expires = e.o.ExpiresAt.UnixMicro()
+	}
+	k.table.Store(t.changed(old, e, expires))
 }
 
 // Load reads every override of the backend and applies them: at start,
@@ -272,7 +306,7 @@ func (k *Keeper) apply(ctx context.Context, v uint64, id string, rec []byte) err
 	} else {
 		k.records[id], k.raw[id] = o, rec
 	}
-	k.rebuild()
+	k.update(id)
 	return nil
 }
 
@@ -451,17 +485,15 @@ func joinProblems(problems []string) string {
 // ""), as the loaded config sees them: by domain, then descriptor, then
 // name.
 func (k *Keeper) List(domain string) []Listed {
-	t := k.table.Load()
-	if t == nil {
-		return []Listed{}
-	}
 	now := k.now()
 	out := []Listed{}
-	for _, e := range t.entries {
-		if (domain == "" || e.o.Domain == domain) && (e.o.ExpiresAt.IsZero() || now.Before(e.o.ExpiresAt)) {
+	k.mu.Lock()
+	for _, e := range k.entries {
+		if (domain == "" || e.o.Domain == domain) && !expired(e.o, now) {
 			out = append(out, e.listed())
 		}
 	}
+	k.mu.Unlock()
 	slices.SortFunc(out, func(a, b Listed) int {
 		return cmp.Or(cmp.Compare(a.Domain, b.Domain), slices.CompareFunc(a.Descriptor, b.Descriptor, func(x, y EntryJSON) int {
 			return cmp.Or(cmp.Compare(x.Key, y.Key), cmp.Compare(x.Value, y.Value))

@@ -42,27 +42,25 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	type held struct{ active, inactive int }
 	byDomain := make(map[string]*held)
-	if t := c.k.table.Load(); t != nil {
-		for _, e := range t.entries {
-			h := byDomain[e.o.Domain]
-			if h == nil {
-				h = &held{}
-				byDomain[e.o.Domain] = h
-			}
-			if len(e.limits) > 0 {
-				h.active++
-			} else {
-				h.inactive++
-			}
+	k := c.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.entries {
+		h := byDomain[e.o.Domain]
+		if h == nil {
+			h = &held{}
+			byDomain[e.o.Domain] = h
+		}
+		if len(e.limits) > 0 {
+			h.active++
+		} else {
+			h.inactive++
 		}
 	}
 	for domain, h := range byDomain {
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(h.active), domain, "active")
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(h.inactive), domain, "inactive")
 	}
-	k := c.k
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	for ch2, n := range k.changes {
 		ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(n), ch2.domain, ch2.op)
 	}

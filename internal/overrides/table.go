@@ -2,6 +2,7 @@ package overrides
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -31,11 +32,8 @@ type Table struct {
 	// decisions that started on it (nil: none); its own prev is dropped.
 	prev    *Table
 	domains map[string]*level
-	// entries are every override not expired, by ID, with what cfg makes
-	// of it (active or not).
-	entries map[string]*entry
-	// expires is the earliest expiry of an entry (µs since the epoch), 0
-	// when none expires.
+	// expires is the earliest expiry of an override indexed (µs since the
+	// epoch), 0 when none expires.
 	expires int64
 }
 
@@ -79,14 +77,6 @@ func (t *Table) Config() *config.Config {
 		return nil
 	}
 	return t.cfg
-}
-
-// Len is the number of overrides in the table (active or not).
-func (t *Table) Len() int {
-	if t == nil {
-		return 0
-	}
-	return len(t.entries)
 }
 
 // Apply returns the limit that counts in place of l, a limit of the node
@@ -169,28 +159,6 @@ func (p *pnode) child(b byte) *pnode {
 		return nil
 	}
 	return p.kids[i]
-}
-
-// insert returns the node of prefix below p, adding and splitting nodes.
-func (p *pnode) insert(prefix string) *pnode {
-	for prefix != "" {
-		i, ok := slices.BinarySearchFunc(p.kids, prefix[0], func(c *pnode, b byte) int { return int(c.label[0]) - int(b) })
-		if !ok {
-			c := &pnode{label: prefix}
-			p.kids = slices.Insert(p.kids, i, c)
-			return c
-		}
-		c := p.kids[i]
-		n := commonPrefix(c.label, prefix)
-		if n < len(c.label) {
-			mid := &pnode{label: c.label[:n], kids: []*pnode{c}}
-			c.label = c.label[n:]
-			p.kids[i] = mid
-			c = mid
-		}
-		p, prefix = c, prefix[n:]
-	}
-	return p
 }
 
 func commonPrefix(a, b string) int {
@@ -339,87 +307,173 @@ func labels(limits []*config.Limit) string {
 	return strings.Join(ls, ", ")
 }
 
-// build makes the table of cfg from the overrides by ID, those expired at
-// now left out, reusing what old made of the overrides it already had
-// for the same config. prev is the table of the config before cfg (nil
-// when cfg is old's).
-func build(cfg *config.Config, overrides map[string]*Override, old *Table, prev *Table, now time.Time) *Table {
-	t := &Table{cfg: cfg, prev: prev, entries: make(map[string]*entry, len(overrides))}
+// newEntries makes what cfg makes of the overrides by ID, those expired
+// at now left out, reusing the entries of old made for cfg of the same
+// overrides.
+func newEntries(cfg *config.Config, overrides map[string]*Override, old map[string]*entry, now time.Time) map[string]*entry {
+	out := make(map[string]*entry, len(overrides))
+	for id, o := range overrides {
+		if expired(o, now) {
+			continue
+		}
+		if oe := old[id]; oe != nil && oe.o == o && oe.cfg == cfg {
+			out[id] = oe
+			continue
+		}
+		out[id] = newEntry(cfg, o)
+	}
+	return out
+}
+
+// expired reports whether o has expired at now.
+func expired(o *Override, now time.Time) bool {
+	return !o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt)
+}
+
+// earliest returns the earliest expiry of the entries (µs since the
+// epoch), 0 when none expires.
+func earliest(entries map[string]*entry) int64 {
+	var at int64
+	for _, e := range entries {
+		if x := e.o.ExpiresAt; !x.IsZero() && (at == 0 || x.UnixMicro() < at) {
+			at = x.UnixMicro()
+		}
+	}
+	return at
+}
+
+// buildTable indexes the entries (of cfg) into a new table; prev is the
+// table of the config before cfg (nil: none).
+func buildTable(cfg *config.Config, entries map[string]*entry, prev *Table) *Table {
+	t := &Table{cfg: cfg, prev: prev, expires: earliest(entries)}
 	if prev != nil {
 		prev.prev = nil // only the last config's
 	}
-	for id, o := range overrides {
-		if !o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt) {
-			continue
-		}
-		var e *entry
-		if old != nil {
-			if oe := old.entries[id]; oe != nil && oe.o == o && oe.cfg == cfg {
-				e = oe
-			}
-		}
-		if e == nil {
-			e = newEntry(cfg, o)
-		}
-		t.entries[id] = e
-		if !o.ExpiresAt.IsZero() {
-			if at := o.ExpiresAt.UnixMicro(); t.expires == 0 || at < t.expires {
-				t.expires = at
-			}
-		}
-		if len(e.limits) > 0 {
-			t.index(e)
-		}
+	for _, e := range entries {
+		t.place(e, false, false)
 	}
 	return t
 }
 
-// index adds e to the table's index.
-func (t *Table) index(e *entry) {
-	if t.domains == nil {
-		t.domains = make(map[string]*level)
+// changed returns a table like t, which stays as it is, where the entry
+// old (nil: none) is replaced by e (nil: removed), and whose earliest
+// expiry is expires. Only the path of each in the index is copied: a
+// change costs what an insertion into each map along it does, whatever
+// the number of overrides.
+func (t *Table) changed(old, e *entry, expires int64) *Table {
+	nt := &Table{cfg: t.cfg, prev: t.prev, domains: t.domains, expires: expires}
+	if old != nil {
+		nt.place(old, true, true)
 	}
-	lv := t.domains[e.o.Domain]
-	if lv == nil {
-		lv = &level{}
-		t.domains[e.o.Domain] = lv
+	if e != nil {
+		nt.place(e, false, true)
 	}
+	return nt
+}
+
+// place adds e to the table's index, or removes it (an entry that applies
+// to no limit is not indexed). With persist, what it changes is copied
+// first (maps, levels, radix nodes along the path), so that tables sharing
+// the rest are unchanged; otherwise the table's own index is changed in
+// place (a table being built).
+func (t *Table) place(e *entry, remove, persist bool) {
+	if len(e.limits) == 0 {
+		return
+	}
+	own := func(lv *level) *level {
+		switch {
+		case lv == nil:
+			return &level{}
+		case persist:
+			c := *lv
+			return &c
+		}
+		return lv
+	}
+	if t.domains == nil || persist {
+		t.domains = cloneMap(t.domains, persist)
+	}
+	lv := own(t.domains[e.o.Domain])
+	t.domains[e.o.Domain] = lv
 	for _, en := range e.o.Descriptor {
 		if prefix, ok := isPrefix(en.Value); ok {
-			if lv.prefix == nil {
-				lv.prefix = make(map[string]*pnode)
-			}
-			root := lv.prefix[en.Key]
-			if root == nil {
-				root = &pnode{}
-				lv.prefix[en.Key] = root
-			}
-			p := root.insert(prefix)
-			if p.at == nil {
-				p.at = &level{}
-			}
+			lv.prefix = cloneMap(lv.prefix, persist)
+			root, p := pathTo(lv.prefix[en.Key], prefix, persist)
+			lv.prefix[en.Key] = root
+			p.at = own(p.at)
 			lv = p.at
 			continue
 		}
-		if lv.exact == nil {
-			lv.exact = make(map[pair]*level)
-		}
+		lv.exact = cloneMap(lv.exact, persist)
 		k := pair{en.Key, en.Value}
-		next := lv.exact[k]
-		if next == nil {
-			next = &level{}
-			lv.exact[k] = next
-		}
+		next := own(lv.exact[k])
+		lv.exact[k] = next
 		lv = next
 	}
-	if e.o.Name == "" {
+	switch {
+	case e.o.Name == "" && remove:
+		lv.any = nil
+	case e.o.Name == "":
 		lv.any = e
-		return
+	case remove:
+		lv.named = cloneMap(lv.named, persist)
+		delete(lv.named, e.o.Name)
+	default:
+		lv.named = cloneMap(lv.named, persist)
+		lv.named[e.o.Name] = e
 	}
-	if lv.named == nil {
-		lv.named = make(map[string]*entry)
+}
+
+// cloneMap returns m copied when persist (a new map for nil either way),
+// else m itself.
+func cloneMap[K comparable, V any](m map[K]V, persist bool) map[K]V {
+	switch {
+	case m == nil:
+		return make(map[K]V)
+	case persist:
+		return maps.Clone(m)
 	}
-	lv.named[e.o.Name] = e
+	return m
+}
+
+// pathTo returns the radix tree p (nil: an empty one) with a node for
+// prefix, and that node; with persist, p is unchanged: the nodes along the
+// path are copies.
+func pathTo(p *pnode, prefix string, persist bool) (root, node *pnode) {
+	own := func(n *pnode) *pnode {
+		if persist {
+			c := *n
+			c.kids = slices.Clone(n.kids)
+			return &c
+		}
+		return n
+	}
+	if p == nil {
+		p = &pnode{}
+	} else {
+		p = own(p)
+	}
+	root, cur := p, p
+	for prefix != "" {
+		i, ok := slices.BinarySearchFunc(cur.kids, prefix[0], func(c *pnode, b byte) int { return int(c.label[0]) - int(b) })
+		if !ok {
+			c := &pnode{label: prefix}
+			cur.kids = slices.Insert(cur.kids, i, c)
+			return root, c
+		}
+		c := own(cur.kids[i])
+		if n := commonPrefix(c.label, prefix); n < len(c.label) {
+			// Split: a node of the common part above the child.
+			c.label = c.label[n:]
+			mid := &pnode{label: prefix[:n], kids: []*pnode{c}}
+			cur.kids[i] = mid
+			cur, prefix = mid, prefix[n:]
+			continue
+		}
+		cur.kids[i] = c
+		cur, prefix = c, prefix[len(c.label):]
+	}
+	return root, cur
 }
 
 // listed is e as GET /admin/overrides lists it.

@@ -52,7 +52,7 @@ type fixture struct {
 	now time.Time
 }
 
-func newFixture(t *testing.T, path string) *fixture {
+func newFixture(t testing.TB, path string) *fixture {
 	t.Helper()
 	cfg, err := config.Parse("limits.yaml", []byte(testConfig))
 	if err != nil {
