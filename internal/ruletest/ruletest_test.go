@@ -256,22 +256,22 @@ func TestBadFiles(t *testing.T) {
 		"no_tests.yaml":             {"1:1: no tests: (want a list of cases)"},
 		"override_unit.yaml":        {`6:64: descriptors[0].limit.unit: "fortnight" is not one of second|minute|hour|day|week|month|year`},
 		"override_no_rpu.yaml":      {"3:5: overrides[0] needs requests_per_unit (0 blocks every request)"},
+		"repeat_too_big.yaml":       {"6:17: repeat: 1000001 is not from 1 to 1000000"},
+		"repeat_zero.yaml":          {"6:17: repeat: 0 is not from 1 to 1000000"},
+		"reset_not_seconds.yaml":    {"7:28: statuses[0].reset: 500ms is not whole seconds (duration_until_reset is sent in whole seconds, rounded up)"},
+		"syntax.yaml":               {"3:1: invalid YAML: did not find expected ',' or ']'"},
+		"too_many_statuses.yaml":    {"7:19: statuses: 2 for 1 descriptors"},
+		"two_times.yaml":            {"6:16: a step has one of at, after and instant"},
+		"unknown_anchor.yaml":       {"6:22: invalid YAML: unknown anchor 'd' referenced"},
+		"unknown_key.yaml": {
+			"5:9: a step needs expect: OK or expect: OVER_LIMIT",
+			`6:9: unknown key "expct" in a step (did you mean "expect"?)`,
+		},
 		"override_keys.yaml": {
 			`3:65: unknown key "at" in overrides[0] (did you mean "ttl"?)`,
 			`7:22: overrides[0].descriptor: "remote_address": entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)`,
 			`7:67: overrides[0].ttl must be a duration (e.g. 1.5s, 2m, 1h30m), got string "2x"`,
 			`7:71: unknown key "rpu" in overrides[0] (allowed: domain, descriptor, name, requests_per_unit, burst, ttl, reason, at)`,
-		},
-		"repeat_too_big.yaml":    {"6:17: repeat: 1000001 is not from 1 to 1000000"},
-		"repeat_zero.yaml":       {"6:17: repeat: 0 is not from 1 to 1000000"},
-		"reset_not_seconds.yaml": {"7:28: statuses[0].reset: 500ms is not whole seconds (duration_until_reset is sent in whole seconds, rounded up)"},
-		"syntax.yaml":            {"3:1: invalid YAML: did not find expected ',' or ']'"},
-		"too_many_statuses.yaml": {"7:19: statuses: 2 for 1 descriptors"},
-		"two_times.yaml":         {"6:16: a step has one of at, after and instant"},
-		"unknown_anchor.yaml":    {"6:22: invalid YAML: unknown anchor 'd' referenced"},
-		"unknown_key.yaml": {
-			"5:9: a step needs expect: OK or expect: OVER_LIMIT",
-			`6:9: unknown key "expct" in a step (did you mean "expect"?)`,
 		},
 	}
 	files, _ := filepath.Glob("testdata/bad/*.yaml")
