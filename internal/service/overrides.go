@@ -30,3 +30,20 @@ func (s *Service) overridesOf(cfg *config.Config) *overrides.Table {
 	}
 	return s.overrides.Table(cfg)
 }
+
+// LimitsOf returns the limits that a descriptor of domain whose entries
+// matched node in cfg counts with: node's, each as the runtime overrides
+// in force on cfg make it. A front end that sizes what it hands out from
+// the limits (RLQS's assignments) reads them here. A new slice; nil for a
+// nil node.
+func (s *Service) LimitsOf(cfg *config.Config, domain string, entries []config.Entry, node *config.Descriptor) []*config.Limit {
+	if node == nil {
+		return nil
+	}
+	t := s.overridesOf(cfg)
+	out := make([]*config.Limit, len(node.Limits))
+	for i, l := range node.Limits {
+		out[i] = t.Apply(domain, entries, l)
+	}
+	return out
+}
