@@ -53,7 +53,7 @@ type bucket struct {
 	// limits are node's limits as the runtime overrides make them, read
 	// again at each report: what assignments are sized by.
 	limits []*config.Limit
-	known   bool               // cfg has the stream's domain
+	known  bool // cfg has the stream's domain
 
 	lastReport time.Time
 	reports    int           // reports seen
