@@ -50,10 +50,10 @@ type bucket struct {
 	cfg     *config.Config     // the config the entries were resolved in
 	entries []config.Entry     // ordered as the descriptor path
 	node    *config.Descriptor // the entries' node in cfg; nil: no limits
+	known   bool               // cfg has the stream's domain
 	// limits are node's limits as the runtime overrides make them, read
 	// again at each report: what assignments are sized by.
 	limits []*config.Limit
-	known  bool // cfg has the stream's domain
 
 	lastReport time.Time
 	reports    int           // reports seen
