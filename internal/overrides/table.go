@@ -154,11 +154,19 @@ func (p *pnode) find(v string, rest []engine.Entry, l *config.Limit) *entry {
 
 // child returns p's child whose label starts with b, or nil.
 func (p *pnode) child(b byte) *pnode {
-	i, ok := slices.BinarySearchFunc(p.kids, b, func(c *pnode, b byte) int { return int(c.label[0]) - int(b) })
-	if !ok {
-		return nil
+	lo, hi := 0, len(p.kids)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		switch c := p.kids[mid]; {
+		case c.label[0] == b:
+			return c
+		case c.label[0] < b:
+			lo = mid + 1
+		default:
+			hi = mid
+		}
 	}
-	return p.kids[i]
+	return nil
 }
 
 func commonPrefix(a, b string) int {

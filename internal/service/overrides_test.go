@@ -3,6 +3,9 @@ package service
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,6 +222,80 @@ func TestOverridesAllocateNothing(t *testing.T) {
 		got := testing.AllocsPerRun(200, func() { over.decide(t, value, 1) })
 		if got != base {
 			t.Errorf("tenant=%s: %v allocations with overrides, %v without; want the same", value, got, base)
+		}
+	}
+}
+
+// BenchmarkShouldRateLimitOverrides: a decision on a memory store with 0,
+// 1,000 and 100,000 overrides in its domain (half exact values, half
+// prefixes), for a descriptor that an exact override matches, one that a
+// prefix matches, and one that none does: the overrides cost a decision
+// the same whatever their number, and no allocation.
+func BenchmarkShouldRateLimitOverrides(b *testing.B) {
+	cfg, err := config.Parse("limits.yaml", []byte(`
+domain: api
+descriptors:
+  - key: tenant
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000000}
+      - {unit: hour, requests_per_unit: 1000000000, name: hourly}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{0, 1000, 100000} {
+		// The overrides as a file of the memory backend: one load.
+		var file strings.Builder
+		file.WriteString(`{"version": 1, "overrides": [`)
+		for i := range n {
+			v := fmt.Sprintf("t%06d", i)
+			if i%2 == 1 {
+				v = fmt.Sprintf("p%06d-*", i)
+			}
+			if i > 0 {
+				file.WriteString(",")
+			}
+			fmt.Fprintf(&file, `{"domain":"api","descriptor":[{"key":"tenant","value":%q}],"requests_per_unit":2000000000,"updated_at":"2030-01-01T00:00:00Z"}`, v)
+		}
+		file.WriteString("]}")
+		path := filepath.Join(b.TempDir(), "overrides.json")
+		if err := os.WriteFile(path, []byte(file.String()), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		mem, err := overrides.NewMemory(path, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		keep := overrides.New(mem, overrides.Options{})
+		if err := keep.Load(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		ms := memstore.New(memstore.Options{})
+		b.Cleanup(func() { ms.Close() })
+		svc := New(Options{Store: ms, Overrides: keep, Observers: []Observer{nopObserver{}}})
+		svc.SetConfig(cfg)
+		for _, shape := range []struct{ name, value string }{
+			{"exact", fmt.Sprintf("t%06d", n/2/2*2)},
+			{"prefix", fmt.Sprintf("p%06d-eu-1", n/2/2*2+1)},
+			{"miss", "nobody-at-all"},
+		} {
+			req := &Request{Domain: "api", Descriptors: []Descriptor{desc("tenant", shape.value)}}
+			resp, err := svc.ShouldRateLimit(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if hit := resp.Statuses[0].Limit.Rule.Limit == 2000000000; hit != (n > 0 && shape.name != "miss") {
+				b.Fatalf("overrides=%d %s: override applied %v", n, shape.name, hit)
+			}
+			b.Run(fmt.Sprintf("overrides=%d/%s", n, shape.name), func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
