@@ -616,9 +616,14 @@ func (k *Keeper) follow(ctx context.Context, n notice, more <-chan notice) {
 	k.syncMu.Lock()
 	defer k.syncMu.Unlock()
 	for {
-		if n.resync {
+		k.mu.Lock()
+		applied := k.loaded && n.version <= k.version // this process's own change, mostly
+		k.mu.Unlock()
+		switch {
+		case n.resync:
 			k.pollLocked(ctx)
-		} else {
+		case applied:
+		default:
 			rec, err := k.backend.Get(ctx, n.id)
 			if err != nil {
 				k.failed(fmt.Errorf("reading an override: %w", err))
@@ -644,8 +649,8 @@ func (k *Keeper) poll(ctx context.Context) {
 // pollLocked is poll. Requires k.syncMu.
 func (k *Keeper) pollLocked(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, k.opts.Poll)
-	defer cancel()
 	v, now, err := k.backend.Poll(pctx)
+	cancel()
 	if err != nil {
 		k.failed(fmt.Errorf("reading the overrides' version: %w", err))
 		return
@@ -658,7 +663,7 @@ func (k *Keeper) pollLocked(ctx context.Context) {
 	}
 	k.mu.Unlock()
 	if !current {
-		k.load(pctx)
+		k.load(ctx) // bounded by the backend (a Redis read of many overrides takes its time)
 	}
 }
 
