@@ -99,16 +99,26 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.json {
-		_, err := stdout.Write(answer)
-		return err
-	}
 	var ex httpapi.Explanation
-	if err := json.Unmarshal(answer, &ex); err != nil {
-		return exitError{checkFailed, fmt.Errorf("explain: the answer is not an explanation: %w", err)}
+	if done, err := readAnswer("explain", "an explanation", answer, f.json, stdout, &ex); done || err != nil {
+		return err
 	}
 	writeExplanation(stdout, &ex, time.Now())
 	return nil
+}
+
+// readAnswer hands a command's answer over: with raw (--json), written to
+// stdout as it came (done); otherwise decoded into v, an answer that is not
+// what (a JSON of its kind) failing the command (exit status checkFailed).
+func readAnswer(cmd, what string, answer []byte, raw bool, stdout io.Writer, v any) (done bool, err error) {
+	if raw {
+		_, err := stdout.Write(answer)
+		return true, err
+	}
+	if err := json.Unmarshal(answer, v); err != nil {
+		return false, exitError{checkFailed, fmt.Errorf("%s: the answer is not %s: %w", cmd, what, err)}
+	}
+	return false, nil
 }
 
 // readToken reads the bearer token of a --token-file (none when path is

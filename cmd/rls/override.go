@@ -199,13 +199,9 @@ func (f *overrideFlags) set(ctx context.Context, pos []string, token string, std
 	if err != nil {
 		return err
 	}
-	if f.json {
-		_, err := stdout.Write(answer)
-		return err
-	}
 	var l overrides.Listed
-	if err := json.Unmarshal(answer, &l); err != nil {
-		return exitError{checkFailed, fmt.Errorf("override set: the answer is not an override: %w", err)}
+	if done, err := readAnswer("override set", "an override", answer, f.json, stdout, &l); done || err != nil {
+		return err
 	}
 	writeOverrides(stdout, []overrides.Listed{l}, time.Now())
 	return nil
@@ -248,15 +244,11 @@ func (f *overrideFlags) list(ctx context.Context, pos []string, token string, st
 	if err != nil {
 		return err
 	}
-	if f.json {
-		_, err := stdout.Write(answer)
-		return err
-	}
 	var list struct {
 		Overrides []overrides.Listed `json:"overrides"`
 	}
-	if err := json.Unmarshal(answer, &list); err != nil {
-		return exitError{checkFailed, fmt.Errorf("override list: the answer is not a list of overrides: %w", err)}
+	if done, err := readAnswer("override list", "a list of overrides", answer, f.json, stdout, &list); done || err != nil {
+		return err
 	}
 	if len(list.Overrides) == 0 {
 		fmt.Fprintln(stdout, "no overrides")

@@ -99,7 +99,8 @@ func (h *handler) overrideFailed(w http.ResponseWriter, op, who string, k overri
 	http.Error(w, err.Error(), status)
 }
 
-// readBody reads r's body, at most limit bytes; on error it answers 400.
+// readBody reads r's body, at most limit bytes; on error it answers 400
+// (an admin endpoint's body).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {

@@ -152,7 +152,10 @@ func (p *pnode) find(v string, rest []engine.Entry, l *config.Limit) *entry {
 	return nil
 }
 
-// child returns p's child whose label starts with b, or nil.
+// child returns p's child whose label starts with b, or nil. The binary
+// search of the config's wildcard index (match's radixNode.child), written
+// again: a generic one over both, with the label read through a function,
+// cost each lookup of both some 40 ns more.
 func (p *pnode) child(b byte) *pnode {
 	lo, hi := 0, len(p.kids)
 	for lo < hi {
