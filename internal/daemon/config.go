@@ -116,6 +116,11 @@ type Store struct {
 	// Redis configures the Redis store (Redis.Timeout bounds one store
 	// call); its Logger is the server's.
 	Redis redisstore.Options
+	// OverridesFile, with the memory store, is a file that keeps the
+	// runtime overrides (/admin/overrides) across restarts (--overrides-
+	// file); "" keeps them in memory only. On Redis they are kept in
+	// Redis, beside the counters.
+	OverridesFile string
 }
 
 // Service is the service's policies.

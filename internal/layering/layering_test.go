@@ -93,6 +93,14 @@ func rules() []rule {
 			notDepend: slices.Concat(stores, service, transports, compat, daemon),
 		},
 		{
+			// What the service consults in each decision, and what keeps it:
+			// a store hands it records as bytes (its Backend), a transport
+			// its changes.
+			what:      "the runtime overrides (their model, their index per config, the keeper of their backend)",
+			pkgs:      own("internal/overrides"),
+			notDepend: slices.Concat(stores, service, transports, observers, compat, daemon, redis, grpc, tracing, otel),
+		},
+		{
 			what:      "the metric series type (rls's metrics and the compatibility package use it)",
 			pkgs:      own("internal/series"),
 			notDepend: own("..."),
