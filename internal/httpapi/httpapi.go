@@ -74,6 +74,10 @@ type Options struct {
 	// Reset answers POST /admin/reset; nil means Service when it
 	// implements Resetter (else the endpoint is not mounted).
 	Reset Resetter
+	// Overrides, when set, answers /admin/overrides (PUT, GET, DELETE;
+	// access as /admin/reset), and /readyz and /debug/config say what it
+	// holds.
+	Overrides Overrider
 	// AdminToken, when set, lets clients that are not on a loopback
 	// address use the admin endpoints with its bearer token.
 	AdminToken *TokenFile
@@ -86,7 +90,7 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
-// New returns the HTTP handler of DESIGN §3.
+// New returns the HTTP handler of the endpoints the README lists (HTTP and gRPC endpoints).
 func New(opts Options) http.Handler {
 	h := &handler{Options: opts, refused: &rate.Sometimes{Interval: time.Second}}
 	if h.Logger == nil {
@@ -114,6 +118,11 @@ func New(opts Options) http.Handler {
 	}
 	if h.Reset != nil {
 		mux.Handle("POST /admin/reset", h.admin(h.reset))
+	}
+	if h.Overrides != nil {
+		mux.Handle("PUT /admin/overrides", h.admin(h.putOverride))
+		mux.Handle("GET /admin/overrides", h.admin(h.listOverrides))
+		mux.Handle("DELETE /admin/overrides", h.admin(h.deleteOverride))
 	}
 	RegisterPprof(mux, h.debug)
 	return mux
@@ -148,7 +157,7 @@ func (h *handler) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	io.WriteString(w, "ok\n")
+	io.WriteString(w, "ok\n"+h.overridesReady())
 }
 
 func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
@@ -159,7 +168,7 @@ func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
 	}
 	// Streamed, and bounded: past the cap the dump ends with a note.
 	w.Header().Set("Content-Type", "application/json")
-	cfg.WriteJSON(w, config.DefaultMaxDumpBytes)
+	cfg.WriteJSON(w, config.DefaultMaxDumpBytes, h.overridesDump()...)
 	io.WriteString(w, "\n")
 }
 
