@@ -21,16 +21,7 @@ import (
 // per-descriptor hits_addend, checks one hit on the request and charges
 // the tokens of the dynamic metadata when the stream ends.
 func TestREADMETokenBudgetRoute(t *testing.T) {
-	route := readmeRoute(t, "# Envoy route: a check of 1 hit at the request")
-	per := unpack[*ratelimitv3.RateLimitPerRoute](t, route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"])
-	if err := per.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
-	limits := per.GetRateLimits()
-	if len(limits) != 2 {
-		t.Fatalf("RateLimitPerRoute has %d rate_limits, want the check and the charge", len(limits))
-	}
-	check, charge := limits[0], limits[1]
+	check, charge := readmeTwoCalls(t, "# Envoy route: a check of 1 hit at the request")
 	if check.GetApplyOnStreamDone() || check.GetHitsAddend() != nil {
 		t.Errorf("the check %v: want one hit on the request path", check)
 	}
@@ -60,6 +51,23 @@ func TestREADMEMetadataLimitRoute(t *testing.T) {
 	if h := limits[0].GetActions()[0].GetRequestHeaders(); h.GetDescriptorKey() != "tenant" {
 		t.Errorf("the descriptor %v: want the tenant from a header", limits[0].GetActions())
 	}
+}
+
+// readmeTwoCalls returns the two rate_limits of the RateLimitPerRoute of
+// the README's route that starts with head, valid by Envoy's rules: the
+// request's call, and the call when the stream ends.
+func readmeTwoCalls(t *testing.T, head string) (request, streamDone *routev3.RateLimit) {
+	t.Helper()
+	route := readmeRoute(t, head)
+	per := unpack[*ratelimitv3.RateLimitPerRoute](t, route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"])
+	if err := per.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	limits := per.GetRateLimits()
+	if len(limits) != 2 {
+		t.Fatalf("the route %q...: RateLimitPerRoute has %d rate_limits, want the request's call and the stream's end", head, len(limits))
+	}
+	return limits[0], limits[1]
 }
 
 // readmeRoute returns the Envoy Route of the README's yaml block that
@@ -98,16 +106,7 @@ func readmeRoute(t *testing.T, head string) *routev3.Route {
 // request without an id sends no descriptor (it would be charged, not
 // reserved).
 func TestREADMETokenReserveRoute(t *testing.T) {
-	route := readmeRoute(t, "# Envoy route: reserve an estimate at the request")
-	per := unpack[*ratelimitv3.RateLimitPerRoute](t, route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"])
-	if err := per.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
-	limits := per.GetRateLimits()
-	if len(limits) != 2 {
-		t.Fatalf("RateLimitPerRoute has %d rate_limits, want the reserve and the settle", len(limits))
-	}
-	reserve, settle := limits[0], limits[1]
+	reserve, settle := readmeTwoCalls(t, "# Envoy route: reserve an estimate at the request")
 	if reserve.GetApplyOnStreamDone() || reserve.GetHitsAddend() != nil {
 		t.Errorf("the reserve %v: want the request's call, no hits_addend (the estimate is held)", reserve)
 	}
