@@ -1,0 +1,349 @@
+package topkeys
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"unicode/utf8"
+
+	"github.com/rlsproject/rls/internal/config"
+)
+
+// The sketch of one limit over one window. Two rankings share one table of
+// entries, each entry in one or both:
+//
+//   - denied: Space-Saving (Metwally et al.) over the limit's denials.
+//     With K counters and D denials in the window, every key denied more
+//     than D/K times is in it, and an entry's count is at most its error
+//     (the least count when it came in, ≤ D/K) above the key's true
+//     denials: true ∈ [count−err, count].
+//   - full: the K fullest keys at their last decision. A key that is not
+//     in it was, at its last decision, no fuller than the least full entry
+//     then.
+//
+// Admitted and denied are also counted per entry from the moment it came
+// in (a lower bound of the key's window). Memory is at most 2K entries of
+// bounded size (entryBytes), whatever the number of distinct keys.
+
+// Bounds on what an entry keeps of its descriptor: values and keys longer
+// than maxShown bytes are shortened (shortened), so that an entry's size
+// is bounded whatever the request sends.
+const maxShown = 128
+
+// entryOverhead is what an entry costs beside its strings: the struct, its
+// map slot, its places in the two heaps, and a slice header per entry of
+// its descriptor (counted with the strings).
+const entryOverhead = 192
+
+// entryBytes bounds the bytes of one entry: its identity (at most
+// maxIdentity) and its descriptor's shown keys and values.
+func entryBytes() int64 {
+	return entryOverhead + maxIdentity + int64(config.MaxDepth)*int64(2*(maxShown+shortSuffix)+32)
+}
+
+// maxIdentity bounds a counter identity (engine.AppendDescriptorKey: each
+// part escaped, at most 64 bytes, else a 23-byte hash): the domain and
+// MaxDepth entries of two parts, each part with its separator.
+const maxIdentity = (1 + 2*config.MaxDepth) * 65
+
+// shortSuffix is what shortening adds: "…" and 12 hex digits of the
+// whole's SHA-256.
+const shortSuffix = len("…") + 12
+
+// entry is one key of a sketch.
+type entry struct {
+	id      string         // the counter's identity (engine.Item.Desc)
+	entries []config.Entry // the descriptor, keys and values shortened
+	short   bool           // some key or value was shortened
+	// count and err are the key's Space-Saving count and error while it
+	// is in the denied heap.
+	count, err       uint64
+	denied, admitted uint64  // since the entry was made
+	fullness         float64 // at the key's last decision
+	di, fi           int     // index in the denied and full heaps; -1 when not in it
+	bytes            int64
+}
+
+// sketch is the sketch of one limit in one window. Not safe for concurrent
+// use: limitSketch holds it under its lock.
+type sketch struct {
+	k      int
+	byID   map[string]*entry
+	denied []*entry // min-heap by count
+	full   []*entry // min-heap by fullness
+	// denials and decisions are those of the window.
+	denials, decisions uint64
+	bytes              int64 // held by the entries
+}
+
+func newSketch(k int) *sketch {
+	return &sketch{k: k, byID: make(map[string]*entry)}
+}
+
+// reset empties s for a new window, keeping its allocations.
+func (s *sketch) reset() {
+	clear(s.byID)
+	clear(s.denied)
+	clear(s.full)
+	s.denied, s.full = s.denied[:0], s.full[:0]
+	s.denials, s.decisions, s.bytes = 0, 0, 0
+}
+
+// observe counts one decision on the key id (whose descriptor is entries):
+// admitted or not by the limit, and how full it left the key (0 to 1).
+// entries are copied only when the key enters the sketch.
+func (s *sketch) observe(id string, entries []config.Entry, admitted bool, fullness float64) {
+	s.decisions++
+	e := s.byID[id]
+	if e != nil {
+		e.fullness = fullness
+		if admitted {
+			e.admitted++
+		} else {
+			e.denied++
+		}
+	}
+	if !admitted {
+		s.denials++
+		e = s.countDenial(e, id, entries, fullness)
+	}
+	switch {
+	case e != nil && e.fi >= 0:
+		s.fixFull(e.fi)
+	case fullness > 0:
+		s.placeFull(e, id, entries, admitted, fullness)
+	}
+}
+
+// countDenial counts a denial of id (e its entry, nil when it has none) in
+// the denied heap, and returns its entry (nil when it has none).
+func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, fullness float64) *entry {
+	switch {
+	case e != nil && e.di >= 0:
+		e.count++
+		s.downDenied(e.di)
+		return e
+	case len(s.denied) < s.k:
+		if e == nil {
+			e = s.add(id, entries, false, fullness)
+		}
+		e.count, e.err = 1, 0
+		e.di = len(s.denied)
+		s.denied = append(s.denied, e)
+		s.upDenied(e.di)
+		return e
+	}
+	// Full: the key takes the place of the least counted, with its count
+	// as error.
+	least := s.denied[0]
+	if e == nil {
+		e = s.add(id, entries, false, fullness)
+	}
+	e.count, e.err = least.count+1, least.count
+	least.di = -1
+	e.di = 0
+	s.denied[0] = e
+	s.downDenied(0)
+	s.dropIfOut(least)
+	return e
+}
+
+// placeFull puts id (e its entry, nil when it has none), which is not in
+// the full heap, there at fullness when the heap has room or it is fuller
+// than the least full.
+func (s *sketch) placeFull(e *entry, id string, entries []config.Entry, admitted bool, fullness float64) {
+	switch {
+	case len(s.full) < s.k:
+		if e == nil {
+			e = s.add(id, entries, admitted, fullness)
+		}
+		e.fi = len(s.full)
+		s.full = append(s.full, e)
+		s.fixFull(e.fi)
+	case fullness > s.full[0].fullness:
+		least := s.full[0]
+		if e == nil {
+			e = s.add(id, entries, admitted, fullness)
+		}
+		least.fi = -1
+		e.fi = 0
+		s.full[0] = e
+		s.fixFull(0)
+		s.dropIfOut(least)
+	}
+}
+
+// add makes the entry of a key seen for the first time (or again after it
+// left), counting the decision that brings it.
+func (s *sketch) add(id string, entries []config.Entry, admitted bool, fullness float64) *entry {
+	e := &entry{id: clip(id), di: -1, fi: -1, fullness: fullness}
+	if admitted {
+		e.admitted = 1
+	} else {
+		e.denied = 1
+	}
+	e.entries = make([]config.Entry, len(entries))
+	e.bytes = entryOverhead + int64(len(e.id))
+	for i, en := range entries {
+		k, ks := shorten(en.Key)
+		v, vs := shorten(en.Value)
+		e.entries[i] = config.Entry{Key: k, Value: v}
+		e.short = e.short || ks || vs
+		e.bytes += int64(len(k)+len(v)) + 32
+	}
+	s.byID[e.id] = e
+	s.bytes += e.bytes
+	return e
+}
+
+// dropIfOut forgets e when it is in neither heap.
+func (s *sketch) dropIfOut(e *entry) {
+	if e.di < 0 && e.fi < 0 {
+		delete(s.byID, e.id)
+		s.bytes -= e.bytes
+	}
+}
+
+// remove forgets the key id (its counter was reset).
+func (s *sketch) remove(id string) {
+	e := s.byID[id]
+	if e == nil {
+		return
+	}
+	if i := e.di; i >= 0 {
+		last := len(s.denied) - 1
+		s.swapDenied(i, last)
+		s.denied = s.denied[:last]
+		if i < last {
+			s.downDenied(i)
+			s.upDenied(i)
+		}
+		e.di = -1
+	}
+	if i := e.fi; i >= 0 {
+		last := len(s.full) - 1
+		s.swapFull(i, last)
+		s.full = s.full[:last]
+		if i < last {
+			s.fixFull(i)
+		}
+		e.fi = -1
+	}
+	s.dropIfOut(e)
+}
+
+// clip returns id as the sketch keeps it: a copy (the decision's is the
+// request's), at most maxIdentity bytes.
+func clip(id string) string {
+	if len(id) > maxIdentity {
+		id = id[:maxIdentity]
+	}
+	return string(append([]byte(nil), id...))
+}
+
+// shorten returns a copy of s, shortened to maxShown bytes (at a rune
+// boundary) followed by "…" and a hash of the whole when it is longer, and
+// whether it was.
+func shorten(s string) (string, bool) {
+	if len(s) <= maxShown {
+		return string(append([]byte(nil), s...)), false
+	}
+	cut := maxShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	sum := sha256.Sum256([]byte(s))
+	return s[:cut] + "…" + hex.EncodeToString(sum[:6]), true
+}
+
+// The heaps, by hand: an entry knows its place in each (di, fi).
+
+func (s *sketch) lessDenied(i, j int) bool { return s.denied[i].count < s.denied[j].count }
+
+func (s *sketch) swapDenied(i, j int) {
+	s.denied[i], s.denied[j] = s.denied[j], s.denied[i]
+	s.denied[i].di, s.denied[j].di = i, j
+}
+
+func (s *sketch) upDenied(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.lessDenied(i, p) {
+			return
+		}
+		s.swapDenied(i, p)
+		i = p
+	}
+}
+
+func (s *sketch) downDenied(i int) {
+	n := len(s.denied)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && s.lessDenied(r, l) {
+			m = r
+		}
+		if !s.lessDenied(m, i) {
+			return
+		}
+		s.swapDenied(i, m)
+		i = m
+	}
+}
+
+func (s *sketch) lessFull(i, j int) bool { return s.full[i].fullness < s.full[j].fullness }
+
+func (s *sketch) swapFull(i, j int) {
+	s.full[i], s.full[j] = s.full[j], s.full[i]
+	s.full[i].fi, s.full[j].fi = i, j
+}
+
+// fixFull restores the full heap after the fullness at i changed (either
+// way).
+func (s *sketch) fixFull(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.lessFull(i, p) {
+			break
+		}
+		s.swapFull(i, p)
+		i = p
+	}
+	n := len(s.full)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && s.lessFull(r, l) {
+			m = r
+		}
+		if !s.lessFull(m, i) {
+			return
+		}
+		s.swapFull(i, m)
+		i = m
+	}
+}
+
+// leastDenied returns the least count of the denied heap when it is full
+// (what a key absent from it may have been denied at most), else 0.
+func (s *sketch) leastDenied() uint64 {
+	if len(s.denied) < s.k || len(s.denied) == 0 {
+		return 0
+	}
+	return s.denied[0].count
+}
+
+// leastFull returns the least fullness of the full heap when it is full,
+// else 0.
+func (s *sketch) leastFull() float64 {
+	if len(s.full) < s.k || len(s.full) == 0 {
+		return 0
+	}
+	return s.full[0].fullness
+}
