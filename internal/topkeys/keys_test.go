@@ -51,8 +51,8 @@ type truthObserver struct {
 	limits map[string]*truth // by label
 }
 
-func (o *truthObserver) ForConfig(*config.Config) any { return nil }
-func (o *truthObserver) Reloaded(error)              {}
+func (o *truthObserver) ForConfig(*config.Config) any  { return nil }
+func (o *truthObserver) Reloaded(error)                {}
 func (o *truthObserver) Cleared(any, *service.Cleared) {}
 func (o *truthObserver) Decided(_ any, d *service.Decision) {
 	o.mu.Lock()

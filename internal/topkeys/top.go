@@ -442,7 +442,9 @@ func (k *Keys) Publish(ctx context.Context) {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, k.every)
 		if err := k.PublishOnce(pctx); err != nil && ctx.Err() == nil {
-			k.failed.Do(func() { k.log.Warn("top keys: the summary could not be published; other processes do not see this one's", "error", err) })
+			k.failed.Do(func() {
+				k.log.Warn("top keys: the summary could not be published; other processes do not see this one's", "error", err)
+			})
 		}
 		cancel()
 		select {
