@@ -16,13 +16,19 @@ import (
 //     than D/K times is in it, and an entry's count is at most its error
 //     (the least count when it came in, ≤ D/K) above the key's true
 //     denials: true ∈ [count−err, count].
-//   - full: the K fullest keys at their last decision. A key that is not
-//     in it was, at its last decision, no fuller than the least full entry
+//   - full: the K fullest keys at their last decision, among those at
+//     least MinFullness full. A key that is not in it was, at its last
+//     decision, below MinFullness or no fuller than the least full entry
 //     then.
 //
 // Admitted and denied are also counted per entry from the moment it came
 // in (a lower bound of the key's window). Memory is at most 2K entries of
 // bounded size (entryBytes), whatever the number of distinct keys.
+
+// MinFullness is the least fullness that puts a key in the full ranking:
+// keys less than half spent are not watched (as in rls_limit_keys_fullness),
+// so that the ordinary traffic of many keys does not churn the ranking.
+const MinFullness = 0.5
 
 // Bounds on what an entry keeps of its descriptor: values and keys longer
 // than maxShown bytes are shortened (shortened), so that an entry's size
@@ -109,7 +115,7 @@ func (s *sketch) observe(id string, entries []config.Entry, admitted bool, fulln
 	switch {
 	case e != nil && e.fi >= 0:
 		s.fixFull(e.fi)
-	case fullness > 0:
+	case fullness >= MinFullness:
 		s.placeFull(e, id, entries, admitted, fullness)
 	}
 }
