@@ -129,12 +129,17 @@ func readToken(cmd, path string) (string, error) {
 // of a 200; other outcomes are the command's errors (usage, or exit status
 // checkFailed).
 func postAdmin(ctx context.Context, cmd, addr, path, token string, body []byte) ([]byte, error) {
+	return callRLS(ctx, cmd, http.MethodPost, addr, path, token, body)
+}
+
+// callRLS is postAdmin with any method (a nil body: none).
+func callRLS(ctx context.Context, cmd, method, addr, path, token string, body []byte) ([]byte, error) {
 	url := addr
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
 	}
 	url = strings.TrimSuffix(url, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, usageError{fmt.Errorf("%s: --addr: %w", cmd, err)}
 	}

@@ -7,6 +7,8 @@
 //	rls explain [flags] DOMAIN [DESCRIPTOR...]
 //	rls reset [flags] DOMAIN DESCRIPTOR...
 //	rls test CONFIG TESTFILE...
+//	rls top [flags] [DOMAIN]
+//	rls replay --config CANDIDATE [--baseline CONFIG] LOG...
 //	rls healthcheck [flags] [URL]
 //	rls version
 //	rls help [COMMAND]
@@ -74,6 +76,10 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return reset(ctx, args, stdout)
 	case "test":
 		return ruleTest(args, stdout)
+	case "top":
+		return top(ctx, args, stdout)
+	case "replay":
+		return replayCommand(args, stdout)
 	case "version":
 		return version(args, stdout)
 	case "healthcheck":

@@ -74,6 +74,8 @@ type Options struct {
 	// Reset answers POST /admin/reset; nil means Service when it
 	// implements Resetter (else the endpoint is not mounted).
 	Reset Resetter
+	// Top answers GET /debug/top; nil leaves it unmounted (404).
+	Top TopKeys
 	// AdminToken, when set, lets clients that are not on a loopback
 	// address use the admin endpoints with its bearer token.
 	AdminToken *TokenFile
@@ -114,6 +116,9 @@ func New(opts Options) http.Handler {
 	}
 	if h.Reset != nil {
 		mux.Handle("POST /admin/reset", h.admin(h.reset))
+	}
+	if h.Top != nil {
+		mux.Handle("GET /debug/top", h.debug(http.HandlerFunc(h.top)))
 	}
 	RegisterPprof(mux, h.debug)
 	return mux

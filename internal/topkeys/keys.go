@@ -192,7 +192,7 @@ func (k *Keys) Decided(state any, d *service.Decision) {
 			now = k.now().UnixMicro()
 		}
 		it, r := &d.Items[i], &d.Results[i]
-		cs.byIndex[l.Index].observe(now, it.Rule, it.Desc, d.Request.Descriptors[d.Owners[i]].Entries, r.Admitted, fullnessOf(it, r))
+		cs.byIndex[l.Index].observe(now, it.Rule, it.Desc, d.Request.Descriptors[d.Owners[i]].Entries, verdictOf(it, r))
 	}
 }
 
@@ -216,39 +216,41 @@ func (k *Keys) Cleared(state any, c *service.Cleared) {
 	}
 }
 
-// fullnessOf is how full a decision left its key: the share of the limit
-// (a token bucket's burst) spent, 1 for a key blocked by a penalty. A
-// leased limit's result tells what the process's slice holds, not the
-// counter: it reads 1 when denied, else 0.
-func fullnessOf(it *engine.Item, r *engine.Result) float64 {
-	switch {
-	case r.Blocked:
-		return 1
-	case it.Rule.Lease:
-		if r.Admitted {
-			return 0
-		}
-		return 1
-	}
+// verdictOf is a limit's decision on its key: its verdict, how full it
+// left the key (the share of the limit, a token bucket's burst, spent; 1
+// for a key blocked by a penalty) and the hits its counter holds. A leased
+// limit's result tells what the process's slice holds, not the counter:
+// it reads full when denied, else empty.
+func verdictOf(it *engine.Item, r *engine.Result) verdict {
+	v := verdict{admitted: r.Admitted}
 	c := it.Rule.Capacity()
 	switch {
-	case c == 0:
-		return 1
-	case r.Remaining >= c:
-		return 0
+	case it.Rule.Lease:
+		if !r.Admitted {
+			v.fullness = 1
+		}
+		return v
+	case r.Remaining < c:
+		v.used = c - r.Remaining
 	}
-	return float64(c-r.Remaining) / float64(c)
+	switch {
+	case r.Blocked || c == 0:
+		v.fullness = 1
+	default:
+		v.fullness = float64(v.used) / float64(c)
+	}
+	return v
 }
 
 // observe counts one decision at now (µs) in the sketch of the window
 // holding now. An instant before the window's start (a clock that stepped
 // back) counts in the window held.
-func (ls *limitSketch) observe(now int64, r *engine.Rule, id string, entries []config.Entry, admitted bool, fullness float64) {
+func (ls *limitSketch) observe(now int64, r *engine.Rule, id string, entries []config.Entry, v verdict) {
 	ls.mu.Lock()
 	if now >= ls.end {
 		ls.roll(r, now)
 	}
-	ls.sk.observe(id, entries, admitted, fullness)
+	ls.sk.observe(id, entries, v)
 	ls.mu.Unlock()
 }
 

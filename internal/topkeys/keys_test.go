@@ -64,7 +64,7 @@ func (o *truthObserver) Decided(_ any, d *service.Decision) {
 			m = newTruth()
 			o.limits[l.Label] = m
 		}
-		m.observe(d.Items[i].Desc, d.Results[i].Admitted, fullnessOf(&d.Items[i], &d.Results[i]))
+		m.observe(d.Items[i].Desc, d.Results[i].Admitted, verdictOf(&d.Items[i], &d.Results[i]).fullness)
 	}
 }
 

@@ -63,7 +63,9 @@ type entry struct {
 	// count and err are the key's Space-Saving count and error while it
 	// is in the denied heap.
 	count, err       uint64
-	denied, admitted uint64  // since the entry was made
+	// denied counts the denials since the entry was made; admitted the
+	// admissions since, plus the hits its counter held then.
+	denied, admitted uint64
 	fullness         float64 // at the key's last decision
 	di, fi           int     // index in the denied and full heaps; -1 when not in it
 	bytes            int64
@@ -94,10 +96,18 @@ func (s *sketch) reset() {
 	s.denials, s.decisions, s.bytes = 0, 0, 0
 }
 
-// observe counts one decision on the key id (whose descriptor is entries):
-// admitted or not by the limit, and how full it left the key (0 to 1).
+// verdict is one limit's decision on a key: admitted or not, how full it
+// left the key (0 to 1), and the hits its counter held then (used).
+type verdict struct {
+	admitted bool
+	fullness float64
+	used     uint64
+}
+
+// observe counts one decision on the key id (whose descriptor is entries).
 // entries are copied only when the key enters the sketch.
-func (s *sketch) observe(id string, entries []config.Entry, admitted bool, fullness float64) {
+func (s *sketch) observe(id string, entries []config.Entry, v verdict) {
+	admitted, fullness := v.admitted, v.fullness
 	s.decisions++
 	e := s.byID[id]
 	if e != nil {
@@ -110,19 +120,19 @@ func (s *sketch) observe(id string, entries []config.Entry, admitted bool, fulln
 	}
 	if !admitted {
 		s.denials++
-		e = s.countDenial(e, id, entries, fullness)
+		e = s.countDenial(e, id, entries, v)
 	}
 	switch {
 	case e != nil && e.fi >= 0:
 		s.fixFull(e.fi)
 	case fullness >= MinFullness:
-		s.placeFull(e, id, entries, admitted, fullness)
+		s.placeFull(e, id, entries, v)
 	}
 }
 
 // countDenial counts a denial of id (e its entry, nil when it has none) in
 // the denied heap, and returns its entry (nil when it has none).
-func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, fullness float64) *entry {
+func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, v verdict) *entry {
 	switch {
 	case e != nil && e.di >= 0:
 		e.count++
@@ -130,7 +140,7 @@ func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, fullne
 		return e
 	case len(s.denied) < s.k:
 		if e == nil {
-			e = s.add(id, entries, false, fullness)
+			e = s.add(id, entries, v)
 		}
 		e.count, e.err = 1, 0
 		e.di = len(s.denied)
@@ -142,7 +152,7 @@ func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, fullne
 	// as error.
 	least := s.denied[0]
 	if e == nil {
-		e = s.add(id, entries, false, fullness)
+		e = s.add(id, entries, v)
 	}
 	e.count, e.err = least.count+1, least.count
 	least.di = -1
@@ -156,19 +166,19 @@ func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, fullne
 // placeFull puts id (e its entry, nil when it has none), which is not in
 // the full heap, there at fullness when the heap has room or it is fuller
 // than the least full.
-func (s *sketch) placeFull(e *entry, id string, entries []config.Entry, admitted bool, fullness float64) {
+func (s *sketch) placeFull(e *entry, id string, entries []config.Entry, v verdict) {
 	switch {
 	case len(s.full) < s.k:
 		if e == nil {
-			e = s.add(id, entries, admitted, fullness)
+			e = s.add(id, entries, v)
 		}
 		e.fi = len(s.full)
 		s.full = append(s.full, e)
 		s.fixFull(e.fi)
-	case fullness > s.full[0].fullness:
+	case v.fullness > s.full[0].fullness:
 		least := s.full[0]
 		if e == nil {
-			e = s.add(id, entries, admitted, fullness)
+			e = s.add(id, entries, v)
 		}
 		least.fi = -1
 		e.fi = 0
@@ -179,12 +189,11 @@ func (s *sketch) placeFull(e *entry, id string, entries []config.Entry, admitted
 }
 
 // add makes the entry of a key seen for the first time (or again after it
-// left), counting the decision that brings it.
-func (s *sketch) add(id string, entries []config.Entry, admitted bool, fullness float64) *entry {
-	e := &entry{id: clip(id), di: -1, fi: -1, fullness: fullness}
-	if admitted {
-		e.admitted = 1
-	} else {
+// left), counting the decision that brings it: its admissions start from
+// the hits its counter holds (this decision's among them when admitted).
+func (s *sketch) add(id string, entries []config.Entry, v verdict) *entry {
+	e := &entry{id: clip(id), di: -1, fi: -1, fullness: v.fullness, admitted: v.used}
+	if !v.admitted {
 		e.denied = 1
 	}
 	e.entries = make([]config.Entry, len(entries))

@@ -103,7 +103,7 @@ func TestSketchAgainstModel(t *testing.T) {
 				used[id]++
 			}
 			f := float64(used[id]) / float64(capacity)
-			s.observe(id, []config.Entry{{Key: "k", Value: id}}, admitted, f)
+			s.observe(id, []config.Entry{{Key: "k", Value: id}}, verdict{admitted: admitted, fullness: f, used: used[id]})
 			m.observe(id, admitted, f)
 			if step%97 == 0 {
 				checkSketch(t, seed, s, m, true)
@@ -121,7 +121,7 @@ func TestSketchRemove(t *testing.T) {
 	s := newSketch(8)
 	for range 500 {
 		id := fmt.Sprintf("k%d", rng.IntN(30))
-		s.observe(id, nil, rng.IntN(3) == 0, rng.Float64())
+		s.observe(id, nil, verdict{admitted: rng.IntN(3) == 0, fullness: rng.Float64()})
 		if rng.IntN(10) == 0 {
 			gone := fmt.Sprintf("k%d", rng.IntN(30))
 			s.remove(gone)
@@ -176,7 +176,7 @@ func TestMergeBounds(t *testing.T) {
 	want := []struct {
 		id              string
 		denied, err, ad uint64
-	}{{"a", 14, 4, 0}, {"b", 9, 2, 5}, {"c", 7, 6, 0}}
+	}{{"a", 14, 4, 0}, {"b", 9, 2, 4}, {"c", 7, 6, 0}}
 	keys := got[0].Keys
 	if len(keys) != len(want) {
 		t.Fatalf("merge: keys %+v, want %v (d is only in a fullness ranking)", keys, want)

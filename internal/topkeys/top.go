@@ -112,8 +112,10 @@ type KeyTop struct {
 	// Denied is an upper bound of the key's denials in the window, and
 	// Denied−Error a lower bound.
 	Denied, Error uint64
-	// Admitted counts the admissions since the key entered the sketches
-	// (a lower bound).
+	// Admitted is the key's admissions in the window: counted since the
+	// key entered the sketch, plus the hits its counter held then (exact
+	// on one process for fixed and calendar windows of one hit per
+	// request); over processes, the most any one saw.
 	Admitted uint64
 	// Fullness is how much of the limit the key had spent at its latest
 	// decision (0 to 1): the most any process saw.
@@ -337,8 +339,8 @@ func merge(all [][]limitSummary, now int64, q Query) []LimitTop {
 // holds it, and that ranking's least count where it does not but is full
 // (the most the key may have been denied there); Error sums the errors so
 // counted, so the true denials are in [Denied−Error, Denied]. Admitted
-// sums what each process counted since the key came in; Fullness is the
-// most any process saw.
+// and Fullness are the most any process saw (they share the key's
+// counter).
 func mergeKeys(top *LimitTop, parts []*limitSummary, q Query) []KeyTop {
 	type merged struct {
 		KeyTop
@@ -359,7 +361,7 @@ func mergeKeys(top *LimitTop, parts []*limitSummary, q Query) []KeyTop {
 				byID[ks.ID] = m
 				keys = append(keys, m)
 			}
-			m.Admitted += ks.Admitted
+			m.Admitted = max(m.Admitted, ks.Admitted)
 			m.Fullness = max(m.Fullness, ks.Fullness)
 			m.inFull = m.inFull || ks.InFull
 			if ks.InDenied {

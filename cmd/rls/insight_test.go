@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/redistest"
+)
+
+const insightConfig = `
+domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: day, requests_per_unit: %d}
+`
+
+func limitsFile(t *testing.T, dir, name string, perDay int) string {
+	t.Helper()
+	return writeFile(t, dir, name, fmt.Sprintf(insightConfig, perDay))
+}
+
+// getTopJSON asks rls's GET /debug/top.
+func getTopJSON(t *testing.T, httpAddr, query string) httpapi.TopResult {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"top", "--json", "--addr", httpAddr, query}, nil, &out, io.Discard); err != nil {
+		t.Fatalf("rls top --json: %v", err)
+	}
+	var res httpapi.TopResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("GET /debug/top: %v\n%s", err, out.String())
+	}
+	return res
+}
+
+// TestTopAndReplay: rls serve with a decision log; rls top shows the key
+// being limited with the command that resets it; rls replay of the log
+// under the config that wrote it changes nothing, and under a halved
+// limit says what changes, --max-changed 0 then exiting 1.
+func TestTopAndReplay(t *testing.T) {
+	dir := t.TempDir()
+	cfg := limitsFile(t, dir, "limits.yaml", 3)
+	half := limitsFile(t, dir, "half.yaml", 1)
+	logPath := filepath.Join(dir, "decisions.log")
+	s := startServer(t, nil, "--config", cfg, "--decision-log", logPath)
+	ctx := context.Background()
+	for _, c := range []struct {
+		ip string
+		n  string
+	}{{"203.0.113.7", "5"}, {"203.0.113.8", "2"}} {
+		run(ctx, []string{"check", "--addr", s.grpcAddr, "-n", c.n, "api", "remote_address=" + c.ip}, nil, io.Discard, io.Discard)
+	}
+	res := getTopJSON(t, s.httpAddr, "api")
+	if res.Processes != 1 || len(res.Limits) != 1 || len(res.Limits[0].Keys) != 1 {
+		t.Fatalf("GET /debug/top?domain=api: %+v, want the one limit with one key denied", res)
+	}
+	k := res.Limits[0].Keys[0]
+	if k.Descriptor[0].Value != "203.0.113.7" || k.Denied != 2 || k.Admitted != 3 || k.Fullness != 1 {
+		t.Errorf("top key %+v, want 203.0.113.7 denied 2, admitted 3, full", k)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"top", "--once", "--addr", s.httpAddr, "api"}, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1 rls processes", "api remote_address/1d (remote_address, limit 3)", "203.0.113.7", "rls reset api remote_address=203.0.113.7"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("rls top --once printed\n%s\nwant %q", out.String(), want)
+		}
+	}
+	s.stop(t) // the log is flushed
+
+	out.Reset()
+	if err := run(ctx, []string{"replay", "--config", cfg, logPath}, nil, &out, io.Discard); err != nil {
+		t.Fatalf("rls replay under the config that wrote the log: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"replayed 7 decisions", "the baseline gives the logged code to 7 of 7 decisions", "changed: 0 decisions"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("rls replay printed\n%s\nwant %q", out.String(), want)
+		}
+	}
+	out.Reset()
+	err := run(ctx, []string{"replay", "--config", half, "--max-changed", "0", "--json", logPath}, nil, &out, io.Discard)
+	if exitCode(err) != 1 {
+		t.Errorf("rls replay --max-changed 0 of a halved limit: %v (exit %d), want exit 1", err, exitCode(err))
+	}
+	var rep struct {
+		Decisions, Changed int
+		Limits             []struct {
+			Domain, Name        string
+			Descriptor          []httpapi.EntryJSON
+			Baseline, Candidate struct{ Admitted, Denied int }
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("rls replay --json: %v\n%s", err, out.String())
+	}
+	if rep.Decisions != 7 || rep.Changed != 3 || len(rep.Limits) != 1 || rep.Limits[0].Baseline.Denied != 2 || rep.Limits[0].Candidate.Denied != 5 ||
+		rep.Limits[0].Name != "remote_address/1d" || rep.Limits[0].Descriptor[0].Key != "remote_address" {
+		t.Errorf("rls replay --json of a halved limit:\n%s\nwant 7 decisions, 3 changed, denied 2 then 5", out.String())
+	}
+	if err := run(ctx, []string{"replay", "--config", cfg, filepath.Join(dir, "nope.log")}, nil, io.Discard, io.Discard); exitCode(err) != replayFailed {
+		t.Errorf("rls replay of a missing log: %v, want exit %d", err, replayFailed)
+	}
+}
+
+// TestTopMergesProcessesOnRedis: two rls sharing a Redis each publish
+// their top keys; either one's GET /debug/top merges both.
+func TestTopMergesProcessesOnRedis(t *testing.T) {
+	dir := t.TempDir()
+	cfg := limitsFile(t, dir, "limits.yaml", 3)
+	url := redistest.Start(t).URL()
+	var servers []*server
+	for range 2 {
+		servers = append(servers, startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", url, "--top-keys-publish", "50ms"))
+	}
+	ctx := context.Background()
+	for _, s := range servers {
+		run(ctx, []string{"check", "--addr", s.grpcAddr, "-n", "4", "api", "remote_address=203.0.113.9"}, nil, io.Discard, io.Discard)
+	}
+	servers[0].waitUntil(t, "GET /debug/top merges 2 processes", func() bool {
+		res := getTopJSON(t, servers[0].httpAddr, "api")
+		return res.Processes == 2 && len(res.Limits) == 1 && len(res.Limits[0].Keys) == 1 && res.Limits[0].Keys[0].Denied == 5
+	})
+	res := getTopJSON(t, servers[1].httpAddr, "api")
+	if k := res.Limits[0].Keys[0]; res.Processes != 2 || k.Denied != 5 || k.Admitted != 3 || k.Fullness != 1 {
+		t.Errorf("the other process's GET /debug/top: %+v, want 2 processes, the key denied 5 times, admitted 3", res)
+	}
+}
