@@ -62,7 +62,7 @@ type entry struct {
 	short   bool           // some key or value was shortened
 	// count and err are the key's Space-Saving count and error while it
 	// is in the denied heap.
-	count, err       uint64
+	count, err uint64
 	// denied counts the denials since the entry was made; admitted the
 	// admissions since, plus the hits its counter held then.
 	denied, admitted uint64
