@@ -14,14 +14,15 @@ import (
 // `rls test` runs them (and `make test`, through this test):
 // config/limits_test.yaml, config/examples/calendar_test.yaml (month
 // ends, a leap day, a DST change, an ISO week), penalty_test.yaml (the
-// ladder of blocks, and its reset) and concurrency_test.yaml (requests
-// in flight).
+// ladder of blocks, and its reset), concurrency_test.yaml (requests in
+// flight) and daily_test.yaml.
 func TestLimitsExampleTests(t *testing.T) {
 	for _, pair := range [][2]string{
 		{"../../config/limits.yaml", "../../config/limits_test.yaml"},
 		{"../../config/examples/calendar.yaml", "../../config/examples/calendar_test.yaml"},
 		{"../../config/examples/penalty.yaml", "../../config/examples/penalty_test.yaml"},
 		{"../../config/examples/concurrency.yaml", "../../config/examples/concurrency_test.yaml"},
+		{"../../config/examples/daily.yaml", "../../config/examples/daily_test.yaml"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), []string{"test", pair[0], pair[1]}, nil, &out, io.Discard)
