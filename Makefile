@@ -43,8 +43,9 @@ run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :80
 prereqs: ## install or name the programs the tests start (redis-server, nginx, prometheus and promtool)
 	@./scripts/prereqs.sh
 
-test: prereqs ## everything that must pass: vet, race tests (real Redis, Redis Cluster, nginx, the README's blocks), deploy/ checks (with promtool and Prometheus), fuzz smoke
+test: prereqs ## everything that must pass: vet, staticcheck, race tests (real Redis, Redis Cluster, nginx, the README's blocks), deploy/ checks (with promtool and Prometheus), fuzz smoke
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	@test -z "$$(gofmt -l . | grep -v '^vendor/')" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test -race -count=1 -timeout 10m ./...
 	$(MAKE) saturation
@@ -114,8 +115,11 @@ bench-accuracy: ## accuracy of sliding_window and fixed_window against the exact
 soak: ## about a minute of distinct client addresses: no growth of goroutines or memory
 	$(GO) run ./bench/soak
 
-lint: ## vet and gofmt check
+# staticcheck is a tool of the module (go.mod's tool line: its version is
+# pinned there, and the module proxy serves it on a fresh machine).
+lint: ## vet, staticcheck and gofmt check
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	cd deploy && $(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 

@@ -47,8 +47,10 @@ func TestCompatRefusedExitCode(t *testing.T) {
 		{"GRPC_UDS=/tmp/s", `GRPC_UDS="/tmp/s": rls serves gRPC on TCP only`},
 		{"LOG_LEVEL=loud", `LOG_LEVEL="loud": not one of`},
 		{"GRPC_SERVER_USE_TLS=true", `GRPC_SERVER_USE_TLS="true": needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY`},
+		// Two stats sinks: the reference does not start either.
+		{"USE_PROMETHEUS=true USE_STATSD=true", `USE_PROMETHEUS="true": only one stats sink may be on, and USE_STATSD is true too`},
 	} {
-		err := run(context.Background(), compatArgs("/bin/ratelimit", nil), []string{tc.env}, io.Discard, io.Discard)
+		err := run(context.Background(), compatArgs("/bin/ratelimit", nil), strings.Fields(tc.env), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != 2 {
 			t.Errorf("rls as /bin/ratelimit with %s: %v (exit %d), want exit 2 and %q", tc.env, err, exitCode(err), tc.want)
 		}
@@ -106,7 +108,15 @@ func TestCompatFileConfigAndClientCertificates(t *testing.T) {
 
 // compatServe starts rls as /bin/ratelimit with env and a config file of
 // the reference's format under RUNTIME_ROOT, and waits until it is healthy.
+// Its StatsD sink is off unless env says USE_STATSD=true.
 func compatServe(t *testing.T, env []string, config string) *server {
+	t.Helper()
+	return compatServeWithStats(t, append([]string{"USE_STATSD=false"}, env...), config)
+}
+
+// compatServeWithStats is compatServe with the reference's default sink
+// (USE_STATSD, to localhost:8125) unless env says otherwise.
+func compatServeWithStats(t *testing.T, env []string, config string) *server {
 	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "config")
@@ -117,7 +127,7 @@ func compatServe(t *testing.T, env []string, config string) *server {
 	grpcAddr, httpAddr := servetest.Addr(t), servetest.Addr(t)
 	host, port := hostPort(t, httpAddr)
 	grpcHost, grpcPort := hostPort(t, grpcAddr)
-	env = append(env, "RUNTIME_ROOT="+root, "USE_STATSD=false", "HOST="+host, "PORT="+port,
+	env = append(env, "RUNTIME_ROOT="+root, "HOST="+host, "PORT="+port,
 		"GRPC_HOST="+grpcHost, "GRPC_PORT="+grpcPort, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0")
 	s := launchCompat(t, env, grpcAddr, httpAddr)
 	s.waitUntil(t, "GET /healthcheck answers 200", func() bool { code, _ := httpGet(t, "http://"+httpAddr+"/healthcheck"); return code == 200 })

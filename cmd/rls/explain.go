@@ -99,16 +99,26 @@ func explain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.json {
-		_, err := stdout.Write(answer)
-		return err
-	}
 	var ex httpapi.Explanation
-	if err := json.Unmarshal(answer, &ex); err != nil {
-		return exitError{checkFailed, fmt.Errorf("explain: the answer is not an explanation: %w", err)}
+	if done, err := readAnswer("explain", "an explanation", answer, f.json, stdout, &ex); done || err != nil {
+		return err
 	}
 	writeExplanation(stdout, &ex, time.Now())
 	return nil
+}
+
+// readAnswer hands a command's answer over: with raw (--json), written to
+// stdout as it came (done); otherwise decoded into v, an answer that is not
+// what (a JSON of its kind) failing the command (exit status checkFailed).
+func readAnswer(cmd, what string, answer []byte, raw bool, stdout io.Writer, v any) (done bool, err error) {
+	if raw {
+		_, err := stdout.Write(answer)
+		return true, err
+	}
+	if err := json.Unmarshal(answer, v); err != nil {
+		return false, exitError{checkFailed, fmt.Errorf("%s: the answer is not %s: %w", cmd, what, err)}
+	}
+	return false, nil
 }
 
 // readToken reads the bearer token of a --token-file (none when path is
@@ -129,17 +139,21 @@ func readToken(cmd, path string) (string, error) {
 // of a 200; other outcomes are the command's errors (usage, or exit status
 // checkFailed).
 func postAdmin(ctx context.Context, cmd, addr, path, token string, body []byte) ([]byte, error) {
-	return callRLS(ctx, cmd, http.MethodPost, addr, path, token, body)
+	return callAdmin(ctx, cmd, http.MethodPost, addr, path, token, body)
 }
 
-// callRLS is postAdmin with any method (a nil body: none).
-func callRLS(ctx context.Context, cmd, method, addr, path, token string, body []byte) ([]byte, error) {
+// callAdmin is postAdmin with another method (body nil: none).
+func callAdmin(ctx context.Context, cmd, method, addr, path, token string, body []byte) ([]byte, error) {
 	url := addr
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
 	}
 	url = strings.TrimSuffix(url, "/") + path
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("%s: --addr: %w", cmd, err)}
 	}
@@ -231,8 +245,42 @@ func writeExplanation(w io.Writer, ex *httpapi.Explanation, now time.Time) {
 			if p := penaltyLine(l, now); p != "" {
 				fmt.Fprintf(w, "    %s\n", p)
 			}
+			if o := overrideLine(l, now); o != "" {
+				fmt.Fprintf(w, "    %s\n", o)
+			}
 		}
 	}
+}
+
+// overrideLine says the runtime override in force on a limit as rls
+// explain prints it under the limit, "" when none is, e.g.
+//
+//	override of tenant=acme-*: 500 instead of the config's 10, until 2025-03-01T14:00:00Z (in 2h0m0s): migration
+func overrideLine(l httpapi.LimitExplanation, now time.Time) string {
+	o := l.Override
+	if o == nil {
+		return ""
+	}
+	var b strings.Builder
+	desc := make([]string, len(o.Descriptor))
+	for i, e := range o.Descriptor {
+		desc[i] = e.Key + "=" + e.Value
+	}
+	fmt.Fprintf(&b, "override of %s", strings.Join(desc, ","))
+	if o.Name != "" {
+		fmt.Fprintf(&b, " (%s)", o.Name)
+	}
+	fmt.Fprintf(&b, ": %d instead of the config's %d", o.RequestsPerUnit, o.Configured.RequestsPerUnit)
+	if o.Burst != nil {
+		fmt.Fprintf(&b, ", burst %d instead of %d", *o.Burst, o.Configured.Burst)
+	}
+	if o.ExpiresAt != nil {
+		fmt.Fprintf(&b, ", until %s (in %s)", o.ExpiresAt.UTC().Format(time.RFC3339), o.ExpiresAt.Sub(now).Round(time.Second))
+	}
+	if o.Reason != "" {
+		fmt.Fprintf(&b, ": %s", o.Reason)
+	}
+	return b.String()
 }
 
 // penaltyLine says a limit's penalty as rls explain prints it under the

@@ -141,8 +141,9 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.onErr, "on-store-error", "error", "what a request gets when the store fails or times out (`policy`): error (gRPC UNAVAILABLE, HTTP 503: the proxy's failure mode decides), allow (OK) or deny (OVER_LIMIT)")
 	fs.StringVar(&f.headers, "response-headers", "off", "rate-limit headers in RateLimitService responses (`mode`): off, draft03 (X-RateLimit-*), draft11 (RateLimit, RateLimit-Policy) or both; /auth and ext_authz always send both")
 	fs.StringVar(&f.mem, "memory-limit", formatBytes(c.Store.Memory.MaxBytes), "bound on the memory store's counters (`size`), in bytes or with KiB, MiB, GiB (KB, MB, GB: powers of 1000); the counters closest to expiry are evicted first")
+	fs.StringVar(&c.Store.OverridesFile, "overrides-file", "", "memory store: a `file` that keeps the runtime overrides (/admin/overrides, rls override) across restarts, rewritten atomically at each change; empty: in memory only. On Redis they are kept in Redis")
 	fs.BoolVar(&r.DenyCache, "deny-cache", r.DenyCache, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
-	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token (one line) that lets clients off loopback use /admin/reset (read again every second); without it only loopback clients may")
+	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token (one line) that lets clients off loopback use /admin/reset and /admin/overrides (read again every second); without it only loopback clients may")
 	fs.BoolVar(&c.Listeners.AdminRequireToken, "admin-require-token", false, "require the bearer token of --admin-token-file from every client, loopback ones too, on /admin/ and /debug/ (config, explain, pprof); for a proxy on the same host that forwards outside traffic. Needs --admin-token-file")
 	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
 	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
@@ -271,6 +272,9 @@ func (f *serveFlags) store(bad func(string, error) error) error {
 	}
 	if c.Memory.MaxBytes < memstore.MinMaxBytes {
 		return bad("memory-limit", fmt.Errorf("%s is less than the minimum of %d bytes", f.mem, memstore.MinMaxBytes))
+	}
+	if c.OverridesFile != "" && c.Kind == daemon.Redis {
+		return bad("overrides-file", errors.New("is for --store memory: on Redis the overrides are kept in Redis, beside the counters"))
 	}
 	return nil
 }

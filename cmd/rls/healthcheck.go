@@ -75,6 +75,7 @@ func healthcheck(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		client.Transport = &http.Transport{TLSClientConfig: cfg}
 	}
+	defer client.CloseIdleConnections() // one request: keep no connection (nor its goroutines) past run
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)

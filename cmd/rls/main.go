@@ -6,6 +6,7 @@
 //	rls check [flags] DOMAIN DESCRIPTOR...
 //	rls explain [flags] DOMAIN [DESCRIPTOR...]
 //	rls reset [flags] DOMAIN DESCRIPTOR...
+//	rls override set|list|delete [flags] ...
 //	rls test CONFIG TESTFILE...
 //	rls top [flags] [DOMAIN]
 //	rls replay --config CANDIDATE [--baseline CONFIG] LOG...
@@ -74,6 +75,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return explain(ctx, args, stdout)
 	case "reset":
 		return reset(ctx, args, stdout)
+	case "override":
+		return override(ctx, args, stdout)
 	case "test":
 		return ruleTest(args, stdout)
 	case "top":

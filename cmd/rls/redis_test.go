@@ -137,7 +137,9 @@ func TestNoSecretsInLogs(t *testing.T) {
 			t.Errorf("with Redis unreachable: %v, want UNAVAILABLE", err)
 		}
 	}
-	http.Get("http://" + s.httpAddr + "/readyz")
+	if resp, err := http.Get("http://" + s.httpAddr + "/readyz"); err == nil {
+		resp.Body.Close()
+	}
 	s.stop(t)
 	if logs := s.logs.String(); strings.Contains(logs, "hunter2") {
 		t.Errorf("the Redis password appears in the log:\n%s", logs)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -78,13 +77,9 @@ func reset(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.json {
-		_, err := stdout.Write(answer)
-		return err
-	}
 	var res httpapi.ResetResult
-	if err := json.Unmarshal(answer, &res); err != nil {
-		return exitError{checkFailed, fmt.Errorf("reset: the answer is not a reset's: %w", err)}
+	if done, err := readAnswer("reset", "a reset's", answer, f.json, stdout, &res); done || err != nil {
+		return err
 	}
 	for _, d := range res.Descriptors {
 		limits := "no limit"

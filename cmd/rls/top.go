@@ -89,7 +89,7 @@ func top(ctx context.Context, args []string, stdout io.Writer) error {
 	fetch := func() ([]byte, error) {
 		c, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
-		return callRLS(c, "top", "GET", f.addr, path, token, nil)
+		return callAdmin(c, "top", "GET", f.addr, path, token, nil)
 	}
 	if f.json {
 		answer, err := fetch()

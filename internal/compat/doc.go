@@ -2,7 +2,8 @@
 // of rls: what that server's users rely on and rls's own mode does not do —
 // its environment (FromEnv: one table of the variables it reads, ignores
 // and refuses, into a daemon.Config), its per-limit stats (Stats, a
-// service.Observer), its answer rules (Answers: SHADOW_MODE, its limit
+// service.Observer, and its StatsD and DogStatsD sinks, a task that sends
+// them on an interval), its answer rules (Answers: SHADOW_MODE, its limit
 // headers, dynamic metadata; a service.AnswerRule), its config grammar
 // (ParseOptions: merged domains, keys tolerated at any level; FromXDS:
 // RateLimitConfig resources over xDS), its config sources (the runtime

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
@@ -50,9 +51,16 @@ type settings struct {
 	mergeDomainConfig                                     bool
 
 	// Stats.
-	usePrometheus      bool
-	promAddr, promPath string
-	extraTags          []tag // sorted by name
+	disableStats                           bool
+	usePrometheus, useStatsd, useDogStatsd bool
+	promAddr, promPath                     string
+	extraTags                              []tag // sorted by name
+	statsdHost, statsdProtocol             string
+	statsdPort                             int
+	flushInterval                          time.Duration
+	mogrifiers                             []mogrifier
+	ddTags                                 []string       // DogStatsD's client's tags (DD_ENV and the like)
+	statsd                                 *statsdOptions // the StatsD sink; nil: off (built by a check)
 
 	// Decisions and answers.
 	stopCacheKeyIncrement bool
@@ -81,6 +89,11 @@ type settings struct {
 	// ignored are the variables set that rls reads and does not use, each
 	// as "NAME: why", sorted; they are logged once at start.
 	ignored []string
+
+	// vars are the variables set (readEnv's); alsoRead the ones a row read
+	// besides its own (a mogrifier's).
+	vars     map[string]string
+	alsoRead []string
 }
 
 // redisTLSFiles are the REDIS_TLS_* files, which both Redis use when their
@@ -144,13 +157,19 @@ func (s *settings) table() []row {
 	grpcTLS := func() bool { return s.grpcServerUseTLS }
 	xds := func() bool { return s.configType == "GRPC_XDS_SOTW" }
 	xdsTLS := func() bool { return xds() && s.xdsUseTLS }
-	prom := func() bool { return s.usePrometheus }
+	statsOn := func() bool { return !s.disableStats }
+	prom := func() bool { return statsOn() && s.usePrometheus }
+	statsd := func() bool { return statsOn() && (s.useStatsd || s.useDogStatsd) }
+	plainStatsd := func() bool { return statsOn() && s.useStatsd }
+	dog := func() bool { return statsOn() && s.useDogStatsd }
+	tagged := func() bool { return prom() || statsd() }
 	headers := func() bool { return s.limitHeaders }
 	perSecond := func() bool { return s.redisPerSecondOn }
 	tracingOn := func() bool { return s.tracingOn }
 	tracingOff := func() bool { return !s.tracingOn }
 	const noTracing = "TRACING_ENABLED is not true: no spans are exported"
-	const noStatsd = "rls has no statsd sink"
+	const statsOff = "DISABLE_STATS is true: no stats sink is on"
+	const noStatsd = "no StatsD sink is on (USE_STATSD, USE_DOG_STATSD), or DISABLE_STATS is true"
 	rows := []row{
 		// Listeners and logging.
 		{name: "HOST", def: "0.0.0.0", read: text(&s.host)},
@@ -220,8 +239,14 @@ func (s *settings) table() []row {
 		{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", ignored: "reconnections follow XDS_CLIENT_BACKOFF_*"},
 
 		// Stats: the reference's per-limit stats always (on the HTTP port's
-		// /metrics), and with USE_PROMETHEUS on a listener of their own.
-		{name: "USE_PROMETHEUS", def: "false", read: flag(&s.usePrometheus)},
+		// /metrics), and unless DISABLE_STATS one of its sinks: USE_PROMETHEUS
+		// on a listener of its own, USE_STATSD (the default) or
+		// USE_DOG_STATSD sent every STATS_FLUSH_INTERVAL.
+		{name: "DISABLE_STATS", def: "false", read: flag(&s.disableStats)},
+		{name: "USE_PROMETHEUS", def: "false", when: statsOn, read: flag(&s.usePrometheus)},
+		{name: "USE_STATSD", def: "true", when: statsOn, read: flag(&s.useStatsd)},
+		{name: "USE_DOG_STATSD", def: "false", when: statsOn, read: flag(&s.useDogStatsd)},
+		{when: statsOn, check: s.oneSink},
 		{name: "PROMETHEUS_ADDR", def: ":9090", when: prom, read: text(&s.promAddr)},
 		{name: "PROMETHEUS_PATH", def: "/metrics", when: prom, read: func(v string) error {
 			if !strings.HasPrefix(v, "/") {
@@ -230,21 +255,42 @@ func (s *settings) table() []row {
 			s.promPath = v
 			return nil
 		}},
-		{name: "EXTRA_TAGS", when: prom, read: func(v string) (err error) {
-			if s.extraTags, err = parseExtraTags(v); err != nil {
+		{name: "STATSD_HOST", def: "localhost", when: statsd, read: text(&s.statsdHost)},
+		{name: "STATSD_PORT", def: "8125", when: statsd, read: func(v string) (err error) {
+			if s.statsdPort, err = strconv.Atoi(v); err != nil || s.statsdPort < 1 || s.statsdPort > 65535 {
+				return &badValue{v, "not a port number"}
+			}
+			return nil
+		}},
+		// Read by the reference's StatsD library itself (gostats).
+		{name: "STATSD_PROTOCOL", def: "tcp", when: plainStatsd, read: oneOf(&s.statsdProtocol, strings.ToLower, "not tcp or udp", "tcp", "udp")},
+		{name: "STATS_FLUSH_INTERVAL", def: "10s", when: statsd, read: positive(&s.flushInterval)},
+		{name: "USE_DOG_STATSD_MOGRIFIERS", when: dog, read: s.readMogrifiers},
+		// Read by the reference's DogStatsD client (datadog-go) itself:
+		// tags on every line.
+		{name: "DD_ENTITY_ID", when: dog, read: s.ddTag("dd.internal.entity_id")},
+		{name: "DD_ENV", when: dog, read: s.ddTag("env")},
+		{name: "DD_SERVICE", when: dog, read: s.ddTag("service")},
+		{name: "DD_VERSION", when: dog, read: s.ddTag("version")},
+		{name: "EXTRA_TAGS", when: tagged, read: func(v string) (err error) {
+			if s.extraTags, err = parseExtraTags(v, s.usePrometheus); err != nil {
 				return &badValue{v, err.Error()}
 			}
 			return nil
 		}},
-		{name: "EXTRA_TAGS", ignored: "its labels go on the series of USE_PROMETHEUS, which is off"},
-		{name: "USE_STATSD", def: "true", ignored: noStatsd + "; use USE_PROMETHEUS (the reference's stats are there under its mapping's names)"},
+		{when: statsd, check: s.statsdConfig},
+		{name: "USE_PROMETHEUS", ignored: statsOff},
+		{name: "USE_STATSD", ignored: statsOff},
+		{name: "USE_DOG_STATSD", ignored: statsOff},
+		{name: "EXTRA_TAGS", ignored: "no stats sink is on (USE_PROMETHEUS, USE_STATSD, USE_DOG_STATSD), or DISABLE_STATS is true"},
+		{name: "STATSD_PROTOCOL", when: dog, ignored: "DogStatsD is sent over UDP, as the reference's client sends it"},
 		{name: "STATSD_*", ignored: noStatsd},
-		{name: "USE_DOG_STATSD*", ignored: noStatsd},
-		{name: "DOG_STATSD_*", ignored: noStatsd},
+		{name: "STATS_FLUSH_INTERVAL", ignored: noStatsd},
+		{name: "DOG_STATSD_MOGRIFIER_*", when: dog, ignored: "not a mogrifier that USE_DOG_STATSD_MOGRIFIERS lists"},
+		{name: "USE_DOG_STATSD_MOGRIFIERS", ignored: "USE_DOG_STATSD is not on"},
+		{name: "DOG_STATSD_*", ignored: "USE_DOG_STATSD is not on"},
 		{name: "PROMETHEUS_MAPPER_YAML", ignored: "the reference's stats carry the default mapping's names and labels"},
 		{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", ignored: "rls's latency histograms are in seconds"},
-		{name: "STATS_FLUSH_INTERVAL", def: "10s", ignored: "Prometheus metrics are read when scraped"},
-		{name: "DISABLE_STATS", def: "false", ignored: "metrics are served only with USE_PROMETHEUS"},
 
 		// Decisions and answers.
 		{name: "BACKEND_TYPE", def: "redis", read: func(v string) error {
@@ -512,6 +558,75 @@ func (s *settings) readXDSHeaders(v string) error {
 	return nil
 }
 
+// oneSink checks that one stats sink at most is on, as the reference
+// refuses to start with two. USE_STATSD is true by default there, so that
+// the reference starts with USE_PROMETHEUS or USE_DOG_STATSD only when
+// USE_STATSD=false is set too; rls lets an unset USE_STATSD give way to
+// the other sink instead (no working deployment of the reference has that
+// environment, and rls's compatibility mode took it before it had a StatsD
+// sink).
+func (s *settings) oneSink() error {
+	_, statsdSet := s.vars["USE_STATSD"]
+	statsdSet = statsdSet && s.useStatsd
+	const why = "only one stats sink may be on, and %s is true too: set one of USE_DOG_STATSD, USE_STATSD, USE_PROMETHEUS"
+	switch {
+	case s.useDogStatsd && s.usePrometheus:
+		return &envError{"USE_DOG_STATSD", s.vars["USE_DOG_STATSD"], fmt.Sprintf(why, "USE_PROMETHEUS")}
+	case s.useDogStatsd && statsdSet:
+		return &envError{"USE_DOG_STATSD", s.vars["USE_DOG_STATSD"], fmt.Sprintf(why, "USE_STATSD")}
+	case s.usePrometheus && statsdSet:
+		return &envError{"USE_PROMETHEUS", s.vars["USE_PROMETHEUS"], fmt.Sprintf(why, "USE_STATSD")}
+	}
+	if s.useDogStatsd || s.usePrometheus {
+		s.useStatsd = false
+	}
+	return nil
+}
+
+// readMogrifiers reads USE_DOG_STATSD_MOGRIFIERS (names, comma-separated)
+// and each mogrifier's DOG_STATSD_MOGRIFIER_<NAME>_* variables.
+func (s *settings) readMogrifiers(v string) error {
+	if v == "" {
+		return nil
+	}
+	for _, name := range strings.Split(v, ",") {
+		if name == "" {
+			return &badValue{v, "an empty mogrifier name"}
+		}
+		m, read, err := parseMogrifier(name, s.vars)
+		if err != nil {
+			return err
+		}
+		s.mogrifiers = append(s.mogrifiers, m)
+		s.alsoRead = append(s.alsoRead, read...)
+	}
+	return nil
+}
+
+// ddTag reads a variable of the DogStatsD client's that puts the tag name
+// with its value on every line.
+func (s *settings) ddTag(name string) func(string) error {
+	return func(v string) error {
+		if v != "" {
+			s.ddTags = append(s.ddTags, name+":"+v)
+		}
+		return nil
+	}
+}
+
+// statsdConfig builds the StatsD sink's options from what the rows read.
+func (s *settings) statsdConfig() error {
+	o := &statsdOptions{
+		network: s.statsdProtocol, addr: net.JoinHostPort(s.statsdHost, strconv.Itoa(s.statsdPort)),
+		dog: s.useDogStatsd, tags: s.extraTags, interval: s.flushInterval,
+	}
+	if o.dog {
+		o.network, o.globalTags, o.mogrifiers = "udp", s.ddTags, s.mogrifiers
+	}
+	s.statsd = o
+	return nil
+}
+
 // The readers of the table's rows: each stores a value of one type, or says
 // why it cannot.
 
@@ -584,7 +699,7 @@ func readEnv(env []string) (*settings, error) {
 			vars[k] = v
 		}
 	}
-	s := &settings{}
+	s := &settings{vars: vars}
 	rows := s.table()
 	read := map[string]bool{}
 	for _, r := range rows {
@@ -614,6 +729,9 @@ func readEnv(env []string) (*settings, error) {
 				return nil, &envError{r.name, bad.value, bad.why}
 			}
 		}
+	}
+	for _, name := range s.alsoRead {
+		read[name] = true
 	}
 	s.ignored = ignoredVars(vars, read, rows)
 	return s, nil
@@ -653,8 +771,11 @@ var reservedTagNames = []string{"domain", "key1", "key2", "le", "quantile"}
 // "k:v,k:v", each item split at its one ':' (an item with none or several
 // is an error: the reference does not start), a later key winning; an item
 // with an empty key or value is dropped, as its stats library drops it.
-// The names must be Prometheus label names. The result is sorted by name.
-func parseExtraTags(v string) ([]tag, error) {
+// With promNames (the tags are Prometheus labels) the names must be label
+// names that the series do not have already; otherwise (StatsD tags) they
+// must not hold what would break a StatsD line or tag. The result is
+// sorted by name.
+func parseExtraTags(v string, promNames bool) ([]tag, error) {
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
@@ -667,10 +788,14 @@ func parseExtraTags(v string) ([]tag, error) {
 		if kv[0] == "" || kv[1] == "" {
 			continue
 		}
-		if !labelName.MatchString(kv[0]) || strings.HasPrefix(kv[0], "__") {
+		switch {
+		case !promNames:
+			if strings.ContainsFunc(kv[0], func(r rune) bool { return r <= ' ' || strings.ContainsRune("|#=@", r) }) {
+				return nil, fmt.Errorf("%q is not a stats tag name (no spaces, control characters, |, #, = or @)", kv[0])
+			}
+		case !labelName.MatchString(kv[0]) || strings.HasPrefix(kv[0], "__"):
 			return nil, fmt.Errorf("%q is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with __)", kv[0])
-		}
-		if slices.Contains(reservedTagNames, kv[0]) {
+		case slices.Contains(reservedTagNames, kv[0]):
 			return nil, fmt.Errorf("%q is a label of the series already (%s are taken)", kv[0], strings.Join(reservedTagNames, ", "))
 		}
 		byName[kv[0]] = kv[1]

@@ -184,6 +184,9 @@ func TestCompatRefusedVariables(t *testing.T) {
 		{"TRACING_ENABLED=true OTEL_EXPORTER_OTLP_ENDPOINT=collector", `OTEL_EXPORTER_OTLP_ENDPOINT="collector": not host:port or an http:// or https:// URL`},
 		{"TRACING_ENABLED=true OTEL_EXPORTER_OTLP_TRACES_INSECURE=maybe", `OTEL_EXPORTER_OTLP_TRACES_INSECURE="maybe": not true or false`},
 		{"TRACING_ENABLED=true TRACING_SAMPLING_RATE=half", `TRACING_SAMPLING_RATE="half"`},
+		{"USE_DOG_STATSD=true USE_STATSD=true", `USE_DOG_STATSD="true": only one stats sink may be on`},
+		{"STATSD_PORT=99999", `STATSD_PORT="99999": not a port number`},
+		{"USE_DOG_STATSD=true USE_DOG_STATSD_MOGRIFIERS=X", `DOG_STATSD_MOGRIFIER_X_PATTERN="": empty or unset`},
 	} {
 		env := strings.Fields(tc.env)
 		if strings.HasPrefix(tc.env, "CONFIG_GRPC") {
@@ -297,9 +300,11 @@ func TestCompatExtraTags(t *testing.T) {
 			t.Errorf("EXTRA_TAGS=%q: tags %q, want %q", tc.value, strings.Join(got, " "), tc.want)
 		}
 	}
-	s, _ := fromEnv(t, "EXTRA_TAGS=env:prod")
-	if len(s.extraTags) != 0 || !slices.ContainsFunc(s.ignored, func(s string) bool { return strings.HasPrefix(s, "EXTRA_TAGS: ") }) {
-		t.Errorf("EXTRA_TAGS without USE_PROMETHEUS: tags %v, ignored %q; want none, and EXTRA_TAGS listed as ignored", s.extraTags, s.ignored)
+	for _, env := range [][]string{{"USE_STATSD=false"}, {"DISABLE_STATS=true", "USE_PROMETHEUS=true"}} {
+		s, _ := fromEnv(t, append(env, "EXTRA_TAGS=env:prod")...)
+		if len(s.extraTags) != 0 || !slices.ContainsFunc(s.ignored, func(s string) bool { return strings.HasPrefix(s, "EXTRA_TAGS: ") }) {
+			t.Errorf("EXTRA_TAGS with %q: tags %v, ignored %q; want none, and EXTRA_TAGS listed as ignored", env, s.extraTags, s.ignored)
+		}
 	}
 }
 

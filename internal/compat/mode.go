@@ -5,6 +5,8 @@ import (
 	"net"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rlsproject/rls/internal/daemon"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
@@ -110,14 +112,25 @@ func (s *settings) answers() Answers {
 
 // start is the mode's daemon Plugins.Start: the reference's stats (and, on
 // a Redis store with the denial cache, its local cache's gauges), its
-// answer rules, and the log of the variables rls ignores.
+// StatsD sink, its answer rules, and the log of the variables rls ignores.
 func (s *settings) start(p daemon.Parts) (daemon.Hooks, error) {
 	cache := p.Redis.DenyCache
+	var localCache []prometheus.Collector
 	if cache != nil {
-		p.Registry.MustRegister(localCacheCollectors(cache)...)
+		localCache = localCacheCollectors(cache)
+		p.Registry.MustRegister(localCache...)
 	}
 	st := NewStats(p.Registry, StatsOptions{NearLimitRatio: s.nearLimitRatio, MaxValues: p.Service.MaxValueSeries, LocalCache: cache != nil})
 	hooks := daemon.Hooks{Observers: []service.Observer{st}}
+	if o := s.statsd; o != nil {
+		// The sink reads the reference's stats alone.
+		ref := prometheus.NewRegistry()
+		ref.MustRegister(st.all...)
+		ref.MustRegister(localCache...)
+		sink := newStatsdSink(*o, ref, p.Registry, p.Logger)
+		hooks.Tasks = append(hooks.Tasks, sink.run)
+		p.Logger.Info("stats", "sink", o.sinkName(), "network", o.network, "addr", o.addr, "flush_interval", o.interval.String())
+	}
 	if a := s.answers(); a.Shadow || a.DynamicMetadata || a.LimitHeaders != nil {
 		a.Stats = st
 		hooks.AnswerRules = append(hooks.AnswerRules, &a)

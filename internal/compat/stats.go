@@ -39,6 +39,9 @@ type Stats struct {
 	// the ref* constants.
 	counters *series.Family
 	labels   sync.Pool // *[]byte: scratch space for request-valued labels
+	// all are the collectors above, for a registry of the reference's
+	// stats alone (what the StatsD sink reads).
+	all []prometheus.Collector
 }
 
 var _ service.Observer = (*Stats)(nil)
@@ -144,11 +147,12 @@ func NewStats(reg prometheus.Registerer, o StatsOptions) *Stats {
 	r.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Answers turned from OVER_LIMIT to OK by SHADOW_MODE."})
 	r.loadSuccess = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Config loads that succeeded."})
 	r.loadError = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Config loads that failed (the previous config stays in use)."})
+	for _, v := range vecs {
+		r.all = append(r.all, v)
+	}
+	r.all = append(r.all, r.globalShadow, r.loadSuccess, r.loadError)
 	if reg != nil {
-		for _, v := range vecs {
-			reg.MustRegister(v)
-		}
-		reg.MustRegister(r.globalShadow, r.loadSuccess, r.loadError)
+		reg.MustRegister(r.all...)
 	}
 	r.counters = series.New(series.Options{
 		Labels:   []string{"domain", "key1", "key2"},

@@ -62,7 +62,11 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 // field, a limit, a metadata map) that would go past it, closes what is
 // open and ends with a "truncated" field that says so, so that it stays
 // valid JSON. One item at a time is held in memory.
-func (c *Config) WriteJSON(w io.Writer, maxBytes int) error {
+//
+// Lists in extra follow the domains, each as a field of the top object
+// (GET /debug/config adds the runtime overrides so), within the same
+// budget.
+func (c *Config) WriteJSON(w io.Writer, maxBytes int, extra ...DumpList) error {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxDumpBytes
 	}
@@ -76,13 +80,24 @@ func (c *Config) WriteJSON(w io.Writer, maxBytes int) error {
 	domains := c.Domains()
 	d.raw("{")
 	filesOK := d.field("  ", "files", files, true)
-	_ = filesOK && d.objects("  ", "domains", len(domains), false, func(i int, ind string) bool { return d.domain(domains[i], ind) })
+	ok := filesOK && d.objects("  ", "domains", len(domains), false, func(i int, ind string) bool { return d.domain(domains[i], ind) })
+	for _, x := range extra {
+		ok = ok && d.items("  ", x.Key, x.N, x.Elem)
+	}
 	if d.full {
 		note := fmt.Sprintf("the dump stops at its cap of %s; the rest of the config is left out", bytesText(int64(maxBytes)))
 		d.raw(sep("  ", !filesOK) + `"truncated": ` + quote(note))
 	}
 	d.raw("\n}")
 	return d.err
+}
+
+// DumpList is a list that WriteJSON writes after the domains: the field
+// Key holding N elements, each Elem(i) encoded as JSON.
+type DumpList struct {
+	Key  string
+	N    int
+	Elem func(i int) any
 }
 
 // dumper writes the JSON dump item by item within a budget. Each writing

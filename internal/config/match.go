@@ -33,3 +33,18 @@ func newLevel(nodes []*Descriptor) match.Level[*Descriptor] {
 
 // keyValue is a node's key and value, what match.Level indexes.
 func keyValue(n *Descriptor) (key, value string) { return n.Key, n.Value }
+
+// Step returns the node that the entry e picks among the children of
+// parent (among the domain's top-level nodes when parent is nil), as
+// Match does at each level, or nil when none does.
+func (d *Domain) Step(parent *Descriptor, e Entry) *Descriptor {
+	ix := &d.index
+	if parent != nil {
+		ix = &parent.index
+	}
+	n, _, ok := ix.Lookup(e.Key, e.Value)
+	if !ok {
+		return nil
+	}
+	return n
+}

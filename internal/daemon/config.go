@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -123,6 +124,11 @@ type Store struct {
 	// Redis configures the Redis store (Redis.Timeout bounds one store
 	// call); its Logger is the server's.
 	Redis redisstore.Options
+	// OverridesFile, with the memory store, is a file that keeps the
+	// runtime overrides (/admin/overrides) across restarts (--overrides-
+	// file); "" keeps them in memory only. On Redis they are kept in
+	// Redis, beside the counters.
+	OverridesFile string
 }
 
 // Service is the service's policies.
@@ -239,10 +245,15 @@ type Parts struct {
 }
 
 // Hooks are the service's hooks that a front end fills
-// (internal/service/hooks.go).
+// (internal/service/hooks.go), and the work it runs beside the server.
 type Hooks struct {
 	Observers   []service.Observer
 	AnswerRules []service.AnswerRule
+	// Tasks run from Server.Run until the server has drained (its
+	// listeners stopped, no decision left in flight): then their context
+	// ends and Run waits for them to return. A task that has work left at
+	// its end (a last flush of stats) does it then, bounded in time.
+	Tasks []func(ctx context.Context)
 }
 
 // Listener is an extra HTTP listener.

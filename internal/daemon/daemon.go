@@ -19,6 +19,7 @@ import (
 	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/httpapi"
+	"github.com/rlsproject/rls/internal/overrides"
 	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
@@ -36,6 +37,7 @@ type Server struct {
 	svc        *service.Service
 	source     Source
 	closeStore func()
+	overrides  *overrides.Keeper
 	tracing    *tracing.Provider // nil: tracing off
 	grpc       *grpc.Server
 	health     *health.Server
@@ -45,6 +47,7 @@ type Server struct {
 	grpcAddr   net.Addr
 	httpAddr   net.Addr
 	extras     []*extraServer
+	tasks      []func(context.Context) // Hooks.Tasks
 	// errc receives the error of a listener's server that stops serving.
 	errc chan error
 	// asked carries the reloads asked for (Reload) to the source.
@@ -92,17 +95,20 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	storeCfg := cfg.Store
 	storeCfg.Redis.Tracer = tracer
-	store, redisParts, closeStore, err := newStore(ctx, storeCfg, cfg.Names.redis(), s.reg, log)
+	store, redisParts, overridesBackend, closeStore, err := newStore(ctx, storeCfg, cfg.Names.redis(), s.reg, log)
 	if err != nil {
 		return nil, err
 	}
 	s.closeStore = closeStore
 	undo = append(undo, closeStore)
+	s.overrides = newOverrides(ctx, overridesBackend, cfg.Store, log)
+	s.reg.MustRegister(s.overrides.Collectors()...)
 	var hooks Hooks
 	if cfg.Plugins.Start != nil {
 		if hooks, err = cfg.Plugins.Start(Parts{Store: store, Redis: redisParts, Service: cfg.Service, Registry: s.reg, Logger: log}); err != nil {
 			return nil, err
 		}
+		s.tasks = hooks.Tasks
 	}
 	// rls's own metrics watch every decision, then the plug-ins' observers.
 	metrics := decisionmetrics.New(s.reg, decisionmetrics.Options{MaxValueSeries: cfg.Service.MaxValueSeries, ShadowAll: cfg.Service.ShadowAll})
@@ -128,6 +134,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		AnswerRules:     hooks.AnswerRules,
 		Tracer:          tracer,
 		StoreName:       string(cfg.Store.Kind),
+		Overrides:       s.overrides,
 	})
 	if initial != nil {
 		s.svc.Reload(func() (*config.Config, error) { return initial, nil })
@@ -161,6 +168,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	quota := rlqs.New(s.svc, rlqs.Options{StoreTimeout: cfg.Store.Redis.Timeout, Tracer: tracer})
 	s.reg.MustRegister(quota.Collectors()...)
 	s.grpc, s.health = newGRPCServer(l, s.svc, rls, quota, tlsSource, cfg.Plugins.GRPCTLS, s.tracing)
+	undo = append(undo, s.grpc.Stop) // its stream workers run from here
 	s.http = s.newHTTPServer(rls)
 	undo = append(undo, s.stopExtras)
 	for _, x := range cfg.Plugins.Listeners {
@@ -189,6 +197,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	return s, nil
 }
 
+// newOverrides returns the keeper of the runtime overrides kept in b,
+// holding what b holds now (within 2 s: a store that does not answer yet
+// leaves it empty and stale until Run reads them). Expiries follow the
+// store's clock, or its test clock.
+func newOverrides(ctx context.Context, b overrides.Backend, c Store, log *slog.Logger) *overrides.Keeper {
+	now := c.Memory.Now
+	if c.Kind == Redis {
+		now = c.Redis.Now
+	}
+	k := overrides.New(b, overrides.Options{Now: now, Logger: log})
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := k.Load(lctx); err != nil {
+		log.Warn("overrides not read yet; they apply once the store answers", "error", err)
+	}
+	return k
+}
+
 // Addrs returns the addresses the gRPC and HTTP listeners listen on.
 func (s *Server) Addrs() (grpcAddr, httpAddr net.Addr) { return s.grpcAddr, s.httpAddr }
 
@@ -204,11 +230,23 @@ func (s *Server) Reload(why string) {
 
 // Run serves until ctx ends or a listener's server fails, keeping the gRPC
 // health status equal to readiness and the config current (the source's
-// Run); then it drains: no new work, requests in flight get the shutdown
-// timeout, the listeners stop, and the store is closed. It returns nil
-// after ctx ended, else the listener's error.
+// Run) and running the plug-ins' tasks; then it drains: no new work,
+// requests in flight get the shutdown timeout, the listeners stop, the
+// tasks end, and the store is closed. It returns nil after ctx ended, else
+// the listener's error.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeStore()
+	// The tasks outlive ctx until the drain is done, so that they see
+	// every decision.
+	tasks, stopTasks := context.WithCancel(context.WithoutCancel(ctx))
+	var taskWG sync.WaitGroup
+	for _, task := range s.tasks {
+		taskWG.Go(func() { task(tasks) })
+	}
+	defer func() {
+		stopTasks()
+		taskWG.Wait()
+	}()
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	// The decision log's writer runs until the drain is over (it writes
@@ -222,6 +260,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { followReadiness(bg, s.svc, s.health, 2*time.Second) })
 	wg.Go(func() { s.source.Run(bg, s.svc, s.asked, s.log) })
+	wg.Go(func() { s.overrides.Run(bg) })
 	if s.adminToken != nil {
 		wg.Go(func() { s.adminToken.Watch(bg, httpapi.DefaultTokenCheckEvery) })
 	}

@@ -332,3 +332,43 @@ func TestHTTPConnectionShare(t *testing.T) {
 		}
 	}
 }
+
+// A plug-in's task (Hooks.Tasks) runs while the server serves; its context
+// ends once the drain is done (the gRPC listener closed), and Run returns
+// only after it has returned: a task's last flush of stats sees every
+// decision.
+func TestPluginTasks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	writeFile(t, path, limitsFile(3))
+	var running, returned atomic.Bool
+	grpcOpenAtEnd := make(chan bool, 1)
+	var grpcAddr string
+	cfg := testConfig(path)
+	cfg.Plugins.Start = func(Parts) (Hooks, error) {
+		return Hooks{Tasks: []func(context.Context){func(ctx context.Context) {
+			running.Store(true)
+			<-ctx.Done()
+			c, err := net.Dial("tcp", grpcAddr)
+			if err == nil {
+				c.Close()
+			}
+			grpcOpenAtEnd <- err == nil
+			returned.Store(true)
+		}}}, nil
+	}
+	r := start(t, cfg)
+	grpcAddr = r.grpcAddr
+	if got := r.limit(t); got != 3 {
+		t.Fatalf("a request: limit %d, want 3", got)
+	}
+	servetest.Eventually(t, "the task runs", running.Load)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !returned.Load() {
+		t.Error("Run returned before the task did")
+	}
+	if <-grpcOpenAtEnd {
+		t.Error("the task's context ended while the gRPC listener still accepted connections, want after the drain")
+	}
+}

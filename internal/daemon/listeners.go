@@ -79,6 +79,7 @@ func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
 		Auth:         httpapi.AuthOptions{TrustedProxies: s.cfg.Listeners.TrustedProxies},
 		AdminToken:   s.adminToken,
 		RequireToken: s.cfg.Listeners.AdminRequireToken,
+		Overrides:    s.overrides,
 		Logger:       s.log,
 	}
 	if s.insight.top != nil { // not a nil *Keys in the interface

@@ -13,6 +13,7 @@ import (
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/lease"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/overrides"
 	"github.com/rlsproject/rls/internal/redisstore"
 )
 
@@ -29,13 +30,19 @@ type RedisParts struct {
 }
 
 // newStore builds the store of c, registers its metrics on reg and returns
-// what front ends may read of a Redis store and a function that closes
-// it. A Redis store's errors are named by name.
-func newStore(ctx context.Context, c Store, name string, reg prometheus.Registerer, log *slog.Logger) (engine.Store, RedisParts, func(), error) {
+// what front ends may read of a Redis store, where the runtime overrides
+// are kept (beside the counters: in Redis, or in this process with the
+// file of c.OverridesFile) and a function that closes it. A Redis store's
+// errors are named by name.
+func newStore(ctx context.Context, c Store, name string, reg prometheus.Registerer, log *slog.Logger) (engine.Store, RedisParts, overrides.Backend, func(), error) {
 	if c.Kind != Redis {
+		ob, err := overrides.NewMemory(c.OverridesFile, c.Memory.Now)
+		if err != nil {
+			return nil, RedisParts{}, nil, nil, fmt.Errorf("overrides file: %w", err)
+		}
 		s := memstore.New(c.Memory)
 		reg.MustRegister(s.Collectors()...)
-		return s, RedisParts{}, func() { s.Close() }, nil
+		return s, RedisParts{}, ob, func() { s.Close() }, nil
 	}
 	// go-redis logs through a logger of its own (process-wide): send it to
 	// ours, at a bounded rate, so that a Redis outage does not flood stderr.
@@ -44,7 +51,7 @@ func newStore(ctx context.Context, c Store, name string, reg prometheus.Register
 	opts.Logger = log
 	s, err := redisstore.New(opts)
 	if err != nil {
-		return nil, RedisParts{}, nil, fmt.Errorf("%s: %w", name, err)
+		return nil, RedisParts{}, nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -64,7 +71,7 @@ func newStore(ctx context.Context, c Store, name string, reg prometheus.Register
 			return st
 		}
 	}
-	return leased, parts, func() {
+	return leased, parts, s.Overrides(), func() {
 		leased.Close() // gives back the slices' unused hits, to s
 		s.Close()
 	}, nil

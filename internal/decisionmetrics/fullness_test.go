@@ -308,10 +308,6 @@ func TestSampleTotalBound(t *testing.T) {
 func TestSampleRandom(t *testing.T) {
 	fx := newSampleFixture(t, 50, 120)
 	rng := rand.New(rand.NewPCG(1, 2))
-	type state struct {
-		lv    fullLevel
-		until time.Time
-	}
 	for step := range 20000 {
 		if rng.IntN(100) == 0 {
 			fx.clock.Set(fx.clock.Now().Add(time.Duration(rng.IntN(10)) * time.Second))

@@ -85,6 +85,37 @@ func CounterKey(prefix, desc string, r *Rule) string {
 // is id, in the descriptor whose key (DescriptorKey) is key.
 func CounterKeyIn(key, id string) string { return key + ":" + id }
 
+// The runtime overrides of limits, on a store that shares them between
+// processes (Redis), live under the counters' prefix in one cluster slot,
+// that of the hash tag "overrides" (no descriptor identity is: each holds
+// a '/'):
+//
+//	<prefix>{overrides}     a hash: each override at its OverrideField
+//	<prefix>{overrides}:v   the overrides' version, which every change increments
+//
+// and each change is announced on OverridesChannel(prefix).
+
+// OverridesKey returns the key of the hash of the overrides, under prefix.
+func OverridesKey(prefix string) string { return prefix + "{overrides}" }
+
+// OverridesVersionKey returns the key of the overrides' version, under
+// prefix.
+func OverridesVersionKey(prefix string) string { return prefix + "{overrides}:v" }
+
+// OverridesChannel returns the channel on which changes of the overrides
+// kept under prefix are announced.
+func OverridesChannel(prefix string) string { return prefix + "overrides" }
+
+// OverrideField returns the identity of the override of the limit named
+// name (every limit when "") of the descriptor entries of domain, whose
+// values may be prefixes (ending in '*'): the descriptor's identity as
+// AppendDescriptorKey writes it, then the name part of a rule identity.
+// Two overrides of the same domain, entries and name share it: the second
+// replaces the first.
+func OverrideField(domain string, entries []Entry, name string) string {
+	return string(AppendDescriptorKey(nil, domain, entries, nil)) + nameSuffix(name)
+}
+
 // FreedChannel returns the channel on which notices that hits of a counter
 // were given back are published, for counters keyed under prefix.
 func FreedChannel(prefix string) string { return prefix + "freed" }

@@ -60,7 +60,14 @@ func TestKeyLayout(t *testing.T) {
 		r := MustCompile(s)
 		fmt.Fprintf(&b, "%+v\n\t%s\n\t%s\n", s, r.ID, CounterKey("rls:", ids[0], r))
 	}
+	over, errs := MustCompile(specs[6]).WithLimit(500, Some[uint32](50))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	fmt.Fprintf(&b, "\n# a runtime override of the token bucket above (WithLimit 500, burst 50): the same counter\n\t%s\n\t%s\n", over.ID, CounterKey("rls:", ids[0], over))
 	fmt.Fprintf(&b, "\n# the rest\nunlimited %q\nfreed channel %q\n", UnlimitedID("vip"), FreedChannel("rls:"))
+	fmt.Fprintf(&b, "overrides hash %q version %q channel %q\n", OverridesKey("rls:"), OverridesVersionKey("rls:"), OverridesChannel("rls:"))
+	fmt.Fprintf(&b, "override fields %q %q\n", OverrideField("api", []Entry{{"tenant", "acme-*"}}, ""), OverrideField("api", []Entry{{"tenant", "acme"}, {"path", "/v1"}}, "daily"))
 	got := b.String()
 	const golden = "testdata/keys.golden"
 	if *update {

@@ -150,6 +150,10 @@ type Rule struct {
 	// counter's identity. See penalty.go.
 	Penalty      []time.Duration
 	PenaltyReset time.Duration
+
+	// spec is what the rule was compiled from (WithLimit compiles it again
+	// with another limit).
+	spec Spec
 }
 
 // Compile checks s and builds its rule. On problems it returns them all
@@ -197,7 +201,28 @@ func Compile(s Spec) (*Rule, []SpecError) {
 		return nil, errs
 	}
 	r.ID = r.alg.counterID(r) + nameSuffix(s.Name)
+	r.spec = s
 	return r, nil
+}
+
+// WithLimit returns r with another limit (requests_per_unit) and, for a
+// rule with a burst (HasBurst), another burst (when not given, limit, as
+// a Spec's), checked as Compile checks them: a runtime override of a
+// configured limit. Everything else is r's, the counter's identity (ID)
+// above all, so that a counter counted under r goes on under the result:
+// neither the limit nor the burst is part of it. A burst given to a rule
+// without one is a problem (field "burst").
+func (r *Rule) WithLimit(limit uint32, burst Opt[uint32]) (*Rule, []SpecError) {
+	s := r.spec
+	s.Limit, s.Burst = limit, burst
+	nr, errs := Compile(s)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if nr.ID != r.ID {
+		panic(fmt.Sprintf("engine: WithLimit changed the counter identity %q to %q", r.ID, nr.ID))
+	}
+	return nr, nil
 }
 
 // MustCompile is Compile for specs known to be valid (tests, built-in

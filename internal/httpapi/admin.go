@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 
@@ -74,9 +72,8 @@ func (h *handler) refuse(r *http.Request, why string) {
 // cleared. The answer is the service's ResetResult in JSON (ResetResult),
 // 200 (400 for a bad body).
 func (h *handler) reset(w http.ResponseWriter, r *http.Request, who string) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
-	if err != nil {
-		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+	body, ok := readBody(w, r, maxExplainBody)
+	if !ok {
 		return
 	}
 	req, derr := envoyrls.DecodeJSON(body)
@@ -97,12 +94,5 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request, who string) {
 		limits = append(limits, d.Limits...)
 	}
 	h.Logger.Info("admin reset", "by", who, "domain", js.Domain, "descriptors", js.Descriptors, "limits", limits, "cleared", js.Cleared)
-	out, err := json.MarshalIndent(js, "", "  ")
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Write(append(out, '\n'))
+	writeJSON(w, js)
 }

@@ -57,9 +57,9 @@ func (h *handler) explain(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &probe)
 	var ex *service.Explanation
 	if probe.HTTP != nil {
-		hr, domain, err := httpForm(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+		hr, domain, ferr := httpForm(body)
+		if ferr != nil {
+			http.Error(w, ferr.Error(), http.StatusBadRequest)
 			return
 		}
 		ex, err = h.Explain.ExplainHTTP(r.Context(), domain, hr)

@@ -76,6 +76,10 @@ type Options struct {
 	Reset Resetter
 	// Top answers GET /debug/top; nil leaves it unmounted (404).
 	Top TopKeys
+	// Overrides, when set, answers /admin/overrides (PUT, GET, DELETE;
+	// access as /admin/reset), and /readyz and /debug/config say what it
+	// holds.
+	Overrides Overrider
 	// AdminToken, when set, lets clients that are not on a loopback
 	// address use the admin endpoints with its bearer token.
 	AdminToken *TokenFile
@@ -88,7 +92,7 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
-// New returns the HTTP handler of DESIGN §3.
+// New returns the HTTP handler of the endpoints the README lists (HTTP and gRPC endpoints).
 func New(opts Options) http.Handler {
 	h := &handler{Options: opts, refused: &rate.Sometimes{Interval: time.Second}}
 	if h.Logger == nil {
@@ -119,6 +123,11 @@ func New(opts Options) http.Handler {
 	}
 	if h.Top != nil {
 		mux.Handle("GET /debug/top", h.debug(http.HandlerFunc(h.top)))
+	}
+	if h.Overrides != nil {
+		mux.Handle("PUT /admin/overrides", h.admin(h.putOverride))
+		mux.Handle("GET /admin/overrides", h.admin(h.listOverrides))
+		mux.Handle("DELETE /admin/overrides", h.admin(h.deleteOverride))
 	}
 	RegisterPprof(mux, h.debug)
 	return mux
@@ -153,7 +162,7 @@ func (h *handler) ready(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	io.WriteString(w, "ok\n")
+	io.WriteString(w, "ok\n"+h.overridesReady())
 }
 
 func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
@@ -164,7 +173,7 @@ func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
 	}
 	// Streamed, and bounded: past the cap the dump ends with a note.
 	w.Header().Set("Content-Type", "application/json")
-	cfg.WriteJSON(w, config.DefaultMaxDumpBytes)
+	cfg.WriteJSON(w, config.DefaultMaxDumpBytes, h.overridesDump()...)
 	io.WriteString(w, "\n")
 }
 

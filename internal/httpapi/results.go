@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/overrides"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -150,6 +151,24 @@ type LimitExplanation struct {
 	// holds nothing.
 	Lease bool              `json:"lease,omitempty"`
 	Slice *SliceExplanation `json:"slice,omitempty"`
+	// Override is the runtime override in force on the limit
+	// (/admin/overrides): requests_per_unit and burst above are its.
+	Override *OverrideExplanation `json:"override,omitempty"`
+}
+
+// OverrideExplanation is a runtime override in force on a limit: the
+// override as GET /admin/overrides writes it (its descriptor may hold
+// prefixes), and what the config gives the limit.
+type OverrideExplanation struct {
+	overrides.JSON
+	Configured ConfiguredLimit `json:"configured"`
+}
+
+// ConfiguredLimit is what the config gives a limit that an override
+// replaces.
+type ConfiguredLimit struct {
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Burst           uint32 `json:"burst,omitempty"`
 }
 
 // SliceExplanation is this process's slice of a leased limit's counter:
@@ -228,6 +247,10 @@ func explanationJSON(ex *service.Explanation) *Explanation {
 		d.Limits = make([]LimitExplanation, len(de.Limits))
 		for j := range de.Limits {
 			d.Limits[j] = limitJSON(ex.Dom, &de.Limits[j])
+			if o := de.Limits[j].Override; o != nil {
+				configured := ex.Config.Limits()[de.Limits[j].Limit.Index].Rule
+				d.Limits[j].Override = &OverrideExplanation{JSON: o.ToJSON(), Configured: ConfiguredLimit{RequestsPerUnit: configured.Limit, Burst: configured.Burst}}
+			}
 		}
 	}
 	return out

@@ -29,7 +29,7 @@ func own(paths ...string) []string {
 // path and every path below it. Only the packages' own code counts, not
 // their tests.
 type rule struct {
-	what string   // the packages in DESIGN §7's words, for messages
+	what string   // the packages in docs/design.md's words, for messages
 	pkgs []string // the module's packages the row is about
 	// notImport must not be imported directly (a package may still reach
 	// it through another layer: transports reach the engine through the
@@ -91,6 +91,14 @@ func rules() []rule {
 			what:      "the config model (and its YAML reader, match index, http_descriptors)",
 			pkgs:      slices.Concat(config, own("internal/strictyaml", "internal/match", "internal/httpdesc")),
 			notDepend: slices.Concat(stores, service, transports, compat, daemon),
+		},
+		{
+			// What the service consults in each decision, and what keeps it:
+			// a store hands it records as bytes (its Backend), a transport
+			// its changes.
+			what:      "the runtime overrides (their model, their index per config, the keeper of their backend)",
+			pkgs:      own("internal/overrides"),
+			notDepend: slices.Concat(stores, service, transports, observers, compat, daemon, redis, grpc, tracing, otel),
 		},
 		{
 			what:      "the metric series type (rls's metrics and the compatibility package use it)",
@@ -356,7 +364,7 @@ func check(g graph, rs []rule, exs []exception) []string {
 			placed = placed || !r.general
 			for _, imp := range g[path].Imports {
 				if matchesAny(r.notImport, imp) && !matchesAny(r.except, imp) && !excepted(path, imp) {
-					problems = append(problems, fmt.Sprintf("%s imports %s; %s must not import it (DESIGN §7, layering_test.go)", rel(path), rel(imp), r.what))
+					problems = append(problems, fmt.Sprintf("%s imports %s; %s must not import it (docs/design.md section 1, layering_test.go)", rel(path), rel(imp), r.what))
 				}
 			}
 			// One line for each forbidden package that the rule's
@@ -380,7 +388,7 @@ func check(g graph, rs []rule, exs []exception) []string {
 				if len(caught) > 1 {
 					more = fmt.Sprintf(" (and %d more packages of %s)", len(caught)-1, rel(pattern))
 				}
-				problems = append(problems, fmt.Sprintf("%s depends on %s%s; %s must not (DESIGN §7, layering_test.go): %s",
+				problems = append(problems, fmt.Sprintf("%s depends on %s%s; %s must not (docs/design.md section 1, layering_test.go): %s",
 					rel(path), chain[len(chain)-1], more, r.what, strings.Join(chain, " → ")))
 			}
 			if r.stdOnly {
@@ -396,7 +404,7 @@ func check(g graph, rs []rule, exs []exception) []string {
 			}
 		}
 		if !placed {
-			problems = append(problems, fmt.Sprintf("%s is in no row of the layering table: add it to its layer's row in internal/layering/layering_test.go (DESIGN §7)", rel(path)))
+			problems = append(problems, fmt.Sprintf("%s is in no row of the layering table: add it to its layer's row in internal/layering/layering_test.go (docs/design.md section 1)", rel(path)))
 		}
 	}
 	for i, e := range exs {
@@ -476,14 +484,14 @@ func TestCheckCatches(t *testing.T) {
 			"internal/engine internal/config",
 			"internal/config gopkg.in/yaml.v3",
 		), nil, []string{
-			"internal/engine depends on internal/config; the engine (compiled rules, algorithms, the Store interface) must not (DESIGN §7, layering_test.go): internal/engine → internal/config",
-			"internal/engine depends on gopkg.in/yaml.v3; the engine (compiled rules, algorithms, the Store interface) must not (DESIGN §7, layering_test.go): internal/engine → internal/config → gopkg.in/yaml.v3",
+			"internal/engine depends on internal/config; the engine (compiled rules, algorithms, the Store interface) must not (docs/design.md section 1, layering_test.go): internal/engine → internal/config",
+			"internal/engine depends on gopkg.in/yaml.v3; the engine (compiled rules, algorithms, the Store interface) must not (docs/design.md section 1, layering_test.go): internal/engine → internal/config → gopkg.in/yaml.v3",
 		}},
 		{"engine reaches gRPC through another module", imports(
 			"internal/engine example.com/x",
 			"example.com/x google.golang.org/grpc google.golang.org/grpc/codes",
 		), nil, []string{
-			"internal/engine depends on google.golang.org/grpc (and 1 more packages of google.golang.org/grpc/...); the engine (compiled rules, algorithms, the Store interface) must not (DESIGN §7, layering_test.go): internal/engine → example.com/x → google.golang.org/grpc",
+			"internal/engine depends on google.golang.org/grpc (and 1 more packages of google.golang.org/grpc/...); the engine (compiled rules, algorithms, the Store interface) must not (docs/design.md section 1, layering_test.go): internal/engine → example.com/x → google.golang.org/grpc",
 		}},
 		{"service imports net/http itself", imports(
 			"internal/service std:net/http",
@@ -516,7 +524,7 @@ func TestCheckCatches(t *testing.T) {
 			"internal/tlsfiles internal/service",
 			"internal/service",
 			"internal/clientip",
-		), nil, []string{"internal/redisstore depends on internal/service; a store must not (DESIGN §7, layering_test.go): internal/redisstore → internal/tlsfiles → internal/service"}},
+		), nil, []string{"internal/redisstore depends on internal/service; a store must not (docs/design.md section 1, layering_test.go): internal/redisstore → internal/tlsfiles → internal/service"}},
 		{"internal imports cmd", imports(
 			"internal/grpcserver cmd/rls",
 			"cmd/rls",
@@ -526,7 +534,7 @@ func TestCheckCatches(t *testing.T) {
 			"internal/service internal/servetest",
 			"internal/servetest std:testing",
 		), nil, []string{
-			"cmd/rls depends on internal/servetest; the program must not (DESIGN §7, layering_test.go): cmd/rls → internal/service → internal/servetest",
+			"cmd/rls depends on internal/servetest; the program must not (docs/design.md section 1, layering_test.go): cmd/rls → internal/service → internal/servetest",
 			"cmd/rls depends on testing; the program must not",
 		}},
 		{"the harness imports beyond the standard library", imports(

@@ -115,3 +115,53 @@ func TestDenyCacheStatsPerSecond(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyCacheFollowsOverride: a runtime override gives a limit another
+// requests_per_unit on the same counter (engine.Rule.WithLimit). A denial
+// cached under the configured limit does not answer under a raised one
+// (the request goes to Redis and is admitted), and under a lowered one
+// Redis denies what the counter has already used past it; the denial
+// cached then answers only under that lowered limit.
+func TestDenyCacheFollowsOverride(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.T0.Add(10 * time.Second))
+	s := newStore(t, Options{URL: srv.URL(), Now: clock.Now, DenyCache: true})
+	config := storetest.Rule(engine.FixedWindow, 3, time.Minute, 0)
+	with := func(limit uint32) *engine.Rule {
+		r, errs := config.WithLimit(limit, engine.Opt[uint32]{})
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return r
+	}
+	raised, lowered := with(5), with(1)
+	type step struct {
+		what             string
+		rule             *engine.Rule
+		admitted, cached bool
+	}
+	for i, st := range []step{
+		{"1 of 3", config, true, false},
+		{"2 of 3", config, true, false},
+		{"3 of 3", config, true, false},
+		{"denied, cached", config, false, false},
+		{"denied from the cache", config, false, true},
+		{"raised to 5: to Redis, admitted (4 of 5)", raised, true, false},
+		{"5 of 5", raised, true, false},
+		{"denied under 5, cached", raised, false, false},
+		{"from the cache under 5", raised, false, true},
+		{"lowered to 1: to Redis, denied (5 used)", lowered, false, false},
+		{"from the cache under 1", lowered, false, true},
+		{"back to 3: to Redis, denied (5 used)", config, false, false},
+	} {
+		items := []engine.Item{{Desc: "d/tenant=acme", Rule: st.rule, Hits: 1}}
+		results := make([]engine.Result, 1)
+		ok, err := s.Apply(context.Background(), items, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != st.admitted || results[0].Cached != st.cached {
+			t.Errorf("step %d (%s): admitted %v, from the cache %v; want %v, %v", i+1, st.what, ok, results[0].Cached, st.admitted, st.cached)
+		}
+	}
+}

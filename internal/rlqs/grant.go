@@ -70,11 +70,12 @@ func (a assignment) strategy() *typev3.RateLimitStrategy {
 	}}}
 }
 
-// sized returns the assignment of node's limits that fills at rate
-// (tokens a second), at most what they can pay over ttl (rateCap); at
-// least one token per fill interval, which is a whole number of seconds.
-func sized(rate float64, node *config.Descriptor, ttl time.Duration) assignment {
-	limitRate := rateCap(node, ttl)
+// sized returns the assignment of limits (a bucket's, as the runtime
+// overrides make them) that fills at rate (tokens a second), at most what
+// they can pay over ttl (rateCap); at least one token per fill interval,
+// which is a whole number of seconds.
+func sized(rate float64, limits []*config.Limit, ttl time.Duration) assignment {
+	limitRate := rateCap(limits, ttl)
 	rate = min(rate, limitRate)
 	a := assignment{perFill: 1, fillEvery: time.Second}
 	switch {
@@ -89,24 +90,24 @@ func sized(rate float64, node *config.Descriptor, ttl time.Duration) assignment 
 		// Never faster than the limit: one token per 1 ÷ its rate.
 		a.fillEvery = max(a.fillEvery, min(time.Duration(math.Ceil(1/limitRate))*time.Second, maxFillEvery))
 	}
-	a.max = maxTokens(a.rate(), node)
+	a.max = maxTokens(a.rate(), limits)
 	return a
 }
 
-// maxTokens is the max_tokens of an assignment of node's limits that
-// fills at rate: burstTime of it, at most a quarter of the limits'
-// shortest window; or minTokens when that is more and fits half a window.
-func maxTokens(rate float64, node *config.Descriptor) uint32 {
-	w := shortestWindow(node)
+// maxTokens is the max_tokens of an assignment of limits that fills at
+// rate: burstTime of it, at most a quarter of the limits' shortest window;
+// or minTokens when that is more and fits half a window.
+func maxTokens(rate float64, limits []*config.Limit) uint32 {
+	w := shortestWindow(limits)
 	n := max(math.Ceil(rate*min(burstTime, w/4).Seconds()), min(minTokens, math.Ceil(rate*(w/2).Seconds())), 1)
 	return uint32(min(n, math.MaxUint32))
 }
 
-// shortestWindow is the shortest window of node's limits (a token
-// bucket's is its unit of time).
-func shortestWindow(node *config.Descriptor) time.Duration {
+// shortestWindow is the shortest window of limits (a token bucket's is
+// its unit of time).
+func shortestWindow(limits []*config.Limit) time.Duration {
 	w := time.Duration(math.MaxInt64)
-	for _, l := range node.Limits {
+	for _, l := range limits {
 		if l.Rule != nil && l.Rule.Window > 0 {
 			w = min(w, l.Rule.Window)
 		}
@@ -130,8 +131,8 @@ type grant struct {
 	ends    time.Time // when its assignment expires
 	cfg     *config.Config
 	entries []config.Entry
-	node    *config.Descriptor // entries' node in cfg
-	mark    time.Time          // what it let the client spend is in bucket.canSpend up to mark
+	limits  []*config.Limit // entries' limits in cfg, as the runtime overrides made them
+	mark    time.Time       // what it let the client spend is in bucket.canSpend up to mark
 	// taken is the tokens taken since start (max included), the fill
 	// taken up to takenUntil.
 	taken      uint64
@@ -210,7 +211,7 @@ type shortfall struct {
 // been paid yet, counted at now in the current window of the grant's
 // counters. It returns nil when paid, else why not (nothing is paid then).
 func (ss *Session) takeTo(ctx context.Context, b *bucket, g *grant, now time.Time) *shortfall {
-	end := nextBoundary(g.node, now)
+	end := nextBoundary(g.limits, now)
 	to := earlier(g.ends, end)
 	if !to.After(g.takenUntil) {
 		return nil
@@ -281,14 +282,14 @@ func (ss *Session) request(ctx context.Context, cfg *config.Config, entries []co
 }
 
 // nextBoundary is the first instant after t at which a window of one of
-// node's limits turns: a payment made before it is counted in the windows
+// limits turns: a payment made before it is counted in the windows
 // that hold t. Token buckets and sliding windows have no windows of their
 // own: their payments are made every window length (for a token bucket,
 // at most the time its burst takes to refill), so that each fits in it.
-func nextBoundary(node *config.Descriptor, t time.Time) time.Time {
+func nextBoundary(limits []*config.Limit, t time.Time) time.Time {
 	at := t.UnixMicro()
 	next := int64(math.MaxInt64)
-	for _, l := range node.Limits {
+	for _, l := range limits {
 		if l.Rule == nil || l.Rule.Window <= 0 {
 			continue
 		}
@@ -308,13 +309,13 @@ func nextBoundary(node *config.Descriptor, t time.Time) time.Time {
 	return time.UnixMicro(next)
 }
 
-// rateCap is the fastest rate (requests a second) at which node's limits
-// can pay an assignment that lasts span: for each limit, its requests over
+// rateCap is the fastest rate (requests a second) at which limits can
+// pay an assignment that lasts span: for each limit, its requests over
 // the shorter of its window and span; the least of them. 0 when a limit
 // admits nothing.
-func rateCap(node *config.Descriptor, span time.Duration) float64 {
+func rateCap(limits []*config.Limit, span time.Duration) float64 {
 	r := math.Inf(1)
-	for _, l := range node.Limits {
+	for _, l := range limits {
 		if l.Rule != nil && l.Rule.Window > 0 && !l.Shadow {
 			r = min(r, float64(l.Rule.Limit)/min(l.Rule.Window, span).Seconds())
 		}

@@ -190,7 +190,7 @@ func TestSpanAttributesBounded(t *testing.T) {
 	s.CloseSend()
 	for _, span := range rec.Ended() {
 		for _, a := range span.Attributes() {
-			if n := len(a.Value.Emit()); n > spans.MaxString {
+			if n := len(a.Value.String()); n > spans.MaxString {
 				t.Errorf("span %s: attribute %s of %d bytes, more than %d", span.Name(), a.Key, n, spans.MaxString)
 			}
 		}
@@ -199,7 +199,7 @@ func TestSpanAttributesBounded(t *testing.T) {
 		}
 		for _, ev := range span.Events() {
 			for _, a := range ev.Attributes {
-				if n := len(a.Value.Emit()); n > spans.MaxString {
+				if n := len(a.Value.String()); n > spans.MaxString {
 					t.Errorf("span %s: event %s: attribute %s of %d bytes, more than %d", span.Name(), ev.Name, a.Key, n, spans.MaxString)
 				}
 			}

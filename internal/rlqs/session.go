@@ -51,6 +51,9 @@ type bucket struct {
 	entries []config.Entry     // ordered as the descriptor path
 	node    *config.Descriptor // the entries' node in cfg; nil: no limits
 	known   bool               // cfg has the stream's domain
+	// limits are node's limits as the runtime overrides make them, read
+	// again at each report: what assignments are sized by.
+	limits []*config.Limit
 
 	lastReport time.Time
 	reports    int           // reports seen
@@ -221,7 +224,7 @@ func (ss *Session) report(ctx context.Context, b *bucket, allowed, denied uint64
 		// A new bucket, reported at once: its rate is not known yet. Start
 		// from an eighth of what its limits admit over guessSpan.
 		if b.node != nil {
-			b.rate = rateCap(b.node, guessSpan) / 8
+			b.rate = rateCap(b.limits, guessSpan) / 8
 		}
 		b.seenSince = now
 	}
@@ -256,19 +259,20 @@ func (ss *Session) report(ctx context.Context, b *bucket, allowed, denied uint64
 	return actions
 }
 
-// resolve makes the bucket's entries and node those of the current config.
+// resolve makes the bucket's entries and node those of the current config,
+// and its limits those the runtime overrides make them now.
 func (ss *Session) resolve(b *bucket) {
 	cfg := ss.s.svc.Config()
-	if cfg == b.cfg && b.cfg != nil {
-		return
+	if cfg != b.cfg || b.cfg == nil {
+		b.cfg = cfg
+		var dom *config.Domain
+		if cfg != nil {
+			dom = cfg.Domain(ss.domain)
+		}
+		b.known = dom != nil
+		b.entries, b.node = resolve(dom, b.id.GetBucket())
 	}
-	b.cfg = cfg
-	var dom *config.Domain
-	if cfg != nil {
-		dom = cfg.Domain(ss.domain)
-	}
-	b.known = dom != nil
-	b.entries, b.node = resolve(dom, b.id.GetBucket())
+	b.limits = ss.s.svc.LimitsOf(b.cfg, ss.domain, b.entries, b.node)
 }
 
 // unlimited returns the action of a bucket that names no limit: ALLOW_ALL,
@@ -341,7 +345,7 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 	case w < below*r:
 		return ss.replace(ctx, b, want, now, nil)
 	case b.short && w > growAbove*r:
-		end := nextBoundary(b.node, now)
+		end := nextBoundary(b.limits, now)
 		if !b.leftEnd.Equal(end) {
 			// Nothing paid in this window yet: what is left is not known.
 			return ss.replace(ctx, b, want, now, nil)
@@ -351,7 +355,7 @@ func (ss *Session) resize(ctx context.Context, b *bucket, now time.Time) []*rlqs
 		// when replaced.
 		span := earlier(g.ends, end).Sub(now) + burstTime
 		if grown := min(w, r+float64(grants.Cap(b.left))/span.Seconds()); grown > growAbove*r {
-			return ss.replace(ctx, b, sized(grown, b.node, b.ttl()), now, nil)
+			return ss.replace(ctx, b, sized(grown, b.limits, b.ttl()), now, nil)
 		}
 	}
 	return nil
@@ -380,18 +384,18 @@ func (ss *Session) replace(ctx context.Context, b *bucket, want assignment, now 
 			}
 			// A grant's share of what is left, spent over the rest of the
 			// window and the burst.
-			span := earlier(now.Add(ttl), nextBoundary(b.node, now)).Sub(now)
+			span := earlier(now.Add(ttl), nextBoundary(b.limits, now)).Sub(now)
 			share := float64(grants.Cap(short.left))
 			rate := min(want.rate(), share/(span+burstTime).Seconds())
-			for rate > 0 && float64(maxTokens(rate, b.node))+rate*span.Seconds() > share {
+			for rate > 0 && float64(maxTokens(rate, b.limits))+rate*span.Seconds() > share {
 				rate *= 0.8 // the least max_tokens may not fit
 			}
 			if rate*span.Seconds() < 1 {
 				break // not a request before the window turns: DENY_ALL till then
 			}
-			want = sized(rate, b.node, ttl)
+			want = sized(rate, b.limits, ttl)
 		}
-		g := &grant{a: want, start: now, ends: now.Add(ttl), cfg: b.cfg, entries: b.entries, node: b.node, takenUntil: now}
+		g := &grant{a: want, start: now, ends: now.Add(ttl), cfg: b.cfg, entries: b.entries, limits: b.limits, takenUntil: now}
 		short = ss.takeTo(ctx, b, g, now)
 		if short == nil {
 			b.grant, b.sent = g, sentTokenBucket
@@ -428,7 +432,7 @@ func (b *bucket) want(now time.Time) assignment {
 	if now.Before(b.pressedUntil) {
 		h = pressedHeadroom
 	}
-	return sized(b.rate*h, b.node, b.ttl())
+	return sized(b.rate*h, b.limits, b.ttl())
 }
 
 // Tick makes the payments and the changes due at the server's clock

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/rlsproject/rls/internal/clientip"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/httpdesc"
+	"github.com/rlsproject/rls/internal/overrides"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/strictyaml"
 )
@@ -36,6 +38,14 @@ type File struct {
 	Cases []*Case
 }
 
+// Override is a runtime override that a case runs under (as
+// /admin/overrides sets one), from its start, or from At after it.
+type Override struct {
+	Line, Column int
+	Change       overrides.Change
+	At           time.Duration
+}
+
 // Case is one timeline: requests from Start on, each step's verdict and
 // statuses checked in order.
 type Case struct {
@@ -43,6 +53,9 @@ type Case struct {
 	Line, Column int
 	Start        time.Time
 	Steps        []*Step
+	// Overrides are set in order: the file's from the start, then the
+	// case's, each at its At.
+	Overrides []Override
 }
 
 // When says how a step's instant is given.
@@ -182,13 +195,17 @@ func (p parser) code(n *yaml.Node, what string) (service.Code, bool) {
 // document parses the file: defaults, then the cases.
 func (p parser) document(n *yaml.Node) *File {
 	f := &File{Name: p.File()}
-	fs := p.Object(n, "the test file", "domain", "start", "tests")
+	fs := p.Object(n, "the test file", "domain", "start", "overrides", "tests")
 	start, domain := DefaultStart, ""
 	if v := fs["start"]; v != nil {
 		start, _ = p.instant(v, "start")
 	}
 	if v := fs["domain"]; v != nil {
 		domain = p.str(v, "domain")
+	}
+	var shared []Override
+	if v := fs["overrides"]; v != nil {
+		shared = p.overrides(v, domain, false)
 	}
 	tests := fs["tests"]
 	if tests == nil {
@@ -199,7 +216,7 @@ func (p parser) document(n *yaml.Node) *File {
 	}
 	names := make(map[string]int)
 	for _, cn := range p.List(tests, "tests") {
-		c := p.testCase(cn, start, domain)
+		c := p.testCase(cn, start, domain, shared)
 		if c == nil {
 			continue
 		}
@@ -215,9 +232,9 @@ func (p parser) document(n *yaml.Node) *File {
 	return f
 }
 
-func (p parser) testCase(n *yaml.Node, start time.Time, domain string) *Case {
-	fs := p.Object(n, "a test", "name", "start", "domain", "steps")
-	c := &Case{Start: start}
+func (p parser) testCase(n *yaml.Node, start time.Time, domain string, shared []Override) *Case {
+	fs := p.Object(n, "a test", "name", "start", "domain", "overrides", "steps")
+	c := &Case{Start: start, Overrides: shared}
 	c.Line, c.Column = strictyaml.Pos(n)
 	if v := fs["name"]; v != nil {
 		c.Name = p.str(v, "name")
@@ -230,6 +247,9 @@ func (p parser) testCase(n *yaml.Node, start time.Time, domain string) *Case {
 	}
 	if v := fs["domain"]; v != nil {
 		domain = p.str(v, "domain")
+	}
+	if v := fs["overrides"]; v != nil {
+		c.Overrides = append(slices.Clip(shared), p.overrides(v, domain, true)...)
 	}
 	steps := fs["steps"]
 	if steps == nil {
@@ -435,6 +455,73 @@ func (p parser) override(n *yaml.Node, what string) *service.Override {
 		o.UnitMultiplier = uint32(m)
 	}
 	return o
+}
+
+// overrides parses a list of runtime overrides, as /admin/overrides takes
+// them: {descriptor, requests_per_unit, and optionally domain (default:
+// the file's or the case's), name, burst, ttl, reason; at, in a case}.
+func (p parser) overrides(n *yaml.Node, domain string, inCase bool) []Override {
+	keys := []string{"domain", "descriptor", "name", "requests_per_unit", "burst", "ttl", "reason"}
+	if inCase {
+		keys = append(keys, "at")
+	}
+	var out []Override
+	for i, on := range p.List(n, "overrides") {
+		what := fmt.Sprintf("overrides[%d]", i)
+		fs := p.Object(on, what, keys...)
+		o := Override{Change: overrides.Change{Key: overrides.Key{Domain: domain}}}
+		o.Line, o.Column = strictyaml.Pos(on)
+		if v := fs["domain"]; v != nil {
+			o.Change.Domain = p.str(v, what+".domain")
+		}
+		switch d := fs["descriptor"]; {
+		case d == nil:
+			if on.Kind == yaml.MappingNode {
+				p.Errorf(on, "%s needs a descriptor (\"key=value[,key=value...]\"; a value may end in '*')", what)
+			}
+		case d.Kind == yaml.ScalarNode:
+			o.Change.Descriptor = p.entryText(d, what+".descriptor")
+		default:
+			o.Change.Descriptor = p.entryList(d, what+".descriptor")
+		}
+		if v := fs["name"]; v != nil {
+			o.Change.Name = p.str(v, what+".name")
+		}
+		if v := fs["requests_per_unit"]; v != nil {
+			r, _ := p.Number(v, what+".requests_per_unit", math.MaxUint32)
+			o.Change.RequestsPerUnit = uint32(r)
+		} else if on.Kind == yaml.MappingNode {
+			p.Errorf(on, "%s needs requests_per_unit (0 blocks every request)", what)
+		}
+		if v := fs["burst"]; v != nil {
+			b, _ := p.Number(v, what+".burst", math.MaxUint32)
+			o.Change.Burst = engine.Some(uint32(b))
+		}
+		if v := fs["ttl"]; v != nil {
+			if d, ok := p.Duration(v, what+".ttl"); ok {
+				if d <= 0 {
+					p.Errorf(v, "%s.ttl: %s is not positive", what, d)
+				}
+				o.Change.TTL = d
+			}
+		}
+		if v := fs["reason"]; v != nil {
+			o.Change.Reason = p.str(v, what+".reason")
+		}
+		if v := fs["at"]; v != nil {
+			if d, ok := p.Duration(v, what+".at"); ok {
+				if d < 0 {
+					p.Errorf(v, "%s.at: %s is before the case's start", what, d)
+				}
+				o.At = d
+			}
+		}
+		if o.Change.Domain == "" && on.Kind == yaml.MappingNode {
+			p.Errorf(on, "%s needs a domain (on it, its test or the file)", what)
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 func (p parser) httpRequest(n *yaml.Node) *httpdesc.StaticRequest {

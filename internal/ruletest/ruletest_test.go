@@ -178,6 +178,52 @@ func TestFailures(t *testing.T) {
 	}
 }
 
+// TestOverridesSection: a file's overrides apply to every case from its
+// start, a case's from its own instant (at), until their ttl; a prefix
+// covers its values; an override that matches no limit fails its case,
+// saying where.
+func TestOverridesSection(t *testing.T) {
+	out, passed, failed := run(t, `
+domain: api
+overrides:
+  - {descriptor: "remote_address=10.9.*", requests_per_unit: 0, reason: blocked range}
+tests:
+  - name: a tier upgrade mid-window
+    overrides:
+      - {descriptor: remote_address=10.0.0.1, name: per_minute, requests_per_unit: 10, at: 30s}
+    steps:
+      - {at: 1s, descriptors: [remote_address=10.0.0.1], expect: OK}
+      - {at: 2s, descriptors: [remote_address=10.0.0.1], expect: OK}
+      - {at: 3s, descriptors: [remote_address=10.0.0.1], expect: OK, statuses: [{limit: per_minute, remaining: 0}]}
+      - {at: 4s, descriptors: [remote_address=10.0.0.1], expect: OVER_LIMIT}
+      - {at: 30s, descriptors: [remote_address=10.0.0.1], hits: 2, expect: OK}
+      - {at: 31s, descriptors: [remote_address=10.0.0.1], hits: 2, expect: OK}
+      - {at: 32s, descriptors: [remote_address=10.0.0.1], hits: 2, expect: OK}
+      - {at: 33s, descriptors: [remote_address=10.0.0.1], hits: 2, expect: OVER_LIMIT, statuses: [{code: OVER_LIMIT, limit: per_minute, remaining: 1}]}
+  - name: a temporary raise ends by itself
+    overrides:
+      - {descriptor: key=k1, requests_per_unit: 50, burst: 100, ttl: 10s}
+    steps:
+      - {descriptors: [key=k1], hits: 100, expect: OK}
+      - {at: 11s, descriptors: [key=k1], hits: 6, expect: OVER_LIMIT, headers: {Retry-After: null}}
+  - name: the file's prefix blocks
+    steps:
+      - {descriptors: [remote_address=10.9.0.7], expect: OVER_LIMIT}
+      - {descriptors: [remote_address=10.8.0.7], expect: OK}
+  - name: an override of no limit
+    overrides:
+      - {descriptor: nothing=here, requests_per_unit: 5}
+    steps:
+      - {descriptors: [remote_address=10.0.0.1], expect: OK}
+`)
+	if passed != 3 || failed != 1 {
+		t.Errorf("passed %d, failed %d; want 3 and 1:\n%s", passed, failed, out)
+	}
+	if want := "FAIL an override of no limit: the override at line 30:10: the override matches no limit of the loaded config: descriptor nothing=here reaches no node of domain \"api\"\n"; !strings.Contains(out, want) {
+		t.Errorf("got\n%s\nwant a line %q", out, want)
+	}
+}
+
 // TestCasesDoNotShareCounters: each case starts from empty counters.
 func TestCasesDoNotShareCounters(t *testing.T) {
 	step := "    steps: [{descriptors: [remote_address=10.0.0.1], repeat: 2, expect: OK}]\n"
@@ -192,7 +238,7 @@ func TestCasesDoNotShareCounters(t *testing.T) {
 func TestBadFiles(t *testing.T) {
 	want := map[string][]string{
 		"alias.yaml": {
-			`2:1: unknown key "step" in the test file (allowed: domain, start, tests)`,
+			`2:1: unknown key "step" in the test file (allowed: domain, start, overrides, tests)`,
 			"6:52: aliases are not supported in test files",
 		},
 		"bad_client.yaml":           {`5:24: http.client: "10.0.0.300" is not an IP address`},
@@ -209,6 +255,7 @@ func TestBadFiles(t *testing.T) {
 		"no_expect.yaml":            {"5:9: a step needs expect: OK or expect: OVER_LIMIT"},
 		"no_tests.yaml":             {"1:1: no tests: (want a list of cases)"},
 		"override_unit.yaml":        {`6:64: descriptors[0].limit.unit: "fortnight" is not one of second|minute|hour|day|week|month|year`},
+		"override_no_rpu.yaml":      {"3:5: overrides[0] needs requests_per_unit (0 blocks every request)"},
 		"repeat_too_big.yaml":       {"6:17: repeat: 1000001 is not from 1 to 1000000"},
 		"repeat_zero.yaml":          {"6:17: repeat: 0 is not from 1 to 1000000"},
 		"reset_not_seconds.yaml":    {"7:28: statuses[0].reset: 500ms is not whole seconds (duration_until_reset is sent in whole seconds, rounded up)"},
@@ -219,6 +266,12 @@ func TestBadFiles(t *testing.T) {
 		"unknown_key.yaml": {
 			"5:9: a step needs expect: OK or expect: OVER_LIMIT",
 			`6:9: unknown key "expct" in a step (did you mean "expect"?)`,
+		},
+		"override_keys.yaml": {
+			`3:65: unknown key "at" in overrides[0] (did you mean "ttl"?)`,
+			`7:22: overrides[0].descriptor: "remote_address": entries are key=value, separated by commas (a value with a comma needs the entries: [{key: K, value: V}] form)`,
+			`7:67: overrides[0].ttl must be a duration (e.g. 1.5s, 2m, 1h30m), got string "2x"`,
+			`7:71: unknown key "rpu" in overrides[0] (allowed: domain, descriptor, name, requests_per_unit, burst, ttl, reason, at)`,
 		},
 	}
 	files, _ := filepath.Glob("testdata/bad/*.yaml")

@@ -1,16 +1,19 @@
 package ruletest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/memstore"
+	"github.com/rlsproject/rls/internal/overrides"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -52,8 +55,26 @@ func RunCase(cfg *config.Config, c *Case) Result {
 	var clk clock
 	store := memstore.New(memstore.Options{Now: clk.now, SweepEvery: time.Hour})
 	defer store.Close()
-	svc := service.New(service.Options{Store: store, Headers: service.HeadersBoth, Now: clk.now})
+	keep := overrides.New(must(overrides.NewMemory("", clk.now)), overrides.Options{Now: clk.now})
+	svc := service.New(service.Options{Store: store, Headers: service.HeadersBoth, Now: clk.now, Overrides: keep})
 	svc.SetConfig(cfg)
+	pending := slices.Clone(c.Overrides)
+	slices.SortStableFunc(pending, func(a, b Override) int { return cmp.Compare(a.At, b.At) })
+	// setDue sets the overrides due by t, each at its own instant.
+	setDue := func(t time.Time) string {
+		for len(pending) > 0 && !c.Start.Add(pending[0].At).After(t) {
+			o := pending[0]
+			pending = pending[1:]
+			clk.set(c.Start.Add(o.At))
+			if _, err := keep.Set(context.Background(), o.Change, "rls test"); err != nil {
+				return fmt.Sprintf("the override at line %d:%d: %v", o.Line, o.Column, err)
+			}
+		}
+		return ""
+	}
+	if msg := setDue(c.Start); msg != "" {
+		return Result{Case: c, Failure: msg}
+	}
 	t := c.Start
 	for i, s := range c.Steps {
 		switch s.When {
@@ -73,6 +94,9 @@ func RunCase(cfg *config.Config, c *Case) Result {
 		for k := range s.Repeat {
 			if k > 0 {
 				t = t.Add(s.Every)
+			}
+			if msg := setDue(t); msg != "" {
+				return fail("%s", msg)
 			}
 			clk.set(t)
 			where := fmt.Sprintf(" (at +%s)", t.Sub(c.Start))
@@ -98,6 +122,15 @@ func RunCase(cfg *config.Config, c *Case) Result {
 		}
 	}
 	return Result{Case: c}
+}
+
+// must returns v, panicking on err: for what cannot fail (a memory
+// backend without a file).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // send asks svc for the step's request.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
+	"github.com/rlsproject/rls/internal/overrides"
 	"github.com/rlsproject/rls/internal/tracing/spans"
 )
 
@@ -29,6 +30,9 @@ type scratch struct {
 	built    [][]config.Entry // CheckHTTP's descriptors
 	httpReq  Request          // CheckHTTP's request
 	decision Decision         // what the observers are told
+	// table is the runtime overrides in force on the decision's config
+	// (nil: none), which resolve's limits are read through.
+	table *overrides.Table
 }
 
 // ShouldRateLimit decides req. It returns an *InvalidError for a malformed
@@ -80,6 +84,7 @@ func (s *Service) decideIn(ctx context.Context, req *Request, mode HeaderMode) (
 		}
 		d.Unmatched = len(req.Descriptors)
 	} else {
+		sc.table = s.overridesOf(cur.cfg)
 		replaced, unmatched := s.match(ctx, sc, dom, req)
 		d.Unmatched, nodes = unmatched, sc.nodes
 		sc.buildItems(req, resp, replaced, s.all)
@@ -103,6 +108,7 @@ func (s *Service) release(sc *scratch) {
 	}
 	d := &sc.decision // its slices are sc's own buffers
 	d.Request, d.Domain, d.Response, d.StoreErr = nil, nil, nil, nil
+	sc.table = nil
 	clear(sc.httpReq.Descriptors)
 	sc.httpReq.Domain = ""
 	s.scratch.Put(sc)
@@ -162,7 +168,8 @@ func (sc *scratch) resolve(dom *config.Domain, req *Request) (replaced map[strin
 }
 
 // buildItems turns the resolved limits of req into sc.items, one per limit
-// that counts (not replaced, not unlimited), with sc.owner[i] the index of
+// that counts (not replaced, not unlimited), each as the runtime overrides
+// in sc.table make it, with sc.owner[i] the index of
 // item i's descriptor, and gives unlimited descriptors their status.
 // all says what the server's switches make of every limit.
 func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]bool, all allLimits) {
@@ -184,6 +191,9 @@ func (sc *scratch) buildItems(req *Request, resp *Response, replaced map[string]
 			case unlimitedUse:
 				unlimited = true
 				continue
+			}
+			if d.Override == nil {
+				l = sc.table.Apply(req.Domain, d.Entries, l) // a runtime override, on the same counter
 			}
 			if len(items) == first {
 				// The descriptor's identity goes into the request's key buffer;

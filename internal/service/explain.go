@@ -7,6 +7,7 @@ import (
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/httpdesc"
+	"github.com/rlsproject/rls/internal/overrides"
 )
 
 // Explanation says how the service would resolve a request and what its
@@ -93,6 +94,9 @@ type LimitExplanation struct {
 	// more. 0 when it holds nothing.
 	Held    uint64
 	HeldFor time.Duration
+	// Override is the runtime override in force on the limit (Limit then
+	// has its values), nil when none is.
+	Override *overrides.Override
 }
 
 // LimitState is a limit's counter for a descriptor, now.
@@ -167,7 +171,7 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 	// The items a decision would make, by the same code, so that counters,
 	// groups and shadows agree, judged by the store's dry run (Peek): the
 	// verdicts are the engine's own, and nothing is consumed.
-	sc := new(scratch)
+	sc := &scratch{table: s.overridesOf(cfg)}
 	replaced, _ := sc.resolve(dom, req)
 	sc.buildItems(req, newResponse(len(req.Descriptors)), replaced, s.all)
 	results := make([]engine.Result, len(sc.items))
@@ -206,6 +210,9 @@ func (s *Service) explain(ctx context.Context, cfg *config.Config, req *Request)
 			case enforcedUse:
 				if s.all.shadowed(l) {
 					le.Applies = Shadow
+				}
+				if d.Override == nil {
+					le.Limit, le.Override = sc.table.Find(req.Domain, d.Entries, l)
 				}
 				// buildItems made the items of the enforced limits in
 				// this order.

@@ -45,7 +45,7 @@ func (s *Service) Reset(ctx context.Context, req *Request) (*ResetResult, error)
 	if dom == nil || len(req.Descriptors) == 0 {
 		return res, nil
 	}
-	sc := new(scratch)
+	sc := &scratch{table: s.overridesOf(cur.cfg)}
 	replaced, _ := sc.resolve(dom, req)
 	sc.buildItems(req, newResponse(len(req.Descriptors)), replaced, s.all)
 	if len(sc.items) == 0 {

@@ -109,6 +109,11 @@ type Options struct {
 	Tracer trace.Tracer
 	// StoreName names the store in the spans (rls.store): memory or redis.
 	StoreName string
+
+	// Overrides, when not nil, are the runtime overrides of the config's
+	// limits (overrides.go): each config is bound to them before it
+	// becomes current, and each decision applies them in its resolve step.
+	Overrides Overrides
 }
 
 // Service answers rate-limit requests against the current config and a
@@ -129,6 +134,7 @@ type Service struct {
 	rules        []AnswerRule
 	tracer       trace.Tracer // nil: no spans
 	storeName    string
+	overrides    Overrides // nil: none
 }
 
 // loaded is a config with what the observers derived from it.
@@ -154,6 +160,7 @@ func New(opts Options) *Service {
 		rules:        opts.AnswerRules,
 		tracer:       opts.Tracer,
 		storeName:    opts.StoreName,
+		overrides:    opts.Overrides,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -168,6 +175,9 @@ func New(opts Options) *Service {
 // SetConfig makes cfg the current config, once every observer has made
 // what it derives from it (ForConfig).
 func (s *Service) SetConfig(cfg *config.Config) {
+	if s.overrides != nil {
+		s.overrides.Bind(cfg)
+	}
 	l := &loaded{cfg: cfg}
 	for _, o := range s.observers {
 		l.observed = append(l.observed, o.ForConfig(cfg))

@@ -27,7 +27,7 @@ func recorder() (trace.Tracer, *tracetest.SpanRecorder) {
 func attrsOf(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value.Emit()
+		m[kv.Key] = kv.Value.String()
 	}
 	return m
 }

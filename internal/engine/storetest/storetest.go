@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite that every engine.Store must
 // pass: timelines of requests at explicit instants, with the verdicts,
-// remaining counts and durations that DESIGN.md prescribes, plus the
+// remaining counts and durations that docs/design.md and the README prescribe, plus the
 // all-or-nothing, shadow, quota and concurrency rules.
 package storetest
 

@@ -51,7 +51,7 @@ func TestSpans(t *testing.T) {
 	}
 	got := map[attribute.Key]string{}
 	for _, a := range ev[0].Attributes {
-		got[a.Key] = a.Value.Emit()
+		got[a.Key] = a.Value.String()
 	}
 	if got["exception.type"] != "*errors.errorString" || got["exception.message"] != Bound(long.Error()) {
 		t.Errorf("step 1: exception event %v, want the error's type and its bounded message", got)
