@@ -72,10 +72,19 @@ func TestTopAndReplay(t *testing.T) {
 	if err := run(ctx, []string{"top", "--once", "--addr", s.httpAddr, "api"}, nil, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1 rls processes", "api remote_address/1d (remote_address, limit 3)", "203.0.113.7", "rls reset api remote_address=203.0.113.7"} {
+	for _, want := range []string{"1 rls processes", "api remote_address/1d (remote_address, limit 3)", "203.0.113.7", "rls reset --addr " + s.httpAddr + " api remote_address=203.0.113.7",
+		"explain:  rls explain --addr " + s.httpAddr + " api remote_address=203.0.113.7"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("rls top --once printed\n%s\nwant %q", out.String(), want)
 		}
+	}
+	// The log's counters are on /metrics: the 7 decisions written (by the
+	// time the writer has caught up), none dropped.
+	s.waitUntil(t, "rls_decision_log_records_total reads 7", func() bool {
+		return scrapeLines(t, "http://"+s.httpAddr+"/metrics")["rls_decision_log_records_total"] == "7"
+	})
+	if v := scrapeLines(t, "http://"+s.httpAddr+"/metrics")["rls_decision_log_dropped_total"]; v != "0" {
+		t.Errorf("rls_decision_log_dropped_total = %q, want 0", v)
 	}
 	s.stop(t) // the log is flushed
 
