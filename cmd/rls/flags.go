@@ -145,7 +145,7 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&r.DenyCache, "deny-cache", r.DenyCache, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
 	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token (one line) that lets clients off loopback use /admin/reset and /admin/overrides (read again every second); without it only loopback clients may")
 	fs.BoolVar(&c.Listeners.AdminRequireToken, "admin-require-token", false, "require the bearer token of --admin-token-file from every client, loopback ones too, on /admin/ and /debug/ (config, explain, pprof); for a proxy on the same host that forwards outside traffic. Needs --admin-token-file")
-	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
+	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain, /debug/top and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
 	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
 	fs.DurationVar(&l.ShutdownTimeout, "shutdown-timeout", l.ShutdownTimeout, "how long SIGTERM waits for in-flight requests before closing the connections")
 	fs.BoolVar(&c.Files.Watch, "watch", c.Files.Watch, "reload the config when its files change (SIGHUP always reloads)")

@@ -72,7 +72,7 @@ func TestTopAndReplay(t *testing.T) {
 	if err := run(ctx, []string{"top", "--once", "--addr", s.httpAddr, "api"}, nil, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1 rls processes", "api remote_address/1d (remote_address, limit 3)", "203.0.113.7", "rls reset --addr " + s.httpAddr + " api remote_address=203.0.113.7",
+	for _, want := range []string{"1 rls process\n", "api remote_address/1d (remote_address, limit 3)", "203.0.113.7", "rls reset --addr " + s.httpAddr + " api remote_address=203.0.113.7",
 		"explain:  rls explain --addr " + s.httpAddr + " api remote_address=203.0.113.7"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("rls top --once printed\n%s\nwant %q", out.String(), want)

@@ -143,7 +143,11 @@ const defaultAdminAddr = "127.0.0.1:8080"
 // the command line that resets each, then what to run next for the
 // heaviest (its explain and an override that blocks it for an hour).
 func writeTop(w io.Writer, res *httpapi.TopResult, addr string) {
-	fmt.Fprintf(w, "%d rls processes", res.Processes)
+	if res.Processes == 1 {
+		fmt.Fprint(w, "1 rls process")
+	} else {
+		fmt.Fprintf(w, "%d rls processes", res.Processes)
+	}
 	if res.Note != "" {
 		fmt.Fprintf(w, " (%s)", res.Note)
 	}
@@ -153,8 +157,10 @@ func writeTop(w io.Writer, res *httpapi.TopResult, addr string) {
 		if l.RequestsPerUnit != nil {
 			limit = fmt.Sprintf(", limit %d", *l.RequestsPerUnit)
 		}
-		fmt.Fprintf(w, "\n%s %s (%s%s), window %s to %s: %d decisions, %d denied, error ≤ %d\n", l.Domain, l.Name, pathOf(l.Descriptor), limit,
-			l.WindowStart.Local().Format("15:04:05"), l.WindowEnd.Local().Format("15:04:05"), l.Decisions, l.Denials, l.Error)
+		// Windows are cut in UTC (a calendar window in its own zone, shown
+		// in UTC too).
+		fmt.Fprintf(w, "\n%s %s (%s%s), window %s to %s UTC: %d decisions, %d denied, error ≤ %d\n", l.Domain, l.Name, pathOf(l.Descriptor), limit,
+			l.WindowStart.UTC().Format("15:04:05"), l.WindowEnd.UTC().Format("15:04:05"), l.Decisions, l.Denials, l.Error)
 		if len(l.Keys) == 0 {
 			continue
 		}
