@@ -130,7 +130,7 @@ func TestTopMergesProcessesOnRedis(t *testing.T) {
 	url := redistest.Start(t).URL()
 	var servers []*server
 	for range 2 {
-		servers = append(servers, startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", url, "--top-keys-publish", "50ms"))
+		servers = append(servers, startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", url, "--top-keys-publish", "50ms", "--store-timeout", "1s"))
 	}
 	ctx := context.Background()
 	for _, s := range servers {
