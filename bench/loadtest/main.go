@@ -11,6 +11,7 @@
 //
 //	go run ./bench/loadtest            (make bench)
 //	go run ./bench/loadtest -keys 1    (one hot key per descriptor)
+//	go run ./bench/loadtest -one-shape -redis=false -decision-log    (the decision log's cost)
 //	go run ./bench/loadtest -external 127.0.0.1:8081 -request '{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}' -config d.yaml
 package main
 
@@ -76,6 +77,10 @@ type config struct {
 	rlsConfig                     string
 	// another rls binary measured beside this one (memory and Redis).
 	compare string
+	// also measure rls with the decision log on at 100 % (memory store).
+	decisionLog bool
+	// top keys per limit of the rls targets (--top-keys; 0 off).
+	topKeys int
 }
 
 func run() error {
@@ -98,6 +103,8 @@ func run() error {
 	flag.StringVar(&c.request, "request", "", "a RateLimitRequest in proto3 `JSON`: the one shape measured instead of the built-in two; each entry's value gets the suffix -(i mod -keys)")
 	flag.StringVar(&c.rlsConfig, "config", "", "rls's config `file` for the targets it serves (default: the built-in one, whose domain bench has remote_address, api_key, path and tenant); give one with -request's domain and keys")
 	flag.StringVar(&c.compare, "compare", "", "another rls `binary` (an older build, say) measured beside this one, on the memory store and on a Redis of its own")
+	flag.BoolVar(&c.decisionLog, "decision-log", false, "also measure rls on the memory store with the decision log on at 100 % (--decision-log to a file of a temporary directory, started over at 256MiB)")
+	flag.IntVar(&c.topKeys, "top-keys", -1, "rls --top-keys for the rls targets (0 turns top keys off; default: rls's)")
 	pprofAddr := flag.String("ceiling-pprof", "", "internal: with -serve-ceiling, serve /debug/pprof on this address")
 	flag.Parse()
 	// The generator allocates little per request; collect it rarely, as the
@@ -162,13 +169,26 @@ func run() error {
 	if c.compare != "" {
 		bins = append(bins, struct{ label, path string }{"rls " + filepath.Base(c.compare), c.compare})
 	}
-	for _, bin := range bins {
-		mem, err := proctest.Serve(proctest.Options{Name: bin.label + "-memory"}, bin.path, cfgText, "--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit)
+	var top []string
+	if c.topKeys >= 0 {
+		top = []string{"--top-keys", strconv.Itoa(c.topKeys)}
+	}
+	for bi, bin := range bins {
+		mem, err := proctest.Serve(proctest.Options{Name: bin.label + "-memory"}, bin.path, cfgText, append([]string{"--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit}, top...)...)
 		if err != nil {
 			return err
 		}
 		running = append(running, mem)
 		targets = append(targets, &target{name: bin.label + ", memory store", addr: mem.GRPCAddr, http: mem.HTTPAddr, serverPid: mem.Pid()})
+		if c.decisionLog && bi == 0 {
+			logged, err := proctest.Serve(proctest.Options{Name: bin.label + "-memory-logged"}, bin.path, cfgText, append([]string{"--log-level", "warn", "--watch=false", "--memory-limit", c.memoryLimit,
+				"--decision-log", filepath.Join(dir, "decisions.log"), "--decision-log-max-size", "256MiB", "--decision-log-backups", "0"}, top...)...)
+			if err != nil {
+				return err
+			}
+			running = append(running, logged)
+			targets = append(targets, &target{name: bin.label + ", memory, decision log", addr: logged.GRPCAddr, http: logged.HTTPAddr, serverPid: logged.Pid()})
+		}
 		if !c.redis {
 			continue
 		}
@@ -183,7 +203,7 @@ func run() error {
 		running = append(running, redis)
 		redisAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		red, err := proctest.Serve(proctest.Options{Name: bin.label + "-on-redis"}, bin.path, cfgText,
-			"--store", "redis", "--redis-url", "redis://"+redisAddr+"/0", "--log-level", "warn", "--watch=false", "--store-timeout", "100ms")
+			append([]string{"--store", "redis", "--redis-url", "redis://" + redisAddr + "/0", "--log-level", "warn", "--watch=false", "--store-timeout", "100ms"}, top...)...)
 		if err != nil {
 			return err
 		}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -74,7 +76,12 @@ type serveFlags struct {
 	compatMode                                                       string // --compat: "" or envoy-ratelimit
 	referenceStats                                                   bool
 	otlpInsecure                                                     bool
+	decisionLog                                                      decisionLogFlags
 }
+
+// decisionLogFlags are the decision log's flags that are checked, not
+// taken as they are.
+type decisionLogFlags struct{ hashKeyFile, maxSize string }
 
 // sentinelFlags are the flags of one Redis behind Sentinel.
 type sentinelFlags struct{ spec, user, password string }
@@ -138,7 +145,7 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&r.DenyCache, "deny-cache", r.DenyCache, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
 	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token (one line) that lets clients off loopback use /admin/reset and /admin/overrides (read again every second); without it only loopback clients may")
 	fs.BoolVar(&c.Listeners.AdminRequireToken, "admin-require-token", false, "require the bearer token of --admin-token-file from every client, loopback ones too, on /admin/ and /debug/ (config, explain, pprof); for a proxy on the same host that forwards outside traffic. Needs --admin-token-file")
-	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
+	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain, /debug/top and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
 	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
 	fs.DurationVar(&l.ShutdownTimeout, "shutdown-timeout", l.ShutdownTimeout, "how long SIGTERM waits for in-flight requests before closing the connections")
 	fs.BoolVar(&c.Files.Watch, "watch", c.Files.Watch, "reload the config when its files change (SIGHUP always reloads)")
@@ -163,7 +170,21 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&c.Service.ShadowAll, "shadow", false, "every limit in shadow mode: counted, denials in rls_shadow_denials_total, nothing denied (rls_shadow_mode is 1)")
 	fs.BoolVar(&c.Service.CountDeniedHits, "count-denied-hits", false, "every limit's hits count even when the request is denied, as envoyproxy/ratelimit counts them (default: a denied request consumes nothing)")
 	fs.BoolVar(&f.referenceStats, "reference-stats", false, "also export envoyproxy/ratelimit's per-limit stats on /metrics, as its Prometheus mapping names them (ratelimit_service_rate_limit_*{domain,key1,key2})")
+	f.defineInsight(fs)
 	return fs, f
+}
+
+// defineInsight defines the flags of the top keys and the decision log.
+func (f *serveFlags) defineInsight(fs *flag.FlagSet) {
+	c := &f.cfg
+	fs.IntVar(&c.TopKeys.K, "top-keys", c.TopKeys.K, "`keys` kept per limit in each ranking (denied, fullness) for GET /debug/top and rls top, whatever the number of distinct keys; 0 turns top keys off")
+	fs.DurationVar(&c.TopKeys.Publish, "top-keys-publish", c.TopKeys.Publish, "on Redis: how often each rls publishes its top keys for the others (GET /debug/top merges them)")
+	fs.StringVar(&c.DecisionLog.Path, "decision-log", "", "write one JSON line per decision to this `file` (- for stdout), for rls replay; off when empty")
+	fs.Float64Var(&c.DecisionLog.Sample, "decision-log-sample", c.DecisionLog.Sample, "the `share` of keys (0 < F ≤ 1) whose decisions are all logged, chosen by a hash of the key (the same in every rls)")
+	fs.StringVar(&f.decisionLog.hashKeyFile, "decision-log-hash-key", "", "a `file` holding a secret: descriptor values the config does not name exactly are logged as keyed hashes of it (no client addresses in the log)")
+	fs.StringVar(&f.decisionLog.maxSize, "decision-log-max-size", formatBytes(c.DecisionLog.MaxBytes), "bound on one decision log file (`size`, as --memory-limit); past it the file is renamed FILE.1 (FILE.1 to FILE.2...) and a new one started")
+	fs.IntVar(&c.DecisionLog.Backups, "decision-log-backups", c.DecisionLog.Backups, "rotated decision log `files` kept (0: none)")
+	fs.IntVar(&c.DecisionLog.Queue, "decision-log-queue", c.DecisionLog.Queue, "`records` waiting for the decision log's writer; past it records are dropped and counted (rls_decision_log_dropped_total), decisions never wait")
 }
 
 // parseServeFlags parses args, falling back to RLS_<FLAG> variables of env
@@ -201,7 +222,7 @@ func parseServeFlags(args, env []string, stdout io.Writer) (daemon.Config, error
 		}
 		return usageError{fmt.Errorf("--%s: %w", name, e)}
 	}
-	for _, check := range []func(bad func(string, error) error) error{f.config, f.store, f.redisTopology, f.policies, f.network, f.limits, f.tls, f.logging} {
+	for _, check := range []func(bad func(string, error) error) error{f.config, f.store, f.redisTopology, f.policies, f.network, f.limits, f.tls, f.logging, f.insight} {
 		if err := check(bad); err != nil {
 			return daemon.Config{}, err
 		}
@@ -214,6 +235,9 @@ func parseServeFlags(args, env []string, stdout io.Writer) (daemon.Config, error
 	c := &f.cfg
 	if f.referenceStats {
 		c.Plugins.Start = compat.ReferenceStats
+	}
+	if c.DecisionLog.Path == "-" {
+		c.DecisionLog.Stdout = stdout
 	}
 	c.Names = daemon.Names{GRPCAddr: "--grpc-addr", HTTPAddr: "--http-addr", Redis: "--store=redis"}
 	return *c, nil
@@ -404,6 +428,49 @@ func (f *serveFlags) logging(bad func(string, error) error) error {
 	}
 	if c.Format != "text" && c.Format != "json" {
 		return bad("log-format", fmt.Errorf("%q is not one of text|json", c.Format))
+	}
+	return nil
+}
+
+// minHashKey is the shortest secret --decision-log-hash-key takes.
+const minHashKey = 16
+
+// insight checks the flags of the top keys and the decision log, and
+// reads the hash key's file.
+func (f *serveFlags) insight(bad func(string, error) error) error {
+	c := &f.cfg
+	if c.TopKeys.K < 0 || c.TopKeys.K > 10000 {
+		return bad("top-keys", fmt.Errorf("%d is not between 0 and 10000", c.TopKeys.K))
+	}
+	if c.TopKeys.Publish <= 0 {
+		return bad("top-keys-publish", fmt.Errorf("%s is not positive", c.TopKeys.Publish))
+	}
+	d := &c.DecisionLog
+	if s := d.Sample; !(s > 0 && s <= 1) {
+		return bad("decision-log-sample", fmt.Errorf("%v is not in (0, 1]", s))
+	}
+	var err error
+	if d.MaxBytes, err = parseBytes(f.decisionLog.maxSize); err != nil || d.MaxBytes < 4096 {
+		return bad("decision-log-max-size", fmt.Errorf("%q is not a size of 4096 bytes or more", f.decisionLog.maxSize))
+	}
+	if d.Backups < 0 {
+		return bad("decision-log-backups", fmt.Errorf("%d is negative", d.Backups))
+	}
+	if d.Queue < 1 {
+		return bad("decision-log-queue", fmt.Errorf("%d is less than 1", d.Queue))
+	}
+	if p := f.decisionLog.hashKeyFile; p != "" {
+		key, err := os.ReadFile(p)
+		if err != nil {
+			return bad("decision-log-hash-key", err)
+		}
+		if key = bytes.TrimSpace(key); len(key) < minHashKey {
+			return bad("decision-log-hash-key", fmt.Errorf("%s holds %d bytes, fewer than %d: a short secret is guessed", p, len(key), minHashKey))
+		}
+		d.HashKey = key
+	}
+	if (d.Path == "") && (f.decisionLog.hashKeyFile != "" || d.Sample != 1) {
+		return bad("decision-log-sample", errors.New("--decision-log-sample and --decision-log-hash-key need --decision-log"))
 	}
 	return nil
 }

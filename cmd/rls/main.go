@@ -8,6 +8,8 @@
 //	rls reset [flags] DOMAIN DESCRIPTOR...
 //	rls override set|list|delete [flags] ...
 //	rls test CONFIG TESTFILE...
+//	rls top [flags] [DOMAIN]
+//	rls replay --config CANDIDATE [--baseline CONFIG] LOG...
 //	rls healthcheck [flags] [URL]
 //	rls version
 //	rls help [COMMAND]
@@ -77,6 +79,10 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return override(ctx, args, stdout)
 	case "test":
 		return ruleTest(args, stdout)
+	case "top":
+		return top(ctx, args, stdout)
+	case "replay":
+		return replayCommand(args, stdout)
 	case "version":
 		return version(args, stdout)
 	case "healthcheck":

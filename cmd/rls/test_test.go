@@ -15,14 +15,16 @@ import (
 // config/limits_test.yaml, config/examples/calendar_test.yaml (month
 // ends, a leap day, a DST change, an ISO week), penalty_test.yaml (the
 // ladder of blocks, and its reset), concurrency_test.yaml (requests in
-// flight), overrides_test.yaml (runtime overrides) and llm_test.yaml
-// (reservations of LLM token budgets).
+// flight), overrides_test.yaml (runtime overrides), llm_test.yaml
+// (reservations of LLM token budgets) and daily_test.yaml (the daily
+// quota of the top keys and replay examples).
 func TestLimitsExampleTests(t *testing.T) {
 	for _, pair := range [][2]string{
 		{"../../config/limits.yaml", "../../config/limits_test.yaml"},
 		{"../../config/examples/calendar.yaml", "../../config/examples/calendar_test.yaml"},
 		{"../../config/examples/penalty.yaml", "../../config/examples/penalty_test.yaml"},
 		{"../../config/examples/concurrency.yaml", "../../config/examples/concurrency_test.yaml"},
+		{"../../config/examples/daily.yaml", "../../config/examples/daily_test.yaml"},
 		{"../../config/examples/overrides.yaml", "../../config/examples/overrides_test.yaml"},
 		{"../../config/examples/llm.yaml", "../../config/examples/llm_test.yaml"},
 	} {

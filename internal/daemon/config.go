@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rlsproject/rls/internal/config"
+	"github.com/rlsproject/rls/internal/decisionlog"
 	"github.com/rlsproject/rls/internal/decisionmetrics"
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/grpcserver"
@@ -23,6 +24,7 @@ import (
 	"github.com/rlsproject/rls/internal/redisstore"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
+	"github.com/rlsproject/rls/internal/topkeys"
 	"github.com/rlsproject/rls/internal/tracing"
 )
 
@@ -45,6 +47,12 @@ type Config struct {
 	// Tracing says whether and where spans are exported (OTLP); the zero
 	// value is tracing off.
 	Tracing tracing.Config
+	// TopKeys keeps the top keys of every limit (GET /debug/top); its K 0
+	// turns them off.
+	TopKeys TopKeys
+	// DecisionLog writes a record per decision when its Path is set; its
+	// Now and Logger are the server's.
+	DecisionLog decisionlog.Options
 	// Names name the front end's settings in New's errors.
 	Names   Names
 	Plugins Plugins
@@ -139,6 +147,15 @@ type Service struct {
 	ShadowAll bool
 	// MaxValueSeries bounds the per-value series of one limit.
 	MaxValueSeries int
+}
+
+// TopKeys are the top keys of every limit (internal/topkeys).
+type TopKeys struct {
+	// K is the keys kept per limit and ranking; 0 turns top keys off.
+	K int
+	// Publish is how often a process on a Redis store publishes its
+	// summary to the others (0: topkeys.DefaultEvery).
+	Publish time.Duration
 }
 
 // Files is rls's own config source: a YAML file, or a directory whose
@@ -296,6 +313,9 @@ func Defaults() Config {
 			Limits: config.LoadOptions{}.WithDefaults(),
 		},
 		Logging: Logging{Level: slog.LevelInfo, Format: "text"},
+		TopKeys: TopKeys{K: topkeys.DefaultK, Publish: topkeys.DefaultEvery},
+		DecisionLog: decisionlog.Options{Sample: 1, MaxBytes: decisionlog.DefaultMaxBytes, Backups: decisionlog.DefaultBackups,
+			Queue: decisionlog.DefaultQueue},
 	}
 }
 

@@ -43,6 +43,7 @@ type Server struct {
 	health     *health.Server
 	http       *httpapi.Server
 	adminToken *httpapi.TokenFile // nil: admin endpoints for loopback only
+	insight    *insight           // the top keys and the decision log
 	grpcAddr   net.Addr
 	httpAddr   net.Addr
 	extras     []*extraServer
@@ -112,6 +113,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	// rls's own metrics watch every decision, then the plug-ins' observers.
 	metrics := decisionmetrics.New(s.reg, decisionmetrics.Options{MaxValueSeries: cfg.Service.MaxValueSeries, ShadowAll: cfg.Service.ShadowAll})
 	observers := append([]service.Observer{metrics}, hooks.Observers...)
+	if s.insight, err = newInsight(cfg, redisParts, log); err != nil {
+		return nil, err
+	}
+	undo = append(undo, s.insight.close)
+	observers = append(observers, s.insight.observers()...)
+	if s.insight.log != nil {
+		s.reg.MustRegister(s.insight.log.Collectors()...)
+	}
 	s.svc = service.New(service.Options{
 		Store:           store,
 		StoreDoesIO:     cfg.Store.Kind == Redis,
@@ -240,6 +249,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// The decision log's writer runs until the drain is over (it writes
+	// the decisions in flight); the top keys' publisher until bg ends.
+	if l := s.insight.log; l != nil {
+		l.Start()
+		defer l.Close()
+	}
+	if t := s.insight.top; t != nil {
+		wg.Go(func() { t.Publish(bg) })
+	}
 	wg.Go(func() { followReadiness(bg, s.svc, s.health, 2*time.Second) })
 	wg.Go(func() { s.source.Run(bg, s.svc, s.asked, s.log) })
 	wg.Go(func() { s.overrides.Run(bg) })

@@ -71,7 +71,7 @@ func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quot
 // newHTTPServer returns the server of the HTTP listener: the HTTP API
 // behind /healthcheck.
 func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
-	api := httpapi.New(httpapi.Options{
+	opts := httpapi.Options{
 		Service:      s.svc,
 		JSON:         rls.JSON(),
 		Gatherer:     s.reg,
@@ -81,7 +81,11 @@ func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
 		RequireToken: s.cfg.Listeners.AdminRequireToken,
 		Overrides:    s.overrides,
 		Logger:       s.log,
-	})
+	}
+	if s.insight.top != nil { // not a nil *Keys in the interface
+		opts.Top = s.insight.top
+	}
+	api := httpapi.New(opts)
 	return httpapi.NewServer(s.withHealthcheck(s.tracing.Handler(api, decisionRoute)), s.cfg.Listeners.HTTP, s.log, s.reg)
 }
 

@@ -24,6 +24,9 @@ type RedisParts struct {
 	// DenyCache reads the denial cache's counters; nil when the store has
 	// no denial cache (or is not on Redis).
 	DenyCache func() redisstore.DenyCacheStats
+	// Board is the board on the store's Redis where the processes sharing
+	// it publish what they see (the top keys' summaries); nil off Redis.
+	Board *redisstore.Board
 }
 
 // newStore builds the store of c, registers its metrics on reg and returns
@@ -61,7 +64,7 @@ func newStore(ctx context.Context, c Store, name string, reg prometheus.Register
 	// Leased limits are decided from slices of the shared counters.
 	leased := lease.New(s, lease.Options{StoreTimeout: s.DecisionTimeout(), Logger: log})
 	reg.MustRegister(leased.Collectors()...)
-	var parts RedisParts
+	parts := RedisParts{Board: s.Board("top")}
 	if _, on := s.DenyCacheStats(); on {
 		parts.DenyCache = func() redisstore.DenyCacheStats {
 			st, _ := s.DenyCacheStats()

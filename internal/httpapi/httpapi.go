@@ -74,6 +74,8 @@ type Options struct {
 	// Reset answers POST /admin/reset; nil means Service when it
 	// implements Resetter (else the endpoint is not mounted).
 	Reset Resetter
+	// Top answers GET /debug/top; nil leaves it unmounted (404).
+	Top TopKeys
 	// Overrides, when set, answers /admin/overrides (PUT, GET, DELETE;
 	// access as /admin/reset), and /readyz and /debug/config say what it
 	// holds.
@@ -118,6 +120,9 @@ func New(opts Options) http.Handler {
 	}
 	if h.Reset != nil {
 		mux.Handle("POST /admin/reset", h.admin(h.reset))
+	}
+	if h.Top != nil {
+		mux.Handle("GET /debug/top", h.debug(http.HandlerFunc(h.top)))
 	}
 	if h.Overrides != nil {
 		mux.Handle("PUT /admin/overrides", h.admin(h.putOverride))

@@ -135,6 +135,17 @@ func rules() []rule {
 			notImport: []string{"net/http"},
 		},
 		{
+			// Who is limited and what a change would do (issue 37): the top
+			// keys and the decision log watch the service's decisions as
+			// rls's metrics do. The HTTP transport asks the top keys (GET
+			// /debug/top); the board they publish on is the running
+			// server's to give, so they know no store.
+			what:      "the top keys and the decision log (observers that keep what they saw)",
+			pkgs:      own("internal/topkeys", "internal/decisionlog"),
+			notDepend: slices.Concat(redis, grpc, envoy, stores, transports, observers, compat, daemon, tracing, otelSDK),
+			notImport: []string{"net/http"},
+		},
+		{
 			what:      "a transport (protocol adapter)",
 			pkgs:      transports,
 			notImport: engine,
@@ -165,9 +176,9 @@ func rules() []rule {
 			pkgs: compat,
 		},
 		{
-			what: "a helper of the program (client address, config watching, gRPC settings, TLS files, xDS source, rls test)",
+			what: "a helper of the program (client address, config watching, gRPC settings, TLS files, xDS source, rls test, rls replay)",
 			pkgs: own("internal/clientip", "internal/configwatch", "internal/grpcserver", "internal/tlsfiles",
-				"internal/xdsconfig", "internal/ruletest"),
+				"internal/xdsconfig", "internal/ruletest", "internal/replay"),
 			notDepend: slices.Concat(compat, daemon),
 		},
 		{

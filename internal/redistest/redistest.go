@@ -259,9 +259,12 @@ func Command(addr string, args ...string) (string, error) {
 // Counters returns, sorted, the counters that rls keeps under prefix on a
 // Redis that do asks (Command on an address, or a Server's Do), each by
 // its key (engine.CounterKey): a sliding log's sorted set, and each field
-// of a descriptor's hash but its expiry.
+// of a descriptor's hash but its expiry. Keys under prefix that hold no
+// counter (the board the processes publish on, <prefix>board:...) are left
+// out: a counter's key has the descriptor's identity in braces right
+// after the prefix.
 func Counters(do func(args ...string) (string, error), prefix string) ([]string, error) {
-	out, err := do("KEYS", prefix+"*")
+	out, err := do("KEYS", prefix+"{*")
 	if err != nil {
 		return nil, err
 	}

@@ -74,11 +74,15 @@ type Decision struct {
 // Cleared is one Reset that reached the store, as observers see it. Valid
 // only during the call.
 type Cleared struct {
-	Domain *config.Domain
+	// Request is the reset's request.
+	Request *Request
+	Domain  *config.Domain
 	// Items are the counters reset (Items[i].Desc their descriptor's
-	// identity), Limits[i] the limit of Items[i].
+	// identity), Limits[i] the limit of Items[i] and Owners[i] the index
+	// of its descriptor in Request.Descriptors.
 	Items  []engine.Item
 	Limits []*config.Limit
+	Owners []int
 	// Counters is how many of them held state.
 	Counters int
 }

@@ -60,7 +60,7 @@ func (s *Service) Reset(ctx context.Context, req *Request) (*ResetResult, error)
 		d.Limits = append(d.Limits, l)
 	}
 	res.Cleared = n
-	c := Cleared{Domain: dom, Items: sc.items, Limits: sc.limits, Counters: n}
+	c := Cleared{Request: req, Domain: dom, Items: sc.items, Limits: sc.limits, Owners: sc.owner, Counters: n}
 	for i, o := range s.observers {
 		o.Cleared(cur.observed[i], &c)
 	}
