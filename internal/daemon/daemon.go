@@ -20,6 +20,7 @@ import (
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/overrides"
+	"github.com/rlsproject/rls/internal/reloadlog"
 	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
@@ -38,6 +39,7 @@ type Server struct {
 	source     Source
 	closeStore func()
 	overrides  *overrides.Keeper
+	loads      *reloadlog.Log // the last config loads, for /debug/status
 	tracing    *tracing.Provider // nil: tracing off
 	grpc       *grpc.Server
 	health     *health.Server
@@ -118,6 +120,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	}
 	undo = append(undo, s.insight.close)
 	observers = append(observers, s.insight.observers()...)
+	s.loads = reloadlog.New(0, nil)
+	observers = append(observers, s.loads)
 	if s.insight.log != nil {
 		s.reg.MustRegister(s.insight.log.Collectors()...)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/rlqs"
+	"github.com/rlsproject/rls/internal/ui"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 	"github.com/rlsproject/rls/internal/tracing"
@@ -80,7 +81,12 @@ func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
 		AdminToken:   s.adminToken,
 		RequireToken: s.cfg.Listeners.AdminRequireToken,
 		Overrides:    s.overrides,
+		Reloads:      s.loads.Loads,
+		StoreName:    string(s.cfg.Store.Kind),
 		Logger:       s.log,
+	}
+	if s.cfg.Listeners.UI {
+		opts.UI = func(api http.Handler) http.Handler { return ui.New(api) }
 	}
 	if s.insight.top != nil { // not a nil *Keys in the interface
 		opts.Top = s.insight.top
