@@ -214,7 +214,9 @@ func parseServeFlags(args, env []string, stdout io.Writer) (daemon.Config, error
 			return daemon.Config{}, usageError{err}
 		}
 		// The reference has no page: only --ui on the command line asks.
-		fs.Visit(func(fl *flag.Flag) { cfg.Listeners.UI = cfg.Listeners.UI || fl.Name == "ui" && !fromEnv["ui"] && f.cfg.Listeners.UI })
+		fs.Visit(func(fl *flag.Flag) {
+			cfg.Listeners.UI = cfg.Listeners.UI || fl.Name == "ui" && !fromEnv["ui"] && f.cfg.Listeners.UI
+		})
 		return cfg, nil
 	default:
 		return daemon.Config{}, usageError{fmt.Errorf("--compat: %q is not %s", f.compatMode, compat.Mode)}

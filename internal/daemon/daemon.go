@@ -39,7 +39,7 @@ type Server struct {
 	source     Source
 	closeStore func()
 	overrides  *overrides.Keeper
-	loads      *reloadlog.Log // the last config loads, for /debug/status
+	loads      *reloadlog.Log    // the last config loads, for /debug/status
 	tracing    *tracing.Provider // nil: tracing off
 	grpc       *grpc.Server
 	health     *health.Server

@@ -27,10 +27,10 @@ import (
 	"github.com/rlsproject/rls/internal/grpcserver"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/rlqs"
-	"github.com/rlsproject/rls/internal/ui"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 	"github.com/rlsproject/rls/internal/tracing"
+	"github.com/rlsproject/rls/internal/ui"
 )
 
 // tlsOn reports whether the gRPC and the HTTP listener serve TLS.

@@ -135,9 +135,9 @@ type limitRow struct {
 	NodeFlags    []string
 	// Label is empty for a node without limits.
 	Label, Name, Window, Algorithm, Limit string
-	Flags                                []string
-	Overrides                            []string
-	Live                                 *httpapi.LimitStatus
+	Flags                                 []string
+	Overrides                             []string
+	Live                                  *httpapi.LimitStatus
 }
 
 // read asks the endpoints that the views in want show.
@@ -220,7 +220,7 @@ type recorder struct {
 	full   bool
 }
 
-func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Header() http.Header  { return r.header }
 func (r *recorder) WriteHeader(code int) { r.code = code }
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.body.Len()+len(p) > maxRead {
