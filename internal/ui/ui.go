@@ -316,12 +316,27 @@ func flags(m map[string]json.RawMessage, known []string) []string {
 		if slices.Contains(known, k) {
 			continue
 		}
-		switch s := string(v); s {
-		case "true":
-			out = append(out, k)
-		case "false", "null", `""`:
+		var val any
+		json.Unmarshal(v, &val)
+		switch val := val.(type) {
+		case bool:
+			if val {
+				out = append(out, k)
+			}
+		case nil:
+		case []any:
+			var parts []string
+			for _, e := range val {
+				parts = append(parts, fmt.Sprint(e))
+			}
+			out = append(out, k+": "+strings.Join(parts, ", "))
+		case map[string]any:
+			b, _ := json.Marshal(val)
+			out = append(out, k+": "+string(b))
 		default:
-			out = append(out, k+": "+strings.Trim(s, `"`))
+			if s := fmt.Sprint(val); s != "" {
+				out = append(out, k+": "+s)
+			}
 		}
 	}
 	slices.Sort(out)

@@ -109,7 +109,7 @@ func TestPageWithoutScript(t *testing.T) {
 	}
 	for _, want := range []string{
 		`<span class="domain">api</span>`,
-		`<td>per_user</td><td>1h</td><td class="num">2</td>`,       // label, window, limit
+		`<td>per_user</td><td class="num">2 / 1h</td>`,             // label, limit per window
 		`data-f="ok">4</td><td class="num" data-f="denied">2</td>`, // 2 keys: 2 admitted, 1 denied each
 		`<span class="flag">lease</span>`,
 		`user=bob → 50 (load test)`,

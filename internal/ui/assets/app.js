@@ -50,6 +50,7 @@
         if (!resp.ok) throw new Error(refused("view " + name, resp, html));
         el.innerHTML = html; // rendered by rls's html/template: escaped
         if (name === "limits") drawAll();
+        if (name === "explain") defaultDomains();
       });
     });
   }
@@ -111,7 +112,7 @@
     max = max || 1;
     ["ok", "denied"].forEach(function (f) {
       var pts = r.map(function (p, i) {
-        return (i * 100 / (KEEP - 1)).toFixed(1) + "," + (19 - p[f] / max * 18).toFixed(1);
+        return (i * 100 / (r.length - 1)).toFixed(1) + "," + (19 - p[f] / max * 18).toFixed(1);
       });
       var line = document.createElementNS(SVG, "polyline");
       line.setAttribute("class", f);
@@ -153,7 +154,8 @@
         ol.appendChild(el("li", d.match.result === "matched" ? "matched" : "stopped", d.match.message));
         (d.limits || []).forEach(function (l) {
           var text = l.label + ": " + l.requests_per_unit + " per " + (l.window || l.unit || "") + (l.algorithm ? ", " + l.algorithm : "") + " — " + l.applies;
-          if (l.override) text += ", override " + JSON.stringify(l.override);
+          if (l.override) text += "; override in force: " + l.override.requests_per_unit + (l.override.reason ? " (" + l.override.reason + ")" : "") +
+            (l.override.configured ? ", configured " + l.override.configured.requests_per_unit : "");
           if (l.state) text += "; remaining " + l.state.remaining + ", resets in " + l.state.reset + (l.state.admits ? ", admits" : ", denies");
           ol.appendChild(el("li", "limit " + (l.state && !l.state.admits ? "stopped" : "matched"), text));
         });
@@ -161,6 +163,15 @@
       });
       say("explained " + ex.domain + " " + (ex.descriptors || []).map(function (d) { return descriptorText(d.entries); }).join(" | "));
       document.getElementById("explain").scrollIntoView();
+    });
+  }
+
+  // Empty domain fields take the first domain of the config.
+  function defaultDomains() {
+    var first = document.querySelector("#domains option");
+    if (!first) return;
+    document.querySelectorAll('input[name="domain"]').forEach(function (f) {
+      if (!f.value) f.value = first.value;
     });
   }
 
@@ -241,7 +252,7 @@
     input.value = "";
     say(token ? "token in use (kept in this page only)" : "no token");
     lastLoad = null;
-    Promise.all(["limits", "top", "overrides", "reloads", "system"].map(part)).then(function () {
+    Promise.all(["limits", "top", "explain", "overrides", "reloads", "system"].map(part)).then(function () {
       start();
     }).catch(function (e) { say(e.message, true); });
   });
