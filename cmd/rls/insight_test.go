@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rlsproject/rls/internal/httpapi"
@@ -69,10 +72,19 @@ func TestTopAndReplay(t *testing.T) {
 	if err := run(ctx, []string{"top", "--once", "--addr", s.httpAddr, "api"}, nil, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1 rls processes", "api remote_address/1d (remote_address, limit 3)", "203.0.113.7", "rls reset api remote_address=203.0.113.7"} {
+	for _, want := range []string{"1 rls process\n", "api remote_address/1d (remote_address, limit 3)", "203.0.113.7", "rls reset --addr " + s.httpAddr + " api remote_address=203.0.113.7",
+		"explain:  rls explain --addr " + s.httpAddr + " api remote_address=203.0.113.7"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("rls top --once printed\n%s\nwant %q", out.String(), want)
 		}
+	}
+	// The log's counters are on /metrics: the 7 decisions written (by the
+	// time the writer has caught up), none dropped.
+	s.waitUntil(t, "rls_decision_log_records_total reads 7", func() bool {
+		return scrapeLines(t, "http://"+s.httpAddr+"/metrics")["rls_decision_log_records_total"] == "7"
+	})
+	if v := scrapeLines(t, "http://"+s.httpAddr+"/metrics")["rls_decision_log_dropped_total"]; v != "0" {
+		t.Errorf("rls_decision_log_dropped_total = %q, want 0", v)
 	}
 	s.stop(t) // the log is flushed
 
@@ -131,5 +143,67 @@ func TestTopMergesProcessesOnRedis(t *testing.T) {
 	res := getTopJSON(t, servers[1].httpAddr, "api")
 	if k := res.Limits[0].Keys[0]; res.Processes != 2 || k.Denied != 5 || k.Admitted != 3 || k.Fullness != 1 {
 		t.Errorf("the other process's GET /debug/top: %+v, want 2 processes, the key denied 5 times, admitted 3", res)
+	}
+}
+
+// screens is rls top's terminal: it counts the screens cleared and ends
+// rls top (cancel) once it has cleared max.
+type screens struct {
+	buf    bytes.Buffer // not embedded: its WriteString would bypass Write
+	n, max int
+	cancel func()
+}
+
+func (s *screens) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("\x1b[H\x1b[2J")) {
+		if s.n++; s.n == s.max {
+			s.cancel()
+		}
+	}
+	return s.buf.Write(p)
+}
+
+// TestTopRefreshes: without --once, rls top clears the screen and shows
+// GET /debug/top again every --interval, as top does, until it is
+// interrupted (exit 0); the heaviest key of each limit comes with its
+// explain and override command lines, naming the --addr rls top read.
+func TestTopRefreshes(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/debug/top" || r.URL.Query().Get("domain") != "partners" {
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusNotFound)
+			return
+		}
+		n := calls.Add(1)
+		c := &httpapi.TopCommands{Explain: "rls explain partners remote_address=203.0.113.7", Reset: "rls reset partners remote_address=203.0.113.7",
+			Override: "rls override set partners remote_address=203.0.113.7 --requests-per-unit 0 --ttl 1h --reason 'rls top: remote_address/1d'"}
+		json.NewEncoder(w).Encode(httpapi.TopResult{Processes: 1, By: "denied", Limits: []httpapi.TopLimit{{Domain: "partners", Name: "remote_address/1d",
+			Descriptor: []httpapi.EntryJSON{{Key: "remote_address"}}, Denials: uint64(n), Decisions: uint64(5 + n),
+			Keys: []httpapi.TopKey{{Descriptor: []httpapi.EntryJSON{{Key: "remote_address", Value: "203.0.113.7"}}, Denied: uint64(n), Admitted: 5, Fullness: 1, Commands: c}}}}})
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &screens{max: 3, cancel: cancel}
+	if err := run(ctx, []string{"top", "--interval", "1ms", "--addr", srv.URL, "partners"}, nil, out, io.Discard); err != nil {
+		t.Fatalf("rls top: %v, want nil once interrupted", err)
+	}
+	views := strings.Split(out.buf.String(), "\x1b[H\x1b[2J")[1:]
+	if len(views) != 3 {
+		t.Fatalf("rls top showed %d screens, want 3:\n%q", len(views), out.buf.String())
+	}
+	for i, v := range views {
+		if want := fmt.Sprintf("%d decisions, %d denied", 6+i, 1+i); !strings.Contains(v, want) {
+			t.Errorf("screen %d:\n%s\nwant %q (refreshed)", i+1, v, want)
+		}
+	}
+	for _, want := range []string{
+		"rls reset --addr " + srv.URL + " partners remote_address=203.0.113.7",
+		"explain:  rls explain --addr " + srv.URL + " partners remote_address=203.0.113.7",
+		"override: rls override set --addr " + srv.URL + " partners remote_address=203.0.113.7 --requests-per-unit 0 --ttl 1h",
+	} {
+		if !strings.Contains(views[0], want) {
+			t.Errorf("screen 1:\n%s\nwant %q", views[0], want)
+		}
 	}
 }

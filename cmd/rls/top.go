@@ -31,7 +31,7 @@ type topFlags struct {
 func newTopFlagSet() (*flag.FlagSet, *topFlags) {
 	fs := flag.NewFlagSet("rls top", flag.ContinueOnError)
 	f := &topFlags{}
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "rls's HTTP `address` (host:port, or a URL); /debug/top answers loopback clients only by default")
+	fs.StringVar(&f.addr, "addr", defaultAdminAddr, "rls's HTTP `address` (host:port, or a URL); /debug/top answers loopback clients only by default")
 	fs.StringVar(&f.tokenFile, "token-file", "", "a `file` holding the bearer token of rls's --admin-token-file (needed when rls runs with --admin-require-token)")
 	fs.StringVar(&f.name, "name", "", "only the limit of this `name` (its label, as rls_decisions_total's limit)")
 	fs.StringVar(&f.by, "by", "denied", "rank keys by `what`: denied or fullness")
@@ -47,7 +47,9 @@ func topDetails(w io.Writer) {
 	fmt.Fprint(w, `Shows who is being limited: for each limit of DOMAIN (every domain when none is given), the
 keys its current window denies most (or, with --by fullness, the fullest), merged over the rls
 processes sharing the store, refreshed every --interval like top (Ctrl-C ends it). Each key
-comes with the command line that resets it. It reads GET /debug/top on rls's HTTP address.
+comes with the command line that resets it, and the heaviest with its rls explain and an rls
+override set that blocks it for an hour (--json gives them for every key). It reads GET
+/debug/top on rls's HTTP address.
 Exit status: 0, 3 when the request failed (with --once or --json), 2 for a bad command line.
 
   rls top api
@@ -111,7 +113,7 @@ func top(ctx context.Context, args []string, stdout io.Writer) error {
 		if err == nil {
 			var res httpapi.TopResult
 			if err = json.Unmarshal(answer, &res); err == nil {
-				writeTop(stdout, &res)
+				writeTop(stdout, &res, f.addr)
 			} else {
 				err = exitError{checkFailed, fmt.Errorf("top: the answer is not GET /debug/top's: %w", err)}
 			}
@@ -133,9 +135,19 @@ func top(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 }
 
-// writeTop writes one view of res.
-func writeTop(w io.Writer, res *httpapi.TopResult) {
-	fmt.Fprintf(w, "%d rls processes", res.Processes)
+// defaultAdminAddr is --addr's default in rls top, reset, explain and
+// override: the command lines it prints name another one.
+const defaultAdminAddr = "127.0.0.1:8080"
+
+// writeTop writes one view of res, read from addr: each limit's keys with
+// the command line that resets each, then what to run next for the
+// heaviest (its explain and an override that blocks it for an hour).
+func writeTop(w io.Writer, res *httpapi.TopResult, addr string) {
+	if res.Processes == 1 {
+		fmt.Fprint(w, "1 rls process")
+	} else {
+		fmt.Fprintf(w, "%d rls processes", res.Processes)
+	}
 	if res.Note != "" {
 		fmt.Fprintf(w, " (%s)", res.Note)
 	}
@@ -145,8 +157,10 @@ func writeTop(w io.Writer, res *httpapi.TopResult) {
 		if l.RequestsPerUnit != nil {
 			limit = fmt.Sprintf(", limit %d", *l.RequestsPerUnit)
 		}
-		fmt.Fprintf(w, "\n%s %s (%s%s), window %s to %s: %d decisions, %d denied, error ≤ %d\n", l.Domain, l.Name, pathOf(l.Descriptor), limit,
-			l.WindowStart.Local().Format("15:04:05"), l.WindowEnd.Local().Format("15:04:05"), l.Decisions, l.Denials, l.Error)
+		// Windows are cut in UTC (a calendar window in its own zone, shown
+		// in UTC too).
+		fmt.Fprintf(w, "\n%s %s (%s%s), window %s to %s UTC: %d decisions, %d denied, error ≤ %d\n", l.Domain, l.Name, pathOf(l.Descriptor), limit,
+			l.WindowStart.UTC().Format("15:04:05"), l.WindowEnd.UTC().Format("15:04:05"), l.Decisions, l.Denials, l.Error)
 		if len(l.Keys) == 0 {
 			continue
 		}
@@ -155,12 +169,28 @@ func writeTop(w io.Writer, res *httpapi.TopResult) {
 		for _, k := range l.Keys {
 			reset := "-"
 			if k.Commands != nil {
-				reset = k.Commands.Reset
+				reset = withAddr(k.Commands.Reset, addr)
 			}
 			fmt.Fprintf(tw, "  %d\t%d\t%.0f%%\t%s\t%s\n", k.Denied, k.Admitted, 100*k.Fullness, keyOf(k.Descriptor), reset)
 		}
 		tw.Flush()
+		if c := l.Keys[0].Commands; c != nil {
+			fmt.Fprintf(w, "  explain:  %s\n  override: %s\n", withAddr(c.Explain, addr), withAddr(c.Override, addr))
+		}
 	}
+}
+
+// withAddr returns the command line cmd ("rls VERB ..." or "rls override
+// set ...") with --addr addr after its verb when addr is not the default.
+func withAddr(cmd, addr string) string {
+	if addr == defaultAdminAddr {
+		return cmd
+	}
+	verb := "rls " + strings.Fields(cmd)[1]
+	if verb == "rls override" {
+		verb += " set"
+	}
+	return verb + " --addr " + httpapi.ShellQuote(addr) + strings.TrimPrefix(cmd, verb)
 }
 
 // pathOf writes a config path: key or key=value per level, by '/'.

@@ -2,6 +2,7 @@ package decisionlog
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -360,6 +361,73 @@ func TestNewRefusesABadSample(t *testing.T) {
 	for _, f := range []float64{-0.1, 1.5} {
 		if _, err := New(Options{Path: "-", Stdout: &bytes.Buffer{}, Sample: f}); err == nil {
 			t.Errorf("New(sample %v) = nil error", f)
+		}
+	}
+}
+
+// TestSampleKeepsGlobalLimitsWholeOrMarked: a global limit (one key that
+// every request shares) is kept whole when its key is sampled in (every
+// request that carries it is logged, with every other descriptor, those
+// sampled out marked), and marked sampled in every record otherwise (its
+// verdicts are as logged, its counts a sample's): never logged in part
+// without the mark.
+func TestSampleKeepsGlobalLimitsWholeOrMarked(t *testing.T) {
+	const src = `
+domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: generic_key
+    rate_limit: {unit: second, requests_per_unit: 1000}
+`
+	const share = 0.1
+	shareOf := share // a variable: the product overflows a constant uint64
+	threshold := uint64(shareOf * (1 << 64))
+	global := func(v string) string {
+		return string(engine.AppendDescriptorKey(nil, "api", []config.Entry{{Key: "generic_key", Value: v}}, nil))
+	}
+	var in, out string // a global key sampled in, and one sampled out
+	for i := 0; in == "" || out == ""; i++ {
+		v := fmt.Sprintf("global-%d", i)
+		if sampleHash(global(v)) < threshold {
+			in = cmp.Or(in, v)
+		} else {
+			out = cmp.Or(out, v)
+		}
+	}
+	for _, g := range []struct {
+		value string
+		kept  bool
+	}{{in, true}, {out, false}} {
+		var clk clock
+		clk.set(t0)
+		svc, l, path := logged(t, &clk, mustParse(t, src), Options{Sample: share})
+		const n = 3000
+		for i := range n {
+			ip := desc("remote_address", fmt.Sprintf("10.0.%d.%d", (i%1000)/256, (i%1000)%256))
+			if _, err := svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "api", Descriptors: []service.Descriptor{ip, desc("generic_key", g.value)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.Close()
+		recs := readAll(t, path)[1:]
+		ips := 0
+		for _, r := range recs {
+			if r.Descriptors[1].Sampled == g.kept {
+				t.Fatalf("global key %s (kept: %v): a record with its descriptor marked sampled=%v: %+v", g.value, g.kept, r.Descriptors[1].Sampled, r)
+			}
+			if !r.Descriptors[0].Sampled {
+				ips++
+			}
+		}
+		if g.kept && len(recs) != n {
+			t.Errorf("global key %s sampled in: %d of its %d decisions logged, want all", g.value, len(recs), n)
+		}
+		if !g.kept && ips != len(recs) {
+			t.Errorf("global key %s sampled out: %d records, %d of them for a kept address; want only those", g.value, len(recs), ips)
+		}
+		if frac := float64(ips) / n; frac < share/2 || frac > share*2 {
+			t.Errorf("global key %s: %d of %d decisions logged for their address, far from a share of %v", g.value, ips, n, share)
 		}
 	}
 }

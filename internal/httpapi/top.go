@@ -163,16 +163,16 @@ func commandsFor(l topkeys.LimitTop, entries []config.Entry) *TopCommands {
 		}
 		kv = append(kv, e.Key+"="+e.Value)
 	}
-	desc := shellQuote(strings.Join(kv, ","))
-	domain := shellQuote(l.Domain)
+	desc := ShellQuote(strings.Join(kv, ","))
+	domain := ShellQuote(l.Domain)
 	override := "rls override set " + domain
 	for _, a := range kv {
-		override += " " + shellQuote(a)
+		override += " " + ShellQuote(a)
 	}
 	if l.Limit != nil && l.Limit.Name != "" {
-		override += " --name " + shellQuote(l.Limit.Name)
+		override += " --name " + ShellQuote(l.Limit.Name)
 	}
-	override += " --requests-per-unit 0 --ttl 1h --reason " + shellQuote("rls top: "+l.Name)
+	override += " --requests-per-unit 0 --ttl 1h --reason " + ShellQuote("rls top: "+l.Name)
 	return &TopCommands{
 		Explain:  "rls explain " + domain + " " + desc,
 		Reset:    "rls reset " + domain + " " + desc,
@@ -180,9 +180,9 @@ func commandsFor(l topkeys.LimitTop, entries []config.Entry) *TopCommands {
 	}
 }
 
-// shellQuote returns s as one word of a POSIX shell: as it is when it
+// ShellQuote returns s as one word of a POSIX shell: as it is when it
 // holds only safe characters, else in single quotes.
-func shellQuote(s string) string {
+func ShellQuote(s string) string {
 	safe := s != ""
 	for _, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.,:/=@%+", c)) {

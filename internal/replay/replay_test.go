@@ -12,6 +12,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/decisionlog"
+	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/service"
@@ -159,6 +160,13 @@ func run(t testing.TB, cfg *config.Config, steps []step, obs ...service.Observer
 // log's records.
 func record(t testing.TB, cfg *config.Config, steps []step, opts decisionlog.Options) ([]*decisionlog.Record, *tally) {
 	t.Helper()
+	return recordOn(t, cfg, steps, opts, nil)
+}
+
+// recordOn is record on the store that newStore makes on the clock it is
+// given (nil: a memory store).
+func recordOn(t testing.TB, cfg *config.Config, steps []step, opts decisionlog.Options, newStore func(now func() time.Time) engine.Store) ([]*decisionlog.Record, *tally) {
+	t.Helper()
 	var clk clock
 	opts.Path = filepath.Join(t.TempDir(), "decisions.log")
 	opts.Now = clk.now
@@ -167,7 +175,7 @@ func record(t testing.TB, cfg *config.Config, steps []step, opts decisionlog.Opt
 		t.Fatal(err)
 	}
 	l.Start()
-	tl := runWithClock(t, cfg, steps, &clk, l)
+	tl := runOn(t, cfg, steps, &clk, newStore, l)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -189,10 +197,23 @@ func record(t testing.TB, cfg *config.Config, steps []step, opts decisionlog.Opt
 // runWithClock is run on the clock clk.
 func runWithClock(t testing.TB, cfg *config.Config, steps []step, clk *clock, obs ...service.Observer) *tally {
 	t.Helper()
-	store := memstore.New(memstore.Options{Now: clk.now, SweepEvery: time.Hour})
-	defer store.Close()
+	return runOn(t, cfg, steps, clk, nil, obs...)
+}
+
+// runOn is runWithClock on the store that newStore makes (nil: a memory
+// store).
+func runOn(t testing.TB, cfg *config.Config, steps []step, clk *clock, newStore func(now func() time.Time) engine.Store, obs ...service.Observer) *tally {
+	t.Helper()
+	var store engine.Store
+	if newStore == nil {
+		ms := memstore.New(memstore.Options{Now: clk.now, SweepEvery: time.Hour})
+		defer ms.Close()
+		store = ms
+	} else {
+		store = newStore(clk.now)
+	}
 	tl := &tally{limits: map[string]*[2]uint64{}, keys: map[string]map[string]*[2]uint64{}}
-	svc := service.New(service.Options{Store: store, Now: clk.now, Observers: append(obs, tl)})
+	svc := service.New(service.Options{Store: store, StoreDoesIO: newStore != nil, Now: clk.now, Observers: append(obs, tl)})
 	svc.SetConfig(cfg)
 	ctx := context.Background()
 	for i, s := range steps {

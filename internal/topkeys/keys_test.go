@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,5 +272,90 @@ func TestZipfTopTwoProcessesOnRedis(t *testing.T) {
 	one, err := procs[1].Top(context.Background(), Query{Domain: "api", Name: "remote_address/1m"})
 	if err != nil || one.Processes != 2 || len(one.Limits) != 1 {
 		t.Fatalf("Top(name=remote_address/1m) from the other process = %d processes, %d limits (%v); want 2 and 1", one.Processes, len(one.Limits), err)
+	}
+}
+
+// TestPublishedSummaryExpires: each process publishes its summary on the
+// board with a TTL of three publication periods, while it runs; Top counts
+// the processes whose summaries are live, so a process that stops
+// publishing (stopped, or cut off) drops out once its summary expires, and
+// one that stops cleanly takes its summary off at once.
+func TestPublishedSummaryExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	var clk clock
+	clk.set(t0)
+	cfg := mustParse(t, zipfConfig)
+	var procs []*Keys
+	for i := range 3 {
+		store, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clk.now, Prefix: "ttl:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		keys := New(Options{Now: clk.now, Process: fmt.Sprintf("p%d", i), Board: store.Board("top"), Every: 10 * time.Second})
+		svc := service.New(service.Options{Store: store, StoreDoesIO: true, Now: clk.now, Observers: []service.Observer{keys}})
+		svc.SetConfig(cfg)
+		for range 10 {
+			if _, err := svc.ShouldRateLimit(context.Background(), &service.Request{Domain: "api", Descriptors: []service.Descriptor{
+				{Entries: []config.Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		procs = append(procs, keys)
+	}
+	ctx := context.Background()
+	processes := func() (int, uint64) {
+		t.Helper()
+		res, err := procs[0].Top(ctx, Query{Domain: "api", Name: "remote_address/1m"})
+		if err != nil || res.Note != "" || len(res.Limits) != 1 {
+			t.Fatalf("Top: %+v, %v", res, err)
+		}
+		return res.Processes, res.Limits[0].Denials
+	}
+	if n, denials := processes(); n != 1 || denials != 2 {
+		t.Fatalf("before any publication: %d processes, %d denials; want 1 and 2 (this one's)", n, denials)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	published := make(chan struct{})
+	go func() { defer close(published); procs[1].Publish(pctx) }()
+	if err := procs[2].PublishOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // p1's first publication is at once
+		if n, _ := processes(); n == 3 {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("p1's summary never reached the board")
+		}
+		time.Sleep(time.Millisecond) // waits for p1's goroutine, measures nothing
+	}
+	// One counter: p0 admits 8 and denies 2, p1 and p2 deny their 10.
+	if n, denials := processes(); n != 3 || denials != 22 {
+		t.Errorf("with p1 and p2 published: %d processes, %d denials; want 3 and 22", n, denials)
+	}
+	ttl, err := redistest.Command(srv.Addr(), "PTTL", "ttl:board:{top}:p2")
+	if ms, _ := strconv.Atoi(ttl); err != nil || ms <= 20000 || ms > 30000 {
+		t.Errorf("PTTL of p2's summary = %q (%v), want in (20 s, 30 s]: three periods of 10 s", ttl, err)
+	}
+	// p2 stops publishing: Redis expires its summary.
+	if _, err := redistest.Command(srv.Addr(), "PEXPIRE", "ttl:board:{top}:p2", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		n, denials := processes()
+		if n == 2 && denials == 12 {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("p2's expired summary is still counted: %d processes, %d denials; want 2 and 12", n, denials)
+		}
+		time.Sleep(time.Millisecond) // waits for Redis's expiry, measures nothing
+	}
+	// p1 stops: it takes its summary off.
+	stop()
+	<-published
+	if n, denials := processes(); n != 1 || denials != 2 {
+		t.Errorf("after p1 stopped and p2 expired: %d processes, %d denials; want 1 and 2", n, denials)
 	}
 }
