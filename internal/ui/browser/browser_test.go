@@ -26,6 +26,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -327,6 +328,21 @@ func TestOperatorPage(t *testing.T) {
 	b.waitText(t, "reset", "#say", "counters cleared")
 	if got := decide(t, client, "alice"); got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("user=alice after the page reset it = %v, want OK", got)
+	}
+
+	// The keyboard alone: Tab from the title reaches the views' links in
+	// order, Enter follows one; the explain form is filled and sent with
+	// keys.
+	b.do(t, "keyboard", chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)`),
+		chromedp.Click(chromedp.CSS("h1")), chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Tab))
+	if got := b.text(t, ":focus"); got != "Explain" {
+		t.Errorf("three Tabs from the title focus %q, want the link Explain", got)
+	}
+	b.do(t, "keyboard", chromedp.KeyEvent(kb.Enter),
+		chromedp.Focus(chromedp.CSS(`#explain-form [name="descriptor"]`)), chromedp.KeyEvent("tenant=t1,plan=gold"), chromedp.KeyEvent(kb.Enter))
+	b.waitText(t, "explain with the keyboard", "#explain-out", "tenant/plan=gold/1m")
+	if hash, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`location.hash`)); hash != "#explain" {
+		t.Errorf("Enter on the link Explain led to %q, want #explain", hash)
 	}
 
 	// A phone's width: the page itself does not scroll sideways (wide
