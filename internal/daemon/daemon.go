@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	s.reg.MustRegister(quota.Collectors()...)
 	s.grpc, s.health = newGRPCServer(l, s.svc, rls, quota, tlsSource, cfg.Plugins.GRPCTLS, s.tracing)
 	undo = append(undo, s.grpc.Stop) // its stream workers run from here
-	s.http = s.newHTTPServer(rls)
+	s.http = s.newHTTPServer(rls, quota)
 	undo = append(undo, s.stopExtras)
 	for _, x := range cfg.Plugins.Listeners {
 		if _, err := s.serveExtra(x.Name, x.Addr, x.Handler(s.svc, s.reg), extraLimits(l.HTTP)); err != nil {

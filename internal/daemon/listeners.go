@@ -71,7 +71,7 @@ func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quot
 
 // newHTTPServer returns the server of the HTTP listener: the HTTP API
 // behind /healthcheck.
-func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
+func (s *Server) newHTTPServer(rls *envoyrls.Server, quota *rlqs.Server) *httpapi.Server {
 	opts := httpapi.Options{
 		Service:      s.svc,
 		JSON:         rls.JSON(),
@@ -83,6 +83,7 @@ func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
 		Overrides:    s.overrides,
 		Reloads:      s.loads.Loads,
 		StoreName:    string(s.cfg.Store.Kind),
+		RLQS:         quota,
 		Logger:       s.log,
 	}
 	if s.cfg.Listeners.UI {

@@ -94,6 +94,8 @@ type Options struct {
 	Reloads func() []reloadlog.Load
 	// StoreName is the store's kind for GET /debug/status (memory, redis).
 	StoreName string
+	// RLQS, when set, gives GET /debug/status the RLQS streams served.
+	RLQS RLQSStreams
 	// UI, when set, makes the operator page: it is given the handler of
 	// every other endpoint (the page's server side reads them as any
 	// client would) and is served at /ui/ (access as /debug/*, but for

@@ -9,7 +9,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rlsproject/rls/internal/reloadlog"
+	"github.com/rlsproject/rls/internal/rlqs"
 )
+
+// RLQSStreams lists the RLQS streams served; *rlqs.Server implements it.
+type RLQSStreams interface {
+	Streams() []rlqs.StreamStatus
+}
 
 // The JSON of GET /debug/status (a field's name and form are part of the
 // API; the operator page reads it). Counters are totals since the process
@@ -67,6 +73,9 @@ type RLQSStatus struct {
 	Granted uint64 `json:"granted_requests"`
 	Allowed uint64 `json:"reported_allowed"`
 	Denied  uint64 `json:"reported_denied"`
+	// List is the streams served, with their buckets (bounded: see
+	// rlqs.MaxListedStreams).
+	List []rlqs.StreamStatus `json:"stream_list"`
 }
 
 // LeaseStatus is the leased slices this process holds (rls_lease_*).
@@ -110,6 +119,10 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	}
 	st.Errors = sum(byName, "rls_store_errors_total")
 	q := &out.RLQS
+	q.List = []rlqs.StreamStatus{}
+	if h.RLQS != nil {
+		q.List = append(q.List, h.RLQS.Streams()...)
+	}
 	q.Streams, q.Buckets, q.Granted = sum(byName, "rls_rlqs_streams"), sum(byName, "rls_rlqs_buckets"), sum(byName, "rls_rlqs_granted_requests_total")
 	for _, m := range byName["rls_rlqs_requests_reported_total"].GetMetric() {
 		switch label(m, "result") {

@@ -28,6 +28,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -77,9 +78,15 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// running is an rls that startRLS started, and its config file.
+type running struct {
+	*daemon.Server
+	grpcAddr, httpAddr, configPath string
+}
+
 // startRLS runs rls serve --ui --admin-token-file F --admin-require-token
 // on loopback with the memory store until the test ends.
-func startRLS(t *testing.T) (grpcAddr, httpAddr string) {
+func startRLS(t *testing.T) running {
 	t.Helper()
 	dir := t.TempDir()
 	cfgPath, tokenPath := filepath.Join(dir, "limits.yaml"), filepath.Join(dir, "token")
@@ -112,7 +119,7 @@ func startRLS(t *testing.T) (grpcAddr, httpAddr string) {
 		}
 	})
 	g, h := s.Addrs()
-	return g.String(), h.String()
+	return running{Server: s, grpcAddr: g.String(), httpAddr: h.String(), configPath: cfgPath}
 }
 
 // browser is one headless chromium tab, and what its console said.
@@ -250,15 +257,15 @@ func decide(t *testing.T, c rlsv3.RateLimitServiceClient, v string) rlsv3.RateLi
 // phone's width.
 func TestOperatorPage(t *testing.T) {
 	path := chromium(t)
-	grpcAddr, httpAddr := startRLS(t)
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	rls := startRLS(t)
+	conn, err := grpc.NewClient(rls.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	b := startBrowser(t, path)
-	page := "http://" + httpAddr + "/ui/"
+	page := "http://" + rls.httpAddr + "/ui/"
 
 	b.do(t, "open the page", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#token-form")))
 	b.waitText(t, "no token", "#say", "need the admin token")
@@ -283,6 +290,35 @@ func TestOperatorPage(t *testing.T) {
 		t.Errorf("the override sent without the token was kept: %s", s)
 	}
 
+	// Two reloads: one that raises a limit, one that fails (the config
+	// stays); the page shows both, the change and the error.
+	for i, text := range []string{strings.Replace(limits, "requests_per_unit: 100,", "requests_per_unit: 200,", 1), limits + "  - key: [\n"} {
+		if err := os.WriteFile(rls.configPath, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rls.Reload("test")
+		want := []string{"changed api tenant/plan=gold/1m: requests_per_unit: 100 → 200", "failed, the previous config stays"}[i]
+		b.waitText(t, "reload", `[data-part="reloads"]`, want)
+	}
+	b.waitText(t, "reload", `[data-part="limits"]`, "200 / 1m")
+
+	// An RLQS client (Envoy's quota filter): its stream and bucket show.
+	quota, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := quota.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "api", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"user": "carol"}}, NumRequestsAllowed: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := quota.Recv(); err != nil {
+		t.Fatalf("the RLQS stream's first answer: %v", err)
+	}
+	b.waitText(t, "RLQS", `[data-part="system"]`, "user=carol")
+	if s := b.text(t, `table.rlqs`); !strings.Contains(s, "per_user") {
+		t.Errorf("the RLQS stream's bucket does not name its limit: %s", s)
+	}
+
 	// A limit spent by real calls: denied, with its key in the top list.
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if got := decide(t, client, "alice"); got != want {
@@ -290,7 +326,7 @@ func TestOperatorPage(t *testing.T) {
 		}
 	}
 	b.waitText(t, "spent", `[data-part="top"]`, "user=alice")
-	b.waitText(t, "spent", `tr[data-label="per_user"] [data-f="denied"]`, "1")
+	b.do(t, "spent: the limit's denials", chromedp.Poll[chromedp.Void](`!/^0\b/.test(document.querySelector('tr[data-label="per_user"] [data-f="denied"]').textContent)`))
 
 	// An override set in the page changes the next decision.
 	b.do(t, "override from the top list", chromedp.Click(chromedp.CSS(`[data-part="top"] button[data-act="override"][data-descriptor="user=alice"]`)))
