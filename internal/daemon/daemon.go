@@ -20,6 +20,7 @@ import (
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/overrides"
+	"github.com/rlsproject/rls/internal/redisconn"
 	"github.com/rlsproject/rls/internal/reloadlog"
 	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
@@ -39,8 +40,9 @@ type Server struct {
 	source     Source
 	closeStore func()
 	overrides  *overrides.Keeper
-	loads      *reloadlog.Log    // the last config loads, for /debug/status
-	tracing    *tracing.Provider // nil: tracing off
+	loads      *reloadlog.Log                                   // the last config loads, for /debug/status
+	storeNodes func(ctx context.Context) []redisconn.NodeHealth // nil off Redis
+	tracing    *tracing.Provider                                // nil: tracing off
 	grpc       *grpc.Server
 	health     *health.Server
 	http       *httpapi.Server
@@ -102,6 +104,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		return nil, err
 	}
 	s.closeStore = closeStore
+	s.storeNodes = redisParts.Nodes
 	undo = append(undo, closeStore)
 	s.overrides = newOverrides(ctx, overridesBackend, cfg.Store, log)
 	s.reg.MustRegister(s.overrides.Collectors()...)

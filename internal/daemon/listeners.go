@@ -86,6 +86,15 @@ func (s *Server) newHTTPServer(rls *envoyrls.Server, quota *rlqs.Server) *httpap
 		RLQS:         quota,
 		Logger:       s.log,
 	}
+	if s.storeNodes != nil {
+		opts.StoreNodes = func(ctx context.Context) []httpapi.StoreNode {
+			var out []httpapi.StoreNode
+			for _, n := range s.storeNodes(ctx) {
+				out = append(out, httpapi.StoreNode{Addr: n.Addr, Seconds: n.Seconds, Error: n.Error})
+			}
+			return out
+		}
+	}
 	if s.cfg.Listeners.UI {
 		opts.UI = func(api http.Handler) http.Handler { return ui.New(api) }
 	}

@@ -96,6 +96,9 @@ type Options struct {
 	StoreName string
 	// RLQS, when set, gives GET /debug/status the RLQS streams served.
 	RLQS RLQSStreams
+	// StoreNodes, when set, pings each node of the store (Redis's) for
+	// GET /debug/status.
+	StoreNodes func(ctx context.Context) []StoreNode
 	// UI, when set, makes the operator page: it is given the handler of
 	// every other endpoint (the page's server side reads them as any
 	// client would) and is served at /ui/ (access as /debug/*, but for

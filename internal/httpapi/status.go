@@ -47,6 +47,16 @@ type StoreStatus struct {
 	Calls   uint64  `json:"calls"`
 	Errors  uint64  `json:"errors"`
 	Seconds float64 `json:"seconds"`
+	// Nodes are the store's servers (Redis's nodes, every master of a
+	// cluster), each pinged on its own now; absent on the memory store.
+	Nodes []StoreNode `json:"nodes,omitempty"`
+}
+
+// StoreNode is one server of the store and how it answered a ping.
+type StoreNode struct {
+	Addr    string  `json:"addr"`
+	Seconds float64 `json:"seconds"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // LimitStatus is one limit's decisions (rls_decisions_total) and its keys
@@ -94,6 +104,9 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	err := h.Service.Ready(ctx)
 	out.Store.PingSeconds = time.Since(start).Seconds()
+	if h.StoreNodes != nil {
+		out.Store.Nodes = h.StoreNodes(ctx)
+	}
 	cancel()
 	out.Store.Ready = err == nil
 	if err != nil {
