@@ -211,6 +211,13 @@
       fillOverride({ domain: b.dataset.domain, descriptor: parseDescriptor(b.dataset.descriptor), reason: "" });
     } else if (act === "edit") {
       fillOverride(JSON.parse(b.dataset.override));
+    } else if (act === "expire") {
+      fillOverride(JSON.parse(b.dataset.override));
+      var f = overrideForm();
+      f.ttl.value = "10m";
+      f.ttl.focus();
+      f.ttl.select();
+      say("set when the override expires (Expires in), then Save override");
     } else if (act === "delete") {
       var o = JSON.parse(b.dataset.override);
       done(call("DELETE", "/admin/overrides", { domain: o.domain, descriptor: o.descriptor, name: o.name || "" }, "delete override").then(function () {

@@ -7,6 +7,7 @@ package browser_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -14,6 +15,7 @@ import (
 	"image/draw"
 	"image/png"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -354,6 +356,15 @@ func TestOperatorPage(t *testing.T) {
 		b.shots(t, shots)
 	}
 
+	// Expire…: the override gets an end, the rest of it kept.
+	b.do(t, "expire the override", chromedp.Click(chromedp.CSS(`[data-part="overrides"] button[data-act="expire"]`)),
+		chromedp.SetValue(chromedp.CSS(`#override-form [name="ttl"]`), "30m"), chromedp.Click(chromedp.CSS(`#override-form button`)))
+	b.waitText(t, "override expiring", "#say", "override saved: api user=alice → 10")
+	b.waitText(t, "override expiring", `[data-part="overrides"]`, "support ticket 42")
+	if exp := overrideExpiry(t, rls.httpAddr); exp.IsZero() || time.Until(exp) > 31*time.Minute {
+		t.Errorf("after Expire… with 30m the override expires at %v, want within 30 minutes", exp)
+	}
+
 	// Deleted, the configured limit applies again; a reset frees the key.
 	b.do(t, "delete the override", chromedp.Click(chromedp.CSS(`[data-part="overrides"] button[data-act="delete"]`)))
 	b.waitText(t, "override deleted", "#say", "override deleted")
@@ -397,6 +408,31 @@ func TestOperatorPage(t *testing.T) {
 	if len(b.errs) > 0 {
 		t.Errorf("the browser's console reported errors:\n%s", strings.Join(b.errs, "\n"))
 	}
+}
+
+// overrideExpiry reads the expiry of the one override from
+// GET /admin/overrides (zero when it has none).
+func overrideExpiry(t *testing.T, httpAddr string) time.Time {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+httpAddr+"/admin/overrides", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Overrides []struct {
+			ExpiresAt *time.Time `json:"expires_at"`
+		} `json:"overrides"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Overrides) != 1 {
+		t.Fatalf("GET /admin/overrides: %v, %d overrides, want 1", err, len(list.Overrides))
+	}
+	if e := list.Overrides[0].ExpiresAt; e != nil {
+		return *e
+	}
+	return time.Time{}
 }
 
 // traffic makes n calls on a few keys, a tenth of a second apart, for
