@@ -130,19 +130,23 @@ func TestTopMergesProcessesOnRedis(t *testing.T) {
 	url := redistest.Start(t).URL()
 	var servers []*server
 	for range 2 {
-		servers = append(servers, startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", url, "--top-keys-publish", "50ms"))
+		servers = append(servers, startServer(t, nil, "--config", cfg, "--store", "redis", "--redis-url", url, "--top-keys-publish", "50ms", "--store-timeout", "1s"))
 	}
 	ctx := context.Background()
 	for _, s := range servers {
 		run(ctx, []string{"check", "--addr", s.grpcAddr, "-n", "4", "api", "remote_address=203.0.113.9"}, nil, io.Discard, io.Discard)
 	}
-	servers[0].waitUntil(t, "GET /debug/top merges 2 processes", func() bool {
-		res := getTopJSON(t, servers[0].httpAddr, "api")
-		return res.Processes == 2 && len(res.Limits) == 1 && len(res.Limits[0].Keys) == 1 && res.Limits[0].Keys[0].Denied == 5
-	})
-	res := getTopJSON(t, servers[1].httpAddr, "api")
-	if k := res.Limits[0].Keys[0]; res.Processes != 2 || k.Denied != 5 || k.Admitted != 3 || k.Fullness != 1 {
-		t.Errorf("the other process's GET /debug/top: %+v, want 2 processes, the key denied 5 times, admitted 3", res)
+	// Each merges its own keys with the other's latest summary, published
+	// every 50 ms: both come to the same view.
+	for i, s := range servers {
+		var res httpapi.TopResult
+		s.waitUntil(t, fmt.Sprintf("process %d's GET /debug/top merges 2 processes", i), func() bool {
+			res = getTopJSON(t, s.httpAddr, "api")
+			return res.Processes == 2 && len(res.Limits) == 1 && len(res.Limits[0].Keys) == 1 && res.Limits[0].Keys[0].Denied == 5
+		})
+		if k := res.Limits[0].Keys[0]; k.Admitted != 3 || k.Fullness != 1 {
+			t.Errorf("process %d's GET /debug/top: %+v, want the key admitted 3 times, full", i, res)
+		}
 	}
 }
 
@@ -204,6 +208,47 @@ func TestTopRefreshes(t *testing.T) {
 	} {
 		if !strings.Contains(views[0], want) {
 			t.Errorf("screen 1:\n%s\nwant %q", views[0], want)
+		}
+	}
+}
+
+// TestDecisionLogFlags: the hash key is read from its file (trimmed) and
+// must be long enough; the sample is in (0, 1]; the sample and the hash key
+// need --decision-log; the log's bounds are checked; --decision-log -
+// writes to rls's stdout.
+func TestDecisionLogFlags(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, dir, "key", "  0123456789abcdef0123  \n")
+	short := writeFile(t, dir, "short", "secret\n")
+	cfg, err := parseServeFlags([]string{"--decision-log", "d.log", "--decision-log-hash-key", key, "--decision-log-sample", "0.25",
+		"--decision-log-max-size", "1MiB", "--decision-log-backups", "0", "--decision-log-queue", "16"}, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.DecisionLog; string(d.HashKey) != "0123456789abcdef0123" || d.Sample != 0.25 || d.MaxBytes != 1<<20 || d.Backups != 0 || d.Queue != 16 || d.Path != "d.log" {
+		t.Errorf("decision log options %+v", d)
+	}
+	var stdout bytes.Buffer
+	if cfg, err := parseServeFlags([]string{"--decision-log", "-"}, nil, &stdout); err != nil || cfg.DecisionLog.Stdout != &stdout {
+		t.Errorf("--decision-log -: %v, stdout %v; want rls's stdout", err, cfg.DecisionLog.Stdout)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--decision-log", "d.log", "--decision-log-hash-key", short}, "fewer than 16"},
+		{[]string{"--decision-log", "d.log", "--decision-log-hash-key", filepath.Join(dir, "none")}, "no such file"},
+		{[]string{"--decision-log", "d.log", "--decision-log-sample", "0"}, "not in (0, 1]"},
+		{[]string{"--decision-log", "d.log", "--decision-log-sample", "1.5"}, "not in (0, 1]"},
+		{[]string{"--decision-log-sample", "0.5"}, "need --decision-log"},
+		{[]string{"--decision-log-hash-key", key}, "need --decision-log"},
+		{[]string{"--decision-log", "d.log", "--decision-log-max-size", "100"}, "4096 bytes or more"},
+		{[]string{"--decision-log", "d.log", "--decision-log-queue", "0"}, "less than 1"},
+		{[]string{"--top-keys", "-1"}, "between 0 and 10000"},
+	} {
+		_, err := parseServeFlags(bad.args, nil, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), bad.want) || exitCode(err) != 2 {
+			t.Errorf("rls serve %s: %v (exit %d), want exit 2 saying %q", strings.Join(bad.args, " "), err, exitCode(err), bad.want)
 		}
 	}
 }

@@ -171,7 +171,7 @@ func writeTop(w io.Writer, res *httpapi.TopResult, addr string) {
 			if k.Commands != nil {
 				reset = withAddr(k.Commands.Reset, addr)
 			}
-			fmt.Fprintf(tw, "  %d\t%d\t%.0f%%\t%s\t%s\n", k.Denied, k.Admitted, 100*k.Fullness, keyOf(k.Descriptor), reset)
+			fmt.Fprintf(tw, "  %d\t%d\t%.0f%%\t%s\t%s\n", k.Denied, k.Admitted, 100*k.Fullness, httpapi.DescriptorText(k.Descriptor), reset)
 		}
 		tw.Flush()
 		if c := l.Keys[0].Commands; c != nil {
@@ -204,13 +204,4 @@ func pathOf(p []httpapi.EntryJSON) string {
 		}
 	}
 	return strings.Join(parts, "/")
-}
-
-// keyOf writes a descriptor as rls check takes it.
-func keyOf(es []httpapi.EntryJSON) string {
-	var parts []string
-	for _, e := range es {
-		parts = append(parts, e.Key+"="+e.Value)
-	}
-	return strings.Join(parts, ",")
 }

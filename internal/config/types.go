@@ -154,3 +154,16 @@ func (d *Descriptor) KeyShares(n int) []string {
 	}
 	return d.Shares
 }
+
+// PathEntries returns the key and value of each level from the top down to
+// d (value "" for a level of any value): Path as entries. Empty for nil.
+func (d *Descriptor) PathEntries() []Entry {
+	if d == nil {
+		return []Entry{}
+	}
+	path := make([]Entry, d.Depth+1)
+	for n := d; n != nil; n = n.Parent {
+		path[n.Depth] = Entry{Key: n.Key, Value: n.Value}
+	}
+	return path
+}

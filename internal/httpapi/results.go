@@ -399,9 +399,13 @@ type ResetDescriptor struct {
 }
 
 // String writes the descriptor key=value,... as rls check takes it.
-func (d ResetDescriptor) String() string {
-	parts := make([]string, len(d.Entries))
-	for i, e := range d.Entries {
+func (d ResetDescriptor) String() string { return DescriptorText(d.Entries) }
+
+// DescriptorText writes entries key=value,... as rls check, rls reset and
+// rls explain take a descriptor.
+func DescriptorText(entries []EntryJSON) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
 		parts[i] = e.Key + "=" + e.Value
 	}
 	return strings.Join(parts, ",")

@@ -423,7 +423,7 @@ func (r *runner) report() *Report {
 		return cmp.Or(cmp.Compare(a.domain, b.domain), cmpBool(b.inCandidate, a.inCandidate), cmp.Compare(a.index, b.index), cmp.Compare(a.name, b.name))
 	})
 	for _, ls := range all {
-		lr := LimitReport{Domain: ls.domain, Name: ls.name, Descriptor: nodePath(ls.limit.Descriptor), Baseline: ls.sides[0], Candidate: ls.sides[1]}
+		lr := LimitReport{Domain: ls.domain, Name: ls.name, Descriptor: entriesJSON(ls.limit.Descriptor.PathEntries()), Baseline: ls.sides[0], Candidate: ls.sides[1]}
 		var changed []*keyStats
 		for _, ks := range ls.keys {
 			if ks.denied[0] != ks.denied[1] {
@@ -468,18 +468,6 @@ func absDiff(a, b uint64) uint64 {
 		return a - b
 	}
 	return b - a
-}
-
-// nodePath is the key and value of each level from the top down to n.
-func nodePath(n *config.Descriptor) []Entry {
-	if n == nil {
-		return []Entry{}
-	}
-	path := make([]Entry, n.Depth+1)
-	for ; n != nil; n = n.Parent {
-		path[n.Depth] = Entry{Key: n.Key, Value: n.Value}
-	}
-	return path
 }
 
 func entriesJSON(entries []config.Entry) []Entry {

@@ -130,7 +130,7 @@ func (k *Keys) ForConfig(cfg *config.Config) any {
 				ls = kept[id]
 			}
 			if ls == nil {
-				ls = &limitSketch{domain: d.Name, path: nodePath(l.Descriptor), label: l.Label, k: k.k}
+				ls = &limitSketch{domain: d.Name, path: l.Descriptor.PathEntries(), label: l.Label, k: k.k}
 			}
 			ls.limit.Store(l)
 			kept[id] = ls
@@ -160,15 +160,6 @@ func limitsOf(nodes []*config.Descriptor, dst []*config.Limit) []*config.Limit {
 		dst = limitsOf(n.Children, dst)
 	}
 	return dst
-}
-
-// nodePath returns the key and value of each level from the top down to n.
-func nodePath(n *config.Descriptor) []config.Entry {
-	path := make([]config.Entry, n.Depth+1)
-	for ; n != nil; n = n.Parent {
-		path[n.Depth] = config.Entry{Key: n.Key, Value: n.Value}
-	}
-	return path
 }
 
 // Reloaded implements service.Observer: nothing to do.

@@ -250,7 +250,7 @@ func TestZipfTopTwoProcessesOnRedis(t *testing.T) {
 	var svcs []*service.Service
 	var procs []*Keys
 	for i := range 2 {
-		store, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clk.now, Prefix: "zipf:"})
+		store, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clk.now, Prefix: "zipf:", Timeout: 5 * time.Second}) // generous: a busy machine
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestPublishedSummaryExpires(t *testing.T) {
 	cfg := mustParse(t, zipfConfig)
 	var procs []*Keys
 	for i := range 3 {
-		store, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clk.now, Prefix: "ttl:"})
+		store, err := redisstore.New(redisstore.Options{URL: srv.URL(), Now: clk.now, Prefix: "ttl:", Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

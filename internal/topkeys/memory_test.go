@@ -65,8 +65,8 @@ descriptors:
 	runtime.ReadMemStats(&after)
 	ls := state.(*configSet).byIndex[l.Index]
 	sk := ls.sk
-	if len(sk.byID) != 2*keys.K() || len(sk.denied) != keys.K() || len(sk.full) != keys.K() {
-		t.Errorf("after %d keys: %d entries (%d denied, %d full), want 2K = %d", n, len(sk.byID), len(sk.denied), len(sk.full), 2*keys.K())
+	if len(sk.byID) != 2*keys.K() || len(sk.denied.items) != keys.K() || len(sk.full.items) != keys.K() {
+		t.Errorf("after %d keys: %d entries (%d denied, %d full), want 2K = %d", n, len(sk.byID), len(sk.denied.items), len(sk.full.items), 2*keys.K())
 	}
 	if sk.bytes > keys.MaxBytes() {
 		t.Errorf("after %d keys the sketch holds %d bytes, more than its cap %d", n, sk.bytes, keys.MaxBytes())

@@ -76,23 +76,25 @@ type entry struct {
 type sketch struct {
 	k      int
 	byID   map[string]*entry
-	denied []*entry // min-heap by count
-	full   []*entry // min-heap by fullness
+	denied heap // by count
+	full   heap // by fullness
 	// denials and decisions are those of the window.
 	denials, decisions uint64
 	bytes              int64 // held by the entries
 }
 
 func newSketch(k int) *sketch {
-	return &sketch{k: k, byID: make(map[string]*entry)}
+	return &sketch{k: k, byID: make(map[string]*entry),
+		denied: heap{less: func(a, b *entry) bool { return a.count < b.count }, at: func(e *entry) *int { return &e.di }},
+		full:   heap{less: func(a, b *entry) bool { return a.fullness < b.fullness }, at: func(e *entry) *int { return &e.fi }},
+	}
 }
 
 // reset empties s for a new window, keeping its allocations.
 func (s *sketch) reset() {
 	clear(s.byID)
-	clear(s.denied)
-	clear(s.full)
-	s.denied, s.full = s.denied[:0], s.full[:0]
+	s.denied.clear()
+	s.full.clear()
 	s.denials, s.decisions, s.bytes = 0, 0, 0
 }
 
@@ -124,7 +126,7 @@ func (s *sketch) observe(id string, entries []config.Entry, v verdict) {
 	}
 	switch {
 	case e != nil && e.fi >= 0:
-		s.fixFull(e.fi)
+		s.full.fix(e.fi)
 	case fullness >= MinFullness:
 		s.placeFull(e, id, entries, v)
 	}
@@ -136,29 +138,24 @@ func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, v verd
 	switch {
 	case e != nil && e.di >= 0:
 		e.count++
-		s.downDenied(e.di)
+		s.denied.fix(e.di)
 		return e
-	case len(s.denied) < s.k:
+	case s.denied.len() < s.k:
 		if e == nil {
 			e = s.add(id, entries, v)
 		}
 		e.count, e.err = 1, 0
-		e.di = len(s.denied)
-		s.denied = append(s.denied, e)
-		s.upDenied(e.di)
+		s.denied.push(e)
 		return e
 	}
 	// Full: the key takes the place of the least counted, with its count
 	// as error.
-	least := s.denied[0]
+	least := s.denied.items[0]
 	if e == nil {
 		e = s.add(id, entries, v)
 	}
 	e.count, e.err = least.count+1, least.count
-	least.di = -1
-	e.di = 0
-	s.denied[0] = e
-	s.downDenied(0)
+	s.denied.replaceLeast(e)
 	s.dropIfOut(least)
 	return e
 }
@@ -168,22 +165,17 @@ func (s *sketch) countDenial(e *entry, id string, entries []config.Entry, v verd
 // than the least full.
 func (s *sketch) placeFull(e *entry, id string, entries []config.Entry, v verdict) {
 	switch {
-	case len(s.full) < s.k:
+	case s.full.len() < s.k:
 		if e == nil {
 			e = s.add(id, entries, v)
 		}
-		e.fi = len(s.full)
-		s.full = append(s.full, e)
-		s.fixFull(e.fi)
-	case v.fullness > s.full[0].fullness:
-		least := s.full[0]
+		s.full.push(e)
+	case v.fullness > s.full.items[0].fullness:
+		least := s.full.items[0]
 		if e == nil {
 			e = s.add(id, entries, v)
 		}
-		least.fi = -1
-		e.fi = 0
-		s.full[0] = e
-		s.fixFull(0)
+		s.full.replaceLeast(e)
 		s.dropIfOut(least)
 	}
 }
@@ -224,24 +216,11 @@ func (s *sketch) remove(id string) {
 	if e == nil {
 		return
 	}
-	if i := e.di; i >= 0 {
-		last := len(s.denied) - 1
-		s.swapDenied(i, last)
-		s.denied = s.denied[:last]
-		if i < last {
-			s.downDenied(i)
-			s.upDenied(i)
-		}
-		e.di = -1
+	if e.di >= 0 {
+		s.denied.remove(e.di)
 	}
-	if i := e.fi; i >= 0 {
-		last := len(s.full) - 1
-		s.swapFull(i, last)
-		s.full = s.full[:last]
-		if i < last {
-			s.fixFull(i)
-		}
-		e.fi = -1
+	if e.fi >= 0 {
+		s.full.remove(e.fi)
 	}
 	s.dropIfOut(e)
 }
@@ -270,77 +249,95 @@ func shorten(s string) (string, bool) {
 	return s[:cut] + "…" + hex.EncodeToString(sum[:6]), true
 }
 
-// The heaps, by hand: an entry knows its place in each (di, fi).
-
-func (s *sketch) lessDenied(i, j int) bool { return s.denied[i].count < s.denied[j].count }
-
-func (s *sketch) swapDenied(i, j int) {
-	s.denied[i], s.denied[j] = s.denied[j], s.denied[i]
-	s.denied[i].di, s.denied[j].di = i, j
+// heap is a binary min-heap of entries by less, in which each entry knows
+// its place (at: its di or fi; -1 when not in it), so that a key's count
+// or fullness is fixed in place. The sketch has two, on the same entries.
+type heap struct {
+	items []*entry
+	less  func(a, b *entry) bool
+	at    func(e *entry) *int
 }
 
-func (s *sketch) upDenied(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.lessDenied(i, p) {
-			return
-		}
-		s.swapDenied(i, p)
-		i = p
+func (h *heap) len() int { return len(h.items) }
+
+// clear empties h, keeping its allocation.
+func (h *heap) clear() {
+	clear(h.items)
+	h.items = h.items[:0]
+}
+
+// push adds e, which is not in h.
+func (h *heap) push(e *entry) {
+	*h.at(e) = len(h.items)
+	h.items = append(h.items, e)
+	h.up(len(h.items) - 1)
+}
+
+// replaceLeast puts e, which is not in h, in the place of the least entry,
+// which leaves h.
+func (h *heap) replaceLeast(e *entry) {
+	*h.at(h.items[0]) = -1
+	*h.at(e) = 0
+	h.items[0] = e
+	h.down(0)
+}
+
+// remove takes the entry at i out of h.
+func (h *heap) remove(i int) {
+	last := len(h.items) - 1
+	e := h.items[i]
+	h.swap(i, last)
+	h.items[last] = nil
+	h.items = h.items[:last]
+	*h.at(e) = -1
+	if i < last {
+		h.fix(i)
 	}
 }
 
-func (s *sketch) downDenied(i int) {
-	n := len(s.denied)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && s.lessDenied(r, l) {
-			m = r
-		}
-		if !s.lessDenied(m, i) {
-			return
-		}
-		s.swapDenied(i, m)
-		i = m
+// fix restores h after the entry at i changed, either way.
+func (h *heap) fix(i int) {
+	if !h.up(i) {
+		h.down(i)
 	}
 }
 
-func (s *sketch) lessFull(i, j int) bool { return s.full[i].fullness < s.full[j].fullness }
-
-func (s *sketch) swapFull(i, j int) {
-	s.full[i], s.full[j] = s.full[j], s.full[i]
-	s.full[i].fi, s.full[j].fi = i, j
+func (h *heap) swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	*h.at(h.items[i]), *h.at(h.items[j]) = i, j
 }
 
-// fixFull restores the full heap after the fullness at i changed (either
-// way).
-func (s *sketch) fixFull(i int) {
+// up moves the entry at i up while it is less than its parent, and
+// reports whether it moved.
+func (h *heap) up(i int) bool {
+	moved := false
 	for i > 0 {
 		p := (i - 1) / 2
-		if !s.lessFull(i, p) {
+		if !h.less(h.items[i], h.items[p]) {
 			break
 		}
-		s.swapFull(i, p)
-		i = p
+		h.swap(i, p)
+		i, moved = p, true
 	}
-	n := len(s.full)
+	return moved
+}
+
+// down moves the entry at i down while a child is less.
+func (h *heap) down(i int) {
+	n := len(h.items)
 	for {
 		l := 2*i + 1
 		if l >= n {
 			return
 		}
 		m := l
-		if r := l + 1; r < n && s.lessFull(r, l) {
+		if r := l + 1; r < n && h.less(h.items[r], h.items[l]) {
 			m = r
 		}
-		if !s.lessFull(m, i) {
+		if !h.less(h.items[m], h.items[i]) {
 			return
 		}
-		s.swapFull(i, m)
+		h.swap(i, m)
 		i = m
 	}
 }
@@ -348,17 +345,17 @@ func (s *sketch) fixFull(i int) {
 // leastDenied returns the least count of the denied heap when it is full
 // (what a key absent from it may have been denied at most), else 0.
 func (s *sketch) leastDenied() uint64 {
-	if len(s.denied) < s.k || len(s.denied) == 0 {
+	if s.denied.len() < s.k || s.denied.len() == 0 {
 		return 0
 	}
-	return s.denied[0].count
+	return s.denied.items[0].count
 }
 
 // leastFull returns the least fullness of the full heap when it is full,
 // else 0.
 func (s *sketch) leastFull() float64 {
-	if len(s.full) < s.k || len(s.full) == 0 {
+	if s.full.len() < s.k || s.full.len() == 0 {
 		return 0
 	}
-	return s.full[0].fullness
+	return s.full.items[0].fullness
 }

@@ -42,7 +42,7 @@ func checkSketch(t *testing.T, seed uint64, s *sketch, m *truth, monotone bool) 
 		t.Fatalf("seed %d: the sketch counted %d denials, the model %d", seed, s.denials, m.denials)
 	}
 	bound := m.denials / uint64(s.k)
-	for _, e := range s.denied {
+	for _, e := range s.denied.items {
 		tr := m.denied[e.id]
 		if e.count < tr || e.count-e.err > tr || e.err > bound {
 			t.Fatalf("seed %d: key %s: count %d err %d, true denials %d (bound D/K = %d)", seed, e.id, e.count, e.err, tr, bound)
@@ -54,14 +54,14 @@ func checkSketch(t *testing.T, seed uint64, s *sketch, m *truth, monotone bool) 
 		}
 	}
 	least := 2.0
-	for _, e := range s.full {
+	for _, e := range s.full.items {
 		if e.fullness != m.fullness[e.id] {
 			t.Fatalf("seed %d: key %s: fullness %v, its latest was %v", seed, e.id, e.fullness, m.fullness[e.id])
 		}
 		least = min(least, e.fullness)
 	}
 	if monotone {
-		if len(s.full) < s.k {
+		if len(s.full.items) < s.k {
 			least = -1 // room left: every key at MinFullness or more is in it
 		}
 		for id, f := range m.fullness {
@@ -129,13 +129,13 @@ func TestSketchRemove(t *testing.T) {
 				t.Fatalf("seed %d: remove(%s) left its entry", seed, gone)
 			}
 		}
-		for i := 1; i < len(s.denied); i++ {
-			if s.denied[(i-1)/2].count > s.denied[i].count || s.denied[i].di != i {
+		for i, d := 1, s.denied.items; i < len(d); i++ {
+			if d[(i-1)/2].count > d[i].count || d[i].di != i {
 				t.Fatalf("seed %d: denied heap broken at %d", seed, i)
 			}
 		}
-		for i := 1; i < len(s.full); i++ {
-			if s.full[(i-1)/2].fullness > s.full[i].fullness || s.full[i].fi != i {
+		for i, f := 1, s.full.items; i < len(f); i++ {
+			if f[(i-1)/2].fullness > f[i].fullness || f[i].fi != i {
 				t.Fatalf("seed %d: full heap broken at %d", seed, i)
 			}
 		}

@@ -228,10 +228,10 @@ func (ls *limitSketch) summary(now int64, keys int, l *config.Limit) limitSummar
 		}
 		s.Keys = append(s.Keys, ks)
 	}
-	for _, e := range pick(sk.denied, func(a, b *entry) int { return cmp.Compare(b.count, a.count) }) {
+	for _, e := range pick(sk.denied.items, func(a, b *entry) int { return cmp.Compare(b.count, a.count) }) {
 		add(e)
 	}
-	for _, e := range pick(sk.full, func(a, b *entry) int { return cmp.Compare(b.fullness, a.fullness) }) {
+	for _, e := range pick(sk.full.items, func(a, b *entry) int { return cmp.Compare(b.fullness, a.fullness) }) {
 		add(e)
 	}
 	return s
