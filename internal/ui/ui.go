@@ -367,26 +367,18 @@ func overrideText(o overrides.Listed) string {
 	return s
 }
 
-// entriesText is a descriptor as key=value,key=value (a key alone for
-// any value).
+// entriesText is a descriptor (a request's, or an override's) as
+// key=value,key=value, as rls's commands take it.
 func entriesText(v any) string {
-	var parts []string
-	add := func(k, val string) {
-		if val == "" {
-			parts = append(parts, k)
-			return
-		}
-		parts = append(parts, k+"="+val)
-	}
 	switch es := v.(type) {
 	case []httpapi.EntryJSON:
-		for _, e := range es {
-			add(e.Key, e.Value)
-		}
+		return httpapi.DescriptorText(es)
 	case []overrides.EntryJSON:
-		for _, e := range es {
-			add(e.Key, e.Value)
+		conv := make([]httpapi.EntryJSON, len(es))
+		for i, e := range es {
+			conv[i] = httpapi.EntryJSON{Key: e.Key, Value: e.Value}
 		}
+		return httpapi.DescriptorText(conv)
 	}
-	return strings.Join(parts, ",")
+	return ""
 }
