@@ -58,7 +58,6 @@ func New(api http.Handler) *Handler {
 			b, err := json.Marshal(v)
 			return string(b), err
 		},
-		"ago": func(t time.Time, now time.Time) string { return now.Sub(t).Round(time.Second).String() + " ago" },
 		"ms":  func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) },
 		"mean": func(sum float64, n uint64) string {
 			if n == 0 {
@@ -84,14 +83,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch p := r.URL.Path; {
 	case p == "/ui/":
-		h.render(w, r, "page", h.read(r, views))
+		h.render(w, "page", h.read(r, views))
 	case strings.HasPrefix(p, "/ui/part/"):
 		name := strings.TrimPrefix(p, "/ui/part/")
 		if !slices.Contains(views, name) {
 			http.NotFound(w, r)
 			return
 		}
-		h.render(w, r, name, h.read(r, []string{name}))
+		h.render(w, name, h.read(r, []string{name}))
 	case p == "/ui/app.js" || p == "/ui/style.css":
 		h.static.ServeHTTP(w, r)
 	default:
@@ -99,7 +98,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) render(w http.ResponseWriter, _ *http.Request, name string, data *pageData) {
+// render writes the template name of data, whole or not at all.
+func (h *Handler) render(w http.ResponseWriter, name string, data *pageData) {
 	var b bytes.Buffer
 	if err := h.tmpl.ExecuteTemplate(&b, name, data); err != nil {
 		http.Error(w, "rendering the page: "+err.Error(), http.StatusInternalServerError)
