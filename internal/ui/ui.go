@@ -58,7 +58,7 @@ func New(api http.Handler) *Handler {
 			b, err := json.Marshal(v)
 			return string(b), err
 		},
-		"ms":  func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) },
+		"ms": func(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) },
 		"mean": func(sum float64, n uint64) string {
 			if n == 0 {
 				return "–"
