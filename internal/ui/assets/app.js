@@ -145,19 +145,26 @@
       var out = document.getElementById("explain-out");
       out.textContent = "";
       out.appendChild(el("p", ex.code === "OK" ? "ok" : "error", ex.domain + ": " + ex.code + (ex.known_domain ? "" : " (no such domain)")));
+      document.querySelectorAll("tr.on-path").forEach(function (r) { r.classList.remove("on-path"); });
       (ex.descriptors || []).forEach(function (d) {
         out.appendChild(el("h3", "", descriptorText(d.entries) + " (hits " + d.hits + ")"));
         var ol = el("ol", "explain-path");
-        (d.match.steps || []).forEach(function (s) {
-          ol.appendChild(el("li", "matched", s.key + "=" + s.value + " → node " + s.node + " (" + s.how.replace(/_/g, " ") + ")"));
+        // One level of the tree per step, indented as the tree is; the
+        // nodes passed are marked in the limits view too.
+        var steps = d.match.steps || [];
+        steps.forEach(function (s, i) {
+          ol.appendChild(el("li", "matched depth-" + Math.min(i, 4), s.key + "=" + s.value + " → node " + s.node + " (" + s.how.replace(/_/g, " ") + ")"));
+          document.querySelectorAll("tr[data-path]").forEach(function (r) {
+            if (r.dataset.path === ex.domain + " " + s.node) r.classList.add("on-path");
+          });
         });
-        ol.appendChild(el("li", d.match.result === "matched" ? "matched" : "stopped", d.match.message));
+        ol.appendChild(el("li", (d.match.result === "matched" ? "matched" : "stopped") + " depth-" + Math.min(steps.length, 4), d.match.message));
         (d.limits || []).forEach(function (l) {
           var text = l.label + ": " + l.requests_per_unit + " per " + (l.window || l.unit || "") + (l.algorithm ? ", " + l.algorithm : "") + " — " + l.applies;
           if (l.override) text += "; override in force: " + l.override.requests_per_unit + (l.override.reason ? " (" + l.override.reason + ")" : "") +
             (l.override.configured ? ", configured " + l.override.configured.requests_per_unit : "");
           if (l.state) text += "; remaining " + l.state.remaining + ", resets in " + l.state.reset + (l.state.admits ? ", admits" : ", denies");
-          ol.appendChild(el("li", "limit " + (l.state && !l.state.admits ? "stopped" : "matched"), text));
+          ol.appendChild(el("li", "limit depth-" + Math.min(steps.length, 4) + " " + (l.state && !l.state.admits ? "stopped" : "matched"), text));
         });
         out.appendChild(ol);
       });

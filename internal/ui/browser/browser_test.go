@@ -388,6 +388,14 @@ func TestOperatorPage(t *testing.T) {
 	b.do(t, "keyboard", chromedp.KeyEvent(kb.Enter),
 		chromedp.Focus(chromedp.CSS(`#explain-form [name="descriptor"]`)), chromedp.KeyEvent("tenant=t1,plan=gold"), chromedp.KeyEvent(kb.Enter))
 	b.waitText(t, "explain with the keyboard", "#explain-out", "tenant/plan=gold/1m")
+	// The path is marked in the limits view: the node tenant and its
+	// child plan=gold (two limits).
+	ctxPath, cancelPath := context.WithTimeout(b.ctx, bound)
+	marked, err := chromedp.Run(ctxPath, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("tr.on-path")).map(r => r.dataset.path)`))
+	cancelPath()
+	if err != nil || strings.Join(marked, "|") != "api tenant|api tenant/plan=gold|api tenant/plan=gold" {
+		t.Errorf("rows marked on the path of tenant=t1,plan=gold: %q (%v), want the node tenant and the two limits of tenant/plan=gold", marked, err)
+	}
 	if hash, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`location.hash`)); hash != "#explain" {
 		t.Errorf("Enter on the link Explain led to %q, want #explain", hash)
 	}
