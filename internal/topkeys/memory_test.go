@@ -25,23 +25,25 @@ func decide(keys *Keys, state any, dom *config.Domain, l *config.Limit, value st
 	keys.Decided(state, d)
 }
 
+// oneLimit returns the top keys on clk of a config whose domain api has
+// one limit (rate_limit: {spec}) on remote_address, the state of that
+// config, the domain and the limit.
+func oneLimit(t *testing.T, clk *clock, spec string) (*Keys, any, *config.Domain, *config.Limit) {
+	t.Helper()
+	cfg := mustParse(t, "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {"+spec+"}\n")
+	dom := cfg.Domain("api")
+	keys := New(Options{Now: clk.now})
+	return keys, keys.ForConfig(cfg), dom, dom.Descriptors[0].Limits[0]
+}
+
 // TestMemoryWithAMillionKeys: a million distinct keys, half denied once,
 // half each a little fuller than the last, churn through both rankings of
 // one limit; the sketch keeps 2K entries at most, holds no more than
 // MaxBytes, and the heap grows by no more than that.
 func TestMemoryWithAMillionKeys(t *testing.T) {
-	cfg := mustParse(t, `
-domain: api
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 1000000}
-`)
-	dom := cfg.Domain("api")
-	l := dom.Descriptors[0].Limits[0]
 	var clk clock
 	clk.set(t0)
-	keys := New(Options{Now: clk.now})
-	state := keys.ForConfig(cfg)
+	keys, state, dom, l := oneLimit(t, &clk, "unit: hour, requests_per_unit: 1000000")
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -85,18 +87,9 @@ descriptors:
 
 // TestWindowRolls: a decision in the next window starts the sketch over.
 func TestWindowRolls(t *testing.T) {
-	cfg := mustParse(t, `
-domain: api
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 1}
-`)
-	dom := cfg.Domain("api")
-	l := dom.Descriptors[0].Limits[0]
 	var clk clock
 	clk.set(t0.Add(59 * time.Second))
-	keys := New(Options{Now: clk.now})
-	state := keys.ForConfig(cfg)
+	keys, state, dom, l := oneLimit(t, &clk, "unit: minute, requests_per_unit: 1")
 	decide(keys, state, dom, l, "a", false, 0)
 	res, _ := keys.Top(t.Context(), Query{})
 	if len(res.Limits) != 1 || len(res.Limits[0].Keys) != 1 || !res.Limits[0].WindowStart.Equal(t0) {
