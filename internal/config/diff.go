@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -79,6 +80,11 @@ func eachLimit(c *Config, f func(*Domain, *Limit)) {
 // limitDetail says which fields of the dump differ between a and b,
 // "field: old → new" each, in field order; "" when none does.
 func limitDetail(a, b *Limit) string {
+	da, db := dumpLimit(a), dumpLimit(b)
+	da.Index, da.Line, da.Column, db.Index, db.Line, db.Column = 0, 0, 0, 0, 0, 0
+	if reflect.DeepEqual(da, db) { // most limits of a reload: no JSON made
+		return ""
+	}
 	fa, fb := dumpFields(a), dumpFields(b)
 	names := make([]string, 0, len(fa)+len(fb))
 	for n := range fa {

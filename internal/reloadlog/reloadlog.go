@@ -15,6 +15,11 @@ import (
 // DefaultKeep is how many loads a Log keeps.
 const DefaultKeep = 20
 
+// MaxChanges is how many changes of one load a Log keeps (the first in
+// the config's order); Load.MoreChanges counts the others, so that the
+// log of a config of 100,000 limits stays small.
+const MaxChanges = 100
+
 // Load is one config load.
 type Load struct {
 	Time time.Time `json:"time"`
@@ -25,8 +30,9 @@ type Load struct {
 	Domains int `json:"domains"`
 	Limits  int `json:"limits"`
 	// Changes are the limits the load added, removed or changed (nil for
-	// a failed load).
-	Changes []config.LimitChange `json:"changes,omitempty"`
+	// a failed load), at most MaxChanges; MoreChanges counts the others.
+	Changes     []config.LimitChange `json:"changes,omitempty"`
+	MoreChanges int                  `json:"more_changes,omitempty"`
 }
 
 // Log keeps the last loads, newest first. Safe for concurrent use; the
@@ -79,6 +85,9 @@ func (l *Log) Reloaded(err error) {
 		ld.Error = err.Error()
 	} else if l.pending != nil {
 		ld.Changes = config.Diff(l.current, l.pending)
+		if n := len(ld.Changes); n > MaxChanges {
+			ld.Changes, ld.MoreChanges = ld.Changes[:MaxChanges:MaxChanges], n-MaxChanges
+		}
 		l.current, l.pending = l.pending, nil
 	}
 	ld.Domains, ld.Limits = len(l.current.Domains()), len(l.current.Limits())

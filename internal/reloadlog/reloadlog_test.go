@@ -2,6 +2,8 @@ package reloadlog
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,5 +47,27 @@ func TestLog(t *testing.T) {
 	}
 	if l := got[1]; !l.Time.Equal(t0.Add(time.Minute)) || l.Error != "l.yaml:3:5: bad" || l.Changes != nil || l.Domains != 1 {
 		t.Errorf("older load = %+v, want the failure at t0+1m, the 1 domain that stayed, no changes", l)
+	}
+}
+
+// TestLogBoundsChanges: a load of a big config keeps MaxChanges of its
+// changes and counts the others, so that 20 loads of 100,000 limits do
+// not hold millions of changes.
+func TestLogBoundsChanges(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := range MaxChanges + 50 {
+		fmt.Fprintf(&b, "  - key: k\n    value: v%d\n    rate_limit: {unit: second, requests_per_unit: 1}\n", i)
+	}
+	cfg, err := config.Parse("big.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := New(0, nil)
+	log.ForConfig(cfg)
+	log.Reloaded(nil)
+	if got := log.Loads()[0]; len(got.Changes) != MaxChanges || got.MoreChanges != 50 || got.Limits != MaxChanges+50 {
+		t.Errorf("first load of %d limits: %d changes kept, %d more, %d limits; want %d, 50, %d",
+			MaxChanges+50, len(got.Changes), got.MoreChanges, got.Limits, MaxChanges, MaxChanges+50)
 	}
 }
