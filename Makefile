@@ -10,7 +10,7 @@ LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
 PROMTOOL ?= promtool
 
-.PHONY: help run build install uninstall test test-short test-store saturation docs-check deploy-check fuzz-smoke bench bench-accuracy bench-tokenbudget soak lint fmt prereqs clean
+.PHONY: help run build install uninstall test test-short test-store saturation docs-check deploy-check fuzz-smoke bench bench-accuracy bench-tokenbudget soak ui-shots lint fmt prereqs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,10 +37,15 @@ install: build ## install bin/rls as $(PREFIX)/bin/rls (PREFIX=/usr/local; DESTD
 uninstall: ## remove $(PREFIX)/bin/rls
 	rm -f '$(DESTDIR)$(PREFIX)/bin/rls'
 
-run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :8080), with rate-limit headers
-	./$(BIN) serve --config config/limits.yaml --response-headers both
+run: build ## serve config/limits.yaml on the memory store (gRPC :8081, HTTP :8080), with rate-limit headers and the operator page (http://localhost:8080/ui/)
+	./$(BIN) serve --config config/limits.yaml --response-headers both --ui
 
-prereqs: ## install or name the programs the tests start (redis-server, nginx, prometheus and promtool)
+# The operator page's browser test (internal/ui/browser) in chromium, which
+# also writes a screenshot of each view for the README.
+ui-shots: ## write a screenshot of each view of the operator page into docs/ui/ (needs chromium)
+	RLS_UI_SHOTS=$(CURDIR)/docs/ui $(GO) test -count=1 -run TestOperatorPage ./internal/ui/browser/
+
+prereqs: ## install or name the programs the tests start (redis-server, nginx, chromium, prometheus and promtool)
 	@./scripts/prereqs.sh
 
 test: prereqs ## everything that must pass: vet, staticcheck, race tests (real Redis, Redis Cluster, nginx, the README's blocks), deploy/ checks (with promtool and Prometheus), fuzz smoke

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the programs the tests start are installed: redis-server and
 # redis-cli (Redis store and Redis Cluster tests), nginx (auth_request
-# end-to-end test), and curl, ip (iproute2) and unshare (util-linux) for the
+# end-to-end test), chromium (the operator page's browser test), and curl, ip (iproute2) and unshare (util-linux) for the
 # README's blocks that `make docs-check` runs, and prometheus and promtool
 # (the alert rules' unit tests and the deploy/ test that runs Prometheus
 # against rls). On Debian/Ubuntu as root it installs what is missing, with
@@ -15,6 +15,7 @@ missing=()
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
 have nginx || missing+=(nginx)
+have chromium || have chromium-browser || missing+=(chromium)
 have curl || missing+=(curl)
 have ip || missing+=(iproute2)
 have unshare || missing+=(util-linux)
@@ -43,7 +44,7 @@ fi
 
 cat >&2 <<MSG
 prereqs: missing ${pkgs[*]}.
-The tests start real Redis, nginx and Prometheus processes on 127.0.0.1.
+The tests start real Redis, nginx, chromium and Prometheus processes on 127.0.0.1.
 Install them:
   Debian/Ubuntu:  sudo apt-get install -y --no-install-recommends ${pkgs[*]}
   (make docs-check runs the README's blocks in Linux namespaces: Linux only;

@@ -145,7 +145,8 @@ func newServeFlagSet() (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&r.DenyCache, "deny-cache", r.DenyCache, "Redis store: when Redis says a request is denied until an exact instant, answer the same request from memory until then, with no round trip")
 	fs.StringVar(&c.Listeners.AdminTokenFile, "admin-token-file", "", "a `file` holding a bearer token (one line) that lets clients off loopback use /admin/reset and /admin/overrides (read again every second); without it only loopback clients may")
 	fs.BoolVar(&c.Listeners.AdminRequireToken, "admin-require-token", false, "require the bearer token of --admin-token-file from every client, loopback ones too, on /admin/ and /debug/ (config, explain, pprof); for a proxy on the same host that forwards outside traffic. Needs --admin-token-file")
-	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain, /debug/top and /debug/pprof (`access`): loopback (clients on a loopback address), on (everyone) or off")
+	fs.BoolVar(&l.UI, "ui", false, "serve the operator page at /ui/ on the HTTP listener: limits with live decisions, top keys, explain, overrides, reloads, store health; who may open it as --debug-endpoints, its actions as /admin/. Off in --compat mode unless given on the command line")
+	fs.StringVar(&f.debug, "debug-endpoints", "loopback", "who may use /debug/config, /debug/explain, /debug/top, /debug/status, /debug/pprof and the page /ui/ (`access`): loopback (clients on a loopback address), on (everyone) or off")
 	fs.StringVar(&f.proxies, "trusted-proxies", "", "comma-separated `CIDRs` (or addresses) of the proxies whose X-Forwarded-For /auth and ext_authz believe; empty: /auth believes X-Real-IP and X-Forwarded-For from any peer, ext_authz uses the TCP peer")
 	fs.DurationVar(&l.ShutdownTimeout, "shutdown-timeout", l.ShutdownTimeout, "how long SIGTERM waits for in-flight requests before closing the connections")
 	fs.BoolVar(&c.Files.Watch, "watch", c.Files.Watch, "reload the config when its files change (SIGHUP always reloads)")
@@ -212,6 +213,10 @@ func parseServeFlags(args, env []string, stdout io.Writer) (daemon.Config, error
 		if err != nil {
 			return daemon.Config{}, usageError{err}
 		}
+		// The reference has no page: only --ui on the command line asks.
+		fs.Visit(func(fl *flag.Flag) {
+			cfg.Listeners.UI = cfg.Listeners.UI || fl.Name == "ui" && !fromEnv["ui"] && f.cfg.Listeners.UI
+		})
 		return cfg, nil
 	default:
 		return daemon.Config{}, usageError{fmt.Errorf("--compat: %q is not %s", f.compatMode, compat.Mode)}

@@ -106,7 +106,7 @@ var serveFlagGroups = []struct {
 	flags []string
 }{
 	{"Config", []string{"config", "watch", "config-max-file-bytes", "config-max-total-bytes"}},
-	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints", "admin-token-file", "admin-require-token"}},
+	{"Listeners", []string{"grpc-addr", "http-addr", "tls-cert", "tls-key", "tls-client-ca", "tls-listeners", "trusted-proxies", "debug-endpoints", "admin-token-file", "admin-require-token", "ui"}},
 	{"Store", []string{"store", "memory-limit", "store-timeout", "on-store-error", "redis-url", "redis-cluster", "redis-sentinel", "redis-sentinel-user", "redis-sentinel-password", "redis-prefix", "redis-ca", "redis-cert", "redis-key", "redis-tls-skip-hostname", "redis-pool-size",
 		"redis-per-second-url", "redis-per-second-cluster", "redis-per-second-sentinel", "redis-per-second-sentinel-user", "redis-per-second-sentinel-password", "deny-cache", "overrides-file"}},
 	{"Answers and metrics", []string{"response-headers", "shadow", "metrics-max-values"}},

@@ -81,6 +81,9 @@ type Listeners struct {
 	// loopback clients too (--admin-require-token); without
 	// AdminTokenFile they then refuse everyone.
 	AdminRequireToken bool
+	// UI serves the operator page at /ui/ on the HTTP listener (--ui):
+	// its views as /debug/, its actions as /admin/.
+	UI bool
 	// HTTP bounds the HTTP listener's clients. HTTP.MaxConnections 0
 	// means half the process's open-file limit (RLIMIT_NOFILE), at least
 	// 16 and at most 10,000, leaving the rest to gRPC and Redis.

@@ -20,6 +20,8 @@ import (
 	"github.com/rlsproject/rls/internal/envoyrls"
 	"github.com/rlsproject/rls/internal/httpapi"
 	"github.com/rlsproject/rls/internal/overrides"
+	"github.com/rlsproject/rls/internal/redisconn"
+	"github.com/rlsproject/rls/internal/reloadlog"
 	"github.com/rlsproject/rls/internal/rlqs"
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
@@ -38,7 +40,9 @@ type Server struct {
 	source     Source
 	closeStore func()
 	overrides  *overrides.Keeper
-	tracing    *tracing.Provider // nil: tracing off
+	loads      *reloadlog.Log                                   // the last config loads, for /debug/status
+	storeNodes func(ctx context.Context) []redisconn.NodeHealth // nil off Redis
+	tracing    *tracing.Provider                                // nil: tracing off
 	grpc       *grpc.Server
 	health     *health.Server
 	http       *httpapi.Server
@@ -100,6 +104,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 		return nil, err
 	}
 	s.closeStore = closeStore
+	s.storeNodes = redisParts.Nodes
 	undo = append(undo, closeStore)
 	s.overrides = newOverrides(ctx, overridesBackend, cfg.Store, log)
 	s.reg.MustRegister(s.overrides.Collectors()...)
@@ -118,6 +123,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	}
 	undo = append(undo, s.insight.close)
 	observers = append(observers, s.insight.observers()...)
+	s.loads = reloadlog.New(0, nil)
+	observers = append(observers, s.loads)
 	if s.insight.log != nil {
 		s.reg.MustRegister(s.insight.log.Collectors()...)
 	}
@@ -169,7 +176,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err erro
 	s.reg.MustRegister(quota.Collectors()...)
 	s.grpc, s.health = newGRPCServer(l, s.svc, rls, quota, tlsSource, cfg.Plugins.GRPCTLS, s.tracing)
 	undo = append(undo, s.grpc.Stop) // its stream workers run from here
-	s.http = s.newHTTPServer(rls)
+	s.http = s.newHTTPServer(rls, quota)
 	undo = append(undo, s.stopExtras)
 	for _, x := range cfg.Plugins.Listeners {
 		if _, err := s.serveExtra(x.Name, x.Addr, x.Handler(s.svc, s.reg), extraLimits(l.HTTP)); err != nil {

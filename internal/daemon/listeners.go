@@ -30,6 +30,7 @@ import (
 	"github.com/rlsproject/rls/internal/service"
 	"github.com/rlsproject/rls/internal/tlsfiles"
 	"github.com/rlsproject/rls/internal/tracing"
+	"github.com/rlsproject/rls/internal/ui"
 )
 
 // tlsOn reports whether the gRPC and the HTTP listener serve TLS.
@@ -70,7 +71,7 @@ func newGRPCServer(l Listeners, svc *service.Service, rls *envoyrls.Server, quot
 
 // newHTTPServer returns the server of the HTTP listener: the HTTP API
 // behind /healthcheck.
-func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
+func (s *Server) newHTTPServer(rls *envoyrls.Server, quota *rlqs.Server) *httpapi.Server {
 	opts := httpapi.Options{
 		Service:      s.svc,
 		JSON:         rls.JSON(),
@@ -80,7 +81,22 @@ func (s *Server) newHTTPServer(rls *envoyrls.Server) *httpapi.Server {
 		AdminToken:   s.adminToken,
 		RequireToken: s.cfg.Listeners.AdminRequireToken,
 		Overrides:    s.overrides,
+		Reloads:      s.loads.Loads,
+		StoreName:    string(s.cfg.Store.Kind),
+		RLQS:         quota,
 		Logger:       s.log,
+	}
+	if s.storeNodes != nil {
+		opts.StoreNodes = func(ctx context.Context) []httpapi.StoreNode {
+			var out []httpapi.StoreNode
+			for _, n := range s.storeNodes(ctx) {
+				out = append(out, httpapi.StoreNode{Addr: n.Addr, Seconds: n.Seconds, Error: n.Error})
+			}
+			return out
+		}
+	}
+	if s.cfg.Listeners.UI {
+		opts.UI = func(api http.Handler) http.Handler { return ui.New(api) }
 	}
 	if s.insight.top != nil { // not a nil *Keys in the interface
 		opts.Top = s.insight.top

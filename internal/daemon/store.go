@@ -14,6 +14,7 @@ import (
 	"github.com/rlsproject/rls/internal/lease"
 	"github.com/rlsproject/rls/internal/memstore"
 	"github.com/rlsproject/rls/internal/overrides"
+	"github.com/rlsproject/rls/internal/redisconn"
 	"github.com/rlsproject/rls/internal/redisstore"
 )
 
@@ -27,6 +28,9 @@ type RedisParts struct {
 	// Board is the board on the store's Redis where the processes sharing
 	// it publish what they see (the top keys' summaries); nil off Redis.
 	Board *redisstore.Board
+	// Nodes pings each node of the store's Redis (redisstore.Store.Nodes);
+	// nil off Redis.
+	Nodes func(ctx context.Context) []redisconn.NodeHealth
 }
 
 // newStore builds the store of c, registers its metrics on reg and returns
@@ -64,7 +68,7 @@ func newStore(ctx context.Context, c Store, name string, reg prometheus.Register
 	// Leased limits are decided from slices of the shared counters.
 	leased := lease.New(s, lease.Options{StoreTimeout: s.DecisionTimeout(), Logger: log})
 	reg.MustRegister(leased.Collectors()...)
-	parts := RedisParts{Board: s.Board("top")}
+	parts := RedisParts{Board: s.Board("top"), Nodes: s.Nodes}
 	if _, on := s.DenyCacheStats(); on {
 		parts.DenyCache = func() redisstore.DenyCacheStats {
 			st, _ := s.DenyCacheStats()

@@ -15,11 +15,18 @@ type Resetter interface {
 }
 
 // admin guards an admin endpoint: loopback clients (unless RequireToken),
-// and others with the bearer token of AdminToken. It passes next who is
-// asking, for the log.
+// and others with the bearer token of AdminToken; never a browser's
+// request sent by another site's page (CSRF), nor one admitted as a
+// loopback client that names another host (DNS rebinding). It passes next
+// who is asking, for the log.
 func (h *handler) admin(next func(w http.ResponseWriter, r *http.Request, who string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.RequireToken && isLoopback(r.RemoteAddr) {
+		if why := crossSite(r); why != "" {
+			h.refuse(r, why)
+			http.Error(w, "refused: "+why, http.StatusForbidden)
+			return
+		}
+		if !h.RequireToken && isLoopback(r.RemoteAddr) && rebound(r) == "" {
 			next(w, r, "loopback "+r.RemoteAddr)
 			return
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rlsproject/rls/internal/config"
 	"github.com/rlsproject/rls/internal/httpdesc"
+	"github.com/rlsproject/rls/internal/reloadlog"
 	"github.com/rlsproject/rls/internal/service"
 )
 
@@ -89,7 +90,22 @@ type Options struct {
 	// may ask /debug/ at all. Without AdminToken those requests are then
 	// all refused.
 	RequireToken bool
-	Logger       *slog.Logger
+	// Reloads, when set, gives GET /debug/status the last config loads.
+	Reloads func() []reloadlog.Load
+	// StoreName is the store's kind for GET /debug/status (memory, redis).
+	StoreName string
+	// RLQS, when set, gives GET /debug/status the RLQS streams served.
+	RLQS RLQSStreams
+	// StoreNodes, when set, pings each node of the store (Redis's) for
+	// GET /debug/status.
+	StoreNodes func(ctx context.Context) []StoreNode
+	// UI, when set, makes the operator page: it is given the handler of
+	// every other endpoint (the page's server side reads them as any
+	// client would) and is served at /ui/ (access as /debug/*, but for
+	// the token: a browser cannot send one when it opens a page, and the
+	// page's data comes from endpoints that ask for it).
+	UI     func(api http.Handler) http.Handler
+	Logger *slog.Logger
 }
 
 // New returns the HTTP handler of the endpoints the README lists (HTTP and gRPC endpoints).
@@ -129,7 +145,11 @@ func New(opts Options) http.Handler {
 		mux.Handle("GET /admin/overrides", h.admin(h.listOverrides))
 		mux.Handle("DELETE /admin/overrides", h.admin(h.deleteOverride))
 	}
+	mux.Handle("GET /debug/status", h.debug(http.HandlerFunc(h.status)))
 	RegisterPprof(mux, h.debug)
+	if opts.UI != nil {
+		mux.Handle("/ui/", h.debugOpen(opts.UI(mux)))
+	}
 	return mux
 }
 
@@ -180,6 +200,17 @@ func (h *handler) config(w http.ResponseWriter, _ *http.Request) {
 // debug guards a debug endpoint per the DebugAccess, then, with
 // RequireToken, asks for the bearer token.
 func (h *handler) debug(next http.Handler) http.Handler {
+	return h.debugOpen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.RequireToken && !h.tokenGiven(w, r) {
+			return
+		}
+		next.ServeHTTP(w, r)
+	}))
+}
+
+// debugOpen guards per the DebugAccess only (the operator page's shell
+// holds nothing that needs the token).
+func (h *handler) debugOpen(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch h.Debug {
 		case DebugOff:
@@ -190,9 +221,11 @@ func (h *handler) debug(next http.Handler) http.Handler {
 				http.Error(w, "debug endpoints answer loopback clients only (--debug-endpoints)", http.StatusForbidden)
 				return
 			}
-		}
-		if h.RequireToken && !h.tokenGiven(w, r) {
-			return
+			if why := rebound(r); why != "" {
+				h.refuse(r, why)
+				http.Error(w, "refused: "+why, http.StatusForbidden)
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -140,8 +140,10 @@ func rules() []rule {
 			// rls's metrics do. The HTTP transport asks the top keys (GET
 			// /debug/top); the board they publish on is the running
 			// server's to give, so they know no store.
-			what:      "the top keys and the decision log (observers that keep what they saw)",
-			pkgs:      own("internal/topkeys", "internal/decisionlog"),
+			// The reload log (issue 38) keeps the last config loads for GET
+			// /debug/status as they keep decisions.
+			what:      "the top keys, the decision log and the reload log (observers that keep what they saw)",
+			pkgs:      own("internal/topkeys", "internal/decisionlog", "internal/reloadlog"),
 			notDepend: slices.Concat(redis, grpc, envoy, stores, transports, observers, compat, daemon, tracing, otelSDK),
 			notImport: []string{"net/http"},
 		},
@@ -165,6 +167,15 @@ func rules() []rule {
 			// It knows nothing of rate limiting: the service, stores and
 			// transports make their own spans with its tracer.
 			notDepend: slices.Concat(engine, config, service, stores, transports, compat, daemon),
+		},
+		{
+			// The operator page (issue 38) is a client of the HTTP API like
+			// any other: it reads the endpoints' JSON through the transport's
+			// handler and knows nothing of what answers them.
+			what:      "the operator page (/ui/)",
+			pkgs:      own("internal/ui"),
+			notImport: slices.Concat(engine, config, service, stores, observers, own("internal/topkeys", "internal/decisionlog", "internal/reloadlog")),
+			notDepend: slices.Concat(stores, compat, daemon, redis),
 		},
 		{
 			what:      "the running server (the typed Config, its store, service, listeners and config source)",
@@ -202,8 +213,8 @@ func rules() []rule {
 			general:   true,
 		},
 		{
-			what: "tests, examples and tools outside the program",
-			pkgs: own("bench/...", "docs", "e2e", "envoy", "nginx", "scripts/..."),
+			what: "tests, examples and tools outside the program (and the operator page's browser test)",
+			pkgs: own("bench/...", "docs", "e2e", "envoy", "nginx", "scripts/...", "internal/ui/browser"),
 		},
 	}
 }

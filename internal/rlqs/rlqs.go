@@ -90,7 +90,8 @@ type Server struct {
 	metrics *metrics
 
 	mu    sync.Mutex
-	conns map[string]int // streams served per client connection
+	conns map[string]int            // streams served per client connection
+	live  map[*Session]StreamStatus // the streams served, for Streams
 }
 
 // New returns the service answering from svc's config and store.
@@ -101,7 +102,8 @@ func New(svc *service.Service, opts Options) *Server {
 	if opts.FirstReport <= 0 {
 		opts.FirstReport = DefaultFirstReport
 	}
-	s := &Server{svc: svc, opts: opts, streams: make(chan struct{}, MaxStreams), conns: make(map[string]int)}
+	s := &Server{svc: svc, opts: opts, streams: make(chan struct{}, MaxStreams), conns: make(map[string]int),
+		live: make(map[*Session]StreamStatus)}
 	s.metrics = newMetrics(func() float64 { return float64(len(s.streams)) }, &s.ledger)
 	return s
 }
@@ -123,6 +125,9 @@ func (s *Server) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Strea
 	// end: its client may still be spending them.
 	ss := s.NewSession()
 	defer ss.end()
+	p, _ := peer.FromContext(ctx)
+	s.track(ss, p)
+	defer s.untrack(ss)
 
 	// The stream's reports, read by a goroutine of this handler's: it ends
 	// when Recv fails, at the latest when the handler has returned and
