@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -309,7 +310,7 @@ func (c *configDump) views(st *httpapi.StatusResult, max int) ([]domainView, int
 }
 
 // flags are the fields of m not in known, as "name" (true) or
-// "name: value", sorted.
+// "name: value" (an object's fields as "field value, ..."), sorted.
 func flags(m map[string]json.RawMessage, known []string) []string {
 	var out []string
 	for k, v := range m {
@@ -331,8 +332,11 @@ func flags(m map[string]json.RawMessage, known []string) []string {
 			}
 			out = append(out, k+": "+strings.Join(parts, ", "))
 		case map[string]any:
-			b, _ := json.Marshal(val)
-			out = append(out, k+": "+string(b))
+			var parts []string
+			for _, f := range slices.Sorted(maps.Keys(val)) {
+				parts = append(parts, fmt.Sprintf("%s %v", f, val[f]))
+			}
+			out = append(out, k+": "+strings.Join(parts, ", "))
 		default:
 			if s := fmt.Sprint(val); s != "" {
 				out = append(out, k+": "+s)
