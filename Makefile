@@ -10,7 +10,7 @@ LDFLAGS  := -s -w -X main.buildVersion=$(VERSION)
 FUZZTIME ?= 5s
 PROMTOOL ?= promtool
 
-.PHONY: help run build install uninstall test test-short test-store saturation docs-check deploy-check fuzz-smoke bench bench-accuracy soak lint fmt prereqs clean
+.PHONY: help run build install uninstall test test-short test-store saturation docs-check deploy-check fuzz-smoke bench bench-accuracy bench-tokenbudget soak lint fmt prereqs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -111,6 +111,12 @@ bench: ## microbenchmarks, then the load harness (ceiling vs rls memory vs rls R
 # two cores.
 bench-accuracy: ## accuracy of sliding_window and fixed_window against the exact sliding log, on 10M synthetic requests
 	$(GO) run ./bench/accuracy $(ACCURACYFLAGS)
+
+# A seeded simulation of LLM token budgets (TOKENBUDGETFLAGS: -tenants,
+# -minutes, -seed, -estimates ...): the worst overrun of a budget with
+# count_denied_hits and with reserve, the README's table. Seconds.
+bench-tokenbudget: ## worst overrun of LLM token budgets: count_denied_hits against reserve
+	$(GO) run ./bench/tokenbudget $(TOKENBUDGETFLAGS)
 
 soak: ## about a minute of distinct client addresses: no growth of goroutines or memory
 	$(GO) run ./bench/soak

@@ -441,7 +441,7 @@ func TestExpectedBlocks(t *testing.T) {
 	for _, bs := range groups(t, runnableFiles...) {
 		have[bs[0].file+": "+bs[0].group] = true
 	}
-	for _, want := range []string{"README.md: quickstart", "README.md: redis", "README.md: cluster", "README.md: nginx", "README.md: reset", "README.md: concurrency", "README.md: overrides", "README.md: overrides-test", "docs/nginx.md: try-it"} {
+	for _, want := range []string{"README.md: quickstart", "README.md: redis", "README.md: cluster", "README.md: nginx", "README.md: reset", "README.md: concurrency", "README.md: overrides", "README.md: overrides-test", "README.md: llm", "README.md: llm-nginx", "docs/nginx.md: try-it"} {
 		if !have[want] {
 			t.Errorf("no runnable group %q", want)
 		}

@@ -1,7 +1,9 @@
 package envoy_test
 
 import (
+	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -9,6 +11,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
+
+	"github.com/rlsproject/rls/internal/config"
 )
 
 // TestREADMETokenBudgetRoute checks the README's Envoy route for LLM token
@@ -17,16 +21,7 @@ import (
 // per-descriptor hits_addend, checks one hit on the request and charges
 // the tokens of the dynamic metadata when the stream ends.
 func TestREADMETokenBudgetRoute(t *testing.T) {
-	route := readmeRoute(t, "# Envoy route: a check of 1 hit at the request")
-	per := unpack[*ratelimitv3.RateLimitPerRoute](t, route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"])
-	if err := per.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
-	limits := per.GetRateLimits()
-	if len(limits) != 2 {
-		t.Fatalf("RateLimitPerRoute has %d rate_limits, want the check and the charge", len(limits))
-	}
-	check, charge := limits[0], limits[1]
+	check, charge := readmeTwoCalls(t, "# Envoy route: a check of 1 hit at the request")
 	if check.GetApplyOnStreamDone() || check.GetHitsAddend() != nil {
 		t.Errorf("the check %v: want one hit on the request path", check)
 	}
@@ -58,6 +53,23 @@ func TestREADMEMetadataLimitRoute(t *testing.T) {
 	}
 }
 
+// readmeTwoCalls returns the two rate_limits of the RateLimitPerRoute of
+// the README's route that starts with head, valid by Envoy's rules: the
+// request's call, and the call when the stream ends.
+func readmeTwoCalls(t *testing.T, head string) (request, streamDone *routev3.RateLimit) {
+	t.Helper()
+	route := readmeRoute(t, head)
+	per := unpack[*ratelimitv3.RateLimitPerRoute](t, route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"])
+	if err := per.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	limits := per.GetRateLimits()
+	if len(limits) != 2 {
+		t.Fatalf("the route %q...: RateLimitPerRoute has %d rate_limits, want the request's call and the stream's end", head, len(limits))
+	}
+	return limits[0], limits[1]
+}
+
 // readmeRoute returns the Envoy Route of the README's yaml block that
 // starts with the comment line head, read with Envoy's protos (strict
 // proto3 JSON: an unknown field fails).
@@ -81,4 +93,63 @@ func readmeRoute(t *testing.T, head string) *routev3.Route {
 		t.Fatalf("the README's route snippet is not an Envoy Route: %v\n%s", err, block)
 	}
 	return route
+}
+
+// TestREADMETokenReserveRoute checks the README's Envoy route for token
+// budgets that reserve: a RateLimitPerRoute (Envoy 1.40's protos and
+// validation rules) whose first item, on the request, sends the tenant
+// and the request's x-request-id with no hits_addend (the call holds the
+// configured estimate), and whose second, when the stream ends, sends the
+// very same descriptor with the tokens of the dynamic metadata (the
+// settle). The descriptor reaches, in config/examples/llm.yaml once the
+// domain's reservation_key entry is taken out, limits that reserve; and a
+// request without an id sends no descriptor (it would be charged, not
+// reserved).
+func TestREADMETokenReserveRoute(t *testing.T) {
+	reserve, settle := readmeTwoCalls(t, "# Envoy route: reserve an estimate at the request")
+	if reserve.GetApplyOnStreamDone() || reserve.GetHitsAddend() != nil {
+		t.Errorf("the reserve %v: want the request's call, no hits_addend (the estimate is held)", reserve)
+	}
+	if !settle.GetApplyOnStreamDone() || !strings.HasPrefix(settle.GetHitsAddend().GetFormat(), "%DYNAMIC_METADATA(") || settle.GetHitsAddend().GetIsNegativeHits() {
+		t.Errorf("the settle %v: want the metadata's tokens when the stream ends", settle)
+	}
+
+	limitsCfg, err := config.Load("../config/examples/llm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := limitsCfg.Domain("llm")
+	if dom == nil || dom.ReservationKey == "" {
+		t.Fatalf("config/examples/llm.yaml: domain llm %v, want one with a reservation_key", dom)
+	}
+	with := sampleRequest{netip.MustParseAddr("203.0.113.7"), map[string]string{"x-tenant": "acme", "x-request-id": "5f0c2b1e-8d1a-4b7e-9c55-2f3e1a0b6d42"}}
+	got, ok := envoyDescriptor(t, reserve, with)
+	if again, ok2 := envoyDescriptor(t, settle, with); !ok || !ok2 || !reflect.DeepEqual(got, again) {
+		t.Fatalf("reserve sends %v (%v), settle %v (%v): a settle must name the reserved id and counters", got, ok, again, ok2)
+	}
+	var counted []config.Entry
+	id := ""
+	for _, e := range got {
+		if e.Key == dom.ReservationKey {
+			id = e.Value
+			continue
+		}
+		counted = append(counted, e)
+	}
+	if id != with.headers["x-request-id"] {
+		t.Errorf("descriptor %v: the %s entry is %q, want the request's x-request-id", got, dom.ReservationKey, id)
+	}
+	n := dom.Match(counted)
+	if n == nil || len(n.Limits) == 0 {
+		t.Fatalf("descriptor %v (without %s) reaches no limit of config/examples/llm.yaml", counted, dom.ReservationKey)
+	}
+	for _, l := range n.Limits {
+		if l.Rule == nil || l.Rule.Reserve == nil {
+			t.Errorf("descriptor %v: limit %s does not reserve", counted, l.Label)
+		}
+	}
+	without := sampleRequest{netip.MustParseAddr("203.0.113.7"), map[string]string{"x-tenant": "acme"}}
+	if d, ok := envoyDescriptor(t, reserve, without); ok {
+		t.Errorf("without x-request-id the reserve sends %v: want no descriptor (it would be charged, never settled)", d)
+	}
 }

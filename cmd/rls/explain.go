@@ -248,6 +248,9 @@ func writeExplanation(w io.Writer, ex *httpapi.Explanation, now time.Time) {
 			if o := overrideLine(l, now); o != "" {
 				fmt.Fprintf(w, "    %s\n", o)
 			}
+			if r := reserveLine(l); r != "" {
+				fmt.Fprintf(w, "    %s\n", r)
+			}
 		}
 	}
 }
@@ -281,6 +284,44 @@ func overrideLine(l httpapi.LimitExplanation, now time.Time) string {
 		fmt.Fprintf(&b, ": %s", o.Reason)
 	}
 	return b.String()
+}
+
+// reserveCalls says what a reservation call would do, by the name
+// /debug/explain gives it.
+var reserveCalls = map[string]string{
+	"none":          "this call has no request id: it neither reserves nor settles",
+	"reserve":       "this call would reserve",
+	"settle":        "this call would settle its hold",
+	"settled_again": "this call would settle again: nothing charged",
+	"settle_unheld": "this call's hold ended by itself: its hits would be charged",
+}
+
+// reserveLine says a limit's reserve as rls explain prints it under the
+// limit, "" for a limit that does not reserve: the estimate and ttl, what
+// its counter holds, and what this call would do, e.g.
+//
+//	reserve 4000 for 5m0s: 8000 held by 2 reservations, the oldest 30s old; this call would settle its hold
+func reserveLine(l httpapi.LimitExplanation) string {
+	r := l.Reserve
+	if r == nil {
+		return ""
+	}
+	line := fmt.Sprintf("reserve %d for %s", r.Estimate, r.TTL)
+	if l.State == nil {
+		return line
+	}
+	switch {
+	case r.Holds == 0:
+		line += ": nothing held"
+	case r.Holds == 1:
+		line += fmt.Sprintf(": %d held by 1 reservation, %s old", r.Held, r.OldestHold)
+	default:
+		line += fmt.Sprintf(": %d held by %d reservations, the oldest %s old", r.Held, r.Holds, r.OldestHold)
+	}
+	if c, ok := reserveCalls[r.Call]; ok {
+		line += "; " + c
+	}
+	return line
 }
 
 // penaltyLine says a limit's penalty as rls explain prints it under the

@@ -142,3 +142,34 @@ func TestPenaltyLine(t *testing.T) {
 		}
 	}
 }
+
+// reserveLine: nothing for a limit that does not reserve; the reserve
+// alone without the state; with it, what the counter holds and what the
+// call would do.
+func TestReserveLine(t *testing.T) {
+	reserve := func(call string, held uint64, holds uint32, oldest string) httpapi.LimitExplanation {
+		return httpapi.LimitExplanation{
+			Reserve: &httpapi.ReserveExplanation{Estimate: 4000, TTL: "5m0s", Call: call, Held: held, Holds: holds, OldestHold: oldest},
+			State:   &httpapi.LimitState{Remaining: 2000},
+		}
+	}
+	noState := reserve("", 0, 0, "")
+	noState.State = nil
+	for _, tc := range []struct {
+		name string
+		l    httpapi.LimitExplanation
+		want string
+	}{
+		{"no reserve", httpapi.LimitExplanation{State: &httpapi.LimitState{}}, ""},
+		{"no state", noState, "reserve 4000 for 5m0s"},
+		{"nothing held, no id", reserve("none", 0, 0, ""), "reserve 4000 for 5m0s: nothing held; this call has no request id: it neither reserves nor settles"},
+		{"one hold, a reserve", reserve("reserve", 4000, 1, "2s"), "reserve 4000 for 5m0s: 4000 held by 1 reservation, 2s old; this call would reserve"},
+		{"holds, a settle", reserve("settle", 8000, 2, "30s"), "reserve 4000 for 5m0s: 8000 held by 2 reservations, the oldest 30s old; this call would settle its hold"},
+		{"a second settle", reserve("settled_again", 4000, 1, "1s"), "reserve 4000 for 5m0s: 4000 held by 1 reservation, 1s old; this call would settle again: nothing charged"},
+		{"a hold that ended", reserve("settle_unheld", 0, 0, ""), "reserve 4000 for 5m0s: nothing held; this call's hold ended by itself: its hits would be charged"},
+	} {
+		if got := reserveLine(tc.l); got != tc.want {
+			t.Errorf("%s: reserveLine = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -15,7 +15,8 @@ import (
 // config/limits_test.yaml, config/examples/calendar_test.yaml (month
 // ends, a leap day, a DST change, an ISO week), penalty_test.yaml (the
 // ladder of blocks, and its reset), concurrency_test.yaml (requests in
-// flight) and overrides_test.yaml (runtime overrides).
+// flight), overrides_test.yaml (runtime overrides) and llm_test.yaml
+// (reservations of LLM token budgets).
 func TestLimitsExampleTests(t *testing.T) {
 	for _, pair := range [][2]string{
 		{"../../config/limits.yaml", "../../config/limits_test.yaml"},
@@ -23,6 +24,7 @@ func TestLimitsExampleTests(t *testing.T) {
 		{"../../config/examples/penalty.yaml", "../../config/examples/penalty_test.yaml"},
 		{"../../config/examples/concurrency.yaml", "../../config/examples/concurrency_test.yaml"},
 		{"../../config/examples/overrides.yaml", "../../config/examples/overrides_test.yaml"},
+		{"../../config/examples/llm.yaml", "../../config/examples/llm_test.yaml"},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), []string{"test", pair[0], pair[1]}, nil, &out, io.Discard)

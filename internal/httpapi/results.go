@@ -389,6 +389,12 @@ func explainMatch(dom *config.Domain, entries []config.Entry, tr config.Trace) M
 		}
 		return m
 	}
+	if tr.Stop == config.NoEntries {
+		// A request's descriptor has entries: none are left when its one
+		// entry was the domain's reservation_key, which is never matched.
+		m.Message = fmt.Sprintf("no entries to match: the descriptor's one entry is %q, the domain's reservation_key (a request's id), which is never matched", dom.ReservationKey)
+		return m
+	}
 	at := tr.At
 	m.StoppedAt = &at
 	e := entries[at]
