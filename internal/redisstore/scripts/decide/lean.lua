@@ -31,7 +31,7 @@ do
   -- lean decides the plain request whose n items start at argv[f + 1] and
   -- returns its reply, or nil for the general path.
   function lean(f, n)
-    if n > 8 then
+    if n > 16 then
       return nil -- its counters are found with a map (parse)
     end
     local key, runs = nil, 0
