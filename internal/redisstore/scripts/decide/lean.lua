@@ -6,10 +6,11 @@
 -- next value computed by the lean step alone, without the general path's
 -- per-item and per-counter tables (the Lua interpreter spent most of a
 -- decision's instructions filling and reading them); an admitted request
--- stages the new values and is answered VERDICT_ADMITTED_STATES, as the
--- general path answers it. A request the lean path cannot decide, a denied
--- one included, goes the general way: the lean path has then staged
--- nothing (its hashes read stay read for the call).
+-- writes the new values (below) and is answered VERDICT_ADMITTED_STATES,
+-- as the general path answers it. A request the lean path cannot decide, a
+-- denied one included, goes the general way: the lean path has then
+-- written and staged nothing (the hashes it read into hv stay read for the
+-- call).
 
 -- A hash that no request of the call has read yet is read with one HMGET
 -- of the request's fields and its expiry (HASH_EXPIRY), and written at once
