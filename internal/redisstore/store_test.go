@@ -776,12 +776,36 @@ func TestDenyCacheBounded(t *testing.T) {
 // TestMergedScripts: requests that one FCALL decides together get the
 // answers they get one FCALL each, in the same order: the function decides
 // them one after the other, each whole, reading and writing a hash that
-// several of them share once for the call.
+// several of them share once for the call. Mixed: hits of 0 to 2, refunds
+// and shadows, on 3 keys; plain (seeded): mostly one hit per item, the
+// lean path's requests, on 8 keys, between requests of the general path
+// on the same hashes (decide/lean.lua: a hash written at once, then read
+// again; one read and staged by an earlier request).
 func TestMergedScripts(t *testing.T) {
 	srv := redistest.Start(t)
+	t.Run("mixed", func(t *testing.T) {
+		testMergedScripts(t, srv, rand.New(rand.NewPCG(1, 2)), 3, func(rng *rand.Rand, it *engine.Item) {
+			it.Hits = uint64(rng.IntN(3))
+			it.Refund = rng.IntN(8) == 0
+			it.Shadow = rng.IntN(8) == 0
+		})
+	})
+	t.Run("plain", func(t *testing.T) {
+		seed := storetest.Seed(t)
+		testMergedScripts(t, srv, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), 8, func(rng *rand.Rand, it *engine.Item) {
+			it.Hits = 1
+			if rng.IntN(10) == 0 {
+				it.Hits = uint64(rng.IntN(3))
+			}
+		})
+	})
+}
+
+func testMergedScripts(t *testing.T, srv *redistest.Server, rng *rand.Rand, keys int, hits func(*rand.Rand, *engine.Item)) {
 	clock := func() time.Time { return storetest.T0.Add(1500 * time.Millisecond) }
-	merged := newStore(t, Options{URL: srv.URL(), Prefix: "merged:", Now: clock})
-	alone := newStore(t, Options{URL: srv.URL(), Prefix: "alone:", Now: clock})
+	prefix := strings.ReplaceAll(t.Name(), "/", ":")
+	merged := newStore(t, Options{URL: srv.URL(), Prefix: prefix + ":merged:", Now: clock})
+	alone := newStore(t, Options{URL: srv.URL(), Prefix: prefix + ":alone:", Now: clock})
 
 	limits := []*engine.Rule{
 		storetest.Rule(engine.FixedWindow, 5, time.Second, 0),
@@ -790,7 +814,6 @@ func TestMergedScripts(t *testing.T) {
 		storetest.Rule(engine.SlidingLog, 4, time.Minute, 0),
 		storetest.Rule(engine.TokenBucket, 3, time.Second, 6),
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
 	type request struct {
 		items []engine.Item
 		bases map[*Store][]string
@@ -799,9 +822,8 @@ func TestMergedScripts(t *testing.T) {
 	for range 60 {
 		var r request
 		for range 1 + rng.IntN(4) {
-			it := engine.Item{Desc: fmt.Sprint("t/k=", rng.IntN(3)), Rule: limits[rng.IntN(len(limits))], Hits: uint64(rng.IntN(3))}
-			it.Refund = rng.IntN(8) == 0
-			it.Shadow = rng.IntN(8) == 0
+			it := engine.Item{Desc: fmt.Sprint("t/k=", rng.IntN(keys)), Rule: limits[rng.IntN(len(limits))]}
+			hits(rng, &it)
 			r.items = append(r.items, it)
 		}
 		r.bases = map[*Store][]string{}
