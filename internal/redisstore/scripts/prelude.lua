@@ -146,8 +146,10 @@ local UNDO_PUBLISH = 'P' -- base: announce hits given back (see freed)
 -- (and UNDO_HOLD, a counter's reservations: see decide/reserve.lua)
 
 -- The standard functions the scripts use. A library's top level runs
--- before Redis gives it any (not even tonumber), so each entry point calls
--- bind first.
+-- before Redis gives it any (not even tonumber), so the entry points call
+-- bind: decide_entry at its first call only (they stay bound for the
+-- library's life; a library loaded again starts unbound), release_entry at
+-- each.
 local floor, min, max, tonumber, tostring, unpack, pairs, format, match, call, pcall_redis
 local spack, sunpack
 local function bind()
