@@ -14,6 +14,13 @@
 // each node; the store gives it requests (wire.go) and reads their replies,
 // and gives back what late replies consumed.
 //
+// A plain request (one hit per item, no flags, each counter once, no
+// penalty or reserve) takes the function's lean path (decide/lean.lua):
+// each algorithm's lean step judges and updates its field alone, and a
+// hash is read with one HMGET and written with one HSET, without the
+// general path's tables; anything else, a denial included, goes the
+// general way.
+//
 // The scripts mirror the engine's algorithms file by file (scripts/alg/);
 // the wire contract between Go and Lua (argument and reply layouts, codes)
 // is named once on each side, in wire.go and scripts/prelude.lua.

@@ -116,7 +116,7 @@ type cmdStat struct{ calls, usec float64 }
 
 // commandStats returns the calls of each command Redis has run (INFO
 // commandstats), by lower-case name.
-func commandStats(tb testing.TB, client *redis.Client) map[string]cmdStat {
+func commandStats(tb testing.TB, client redis.UniversalClient) map[string]cmdStat {
 	info, err := client.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)

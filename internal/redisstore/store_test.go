@@ -337,6 +337,58 @@ func TestOneCallPerRequest(t *testing.T) {
 	}
 }
 
+// TestLeanPath: a plain request (one hit per item, no flags) on windows and
+// buckets is decided by the lean path: one HMGET and one HSET per
+// descriptor, no HGETALL; a denied one goes the general way after it, and a
+// request with hits other than one goes the general way alone.
+func TestLeanPath(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := func() time.Time { return storetest.T0.Add(500 * time.Millisecond) }
+	s := newStore(t, Options{URL: srv.URL(), Now: clock})
+	windows := func(desc string, hits uint64) []engine.Item {
+		var items []engine.Item
+		for _, r := range []*engine.Rule{
+			storetest.Rule(engine.FixedWindow, 3, time.Second, 0),
+			storetest.Rule(engine.FixedWindow, 100, time.Minute, 0),
+			storetest.Rule(engine.SlidingWindow, 100, time.Hour, 0),
+			storetest.Rule(engine.TokenBucket, 100, time.Second, 100),
+		} {
+			items = append(items, engine.Item{Desc: desc, Rule: r, Hits: hits})
+		}
+		return items
+	}
+	three := append(append(windows("lean/a=1", 1), windows("lean/b=1", 1)...), windows("lean/c=1", 1)...)
+	ctx := context.Background()
+	client := s.backends[0].conn.Client()
+	results := make([]engine.Result, len(three))
+	s.Apply(ctx, windows("lean/warm=1", 1), results) // loads the library
+	for i, step := range []struct {
+		name                 string
+		items                []engine.Item
+		admitted             bool
+		hmget, hgetall, hset float64
+	}{
+		{"plain, new hash", windows("lean/k=1", 1), true, 1, 0, 1},
+		{"plain", windows("lean/k=1", 1), true, 1, 0, 1},
+		{"plain, the last hit of the second", windows("lean/k=1", 1), true, 1, 0, 1},
+		{"plain, denied: the general path after", windows("lean/k=1", 1), false, 1, 1, 0},
+		{"two hits: the general path", windows("lean/k=2", 2), true, 0, 1, 1},
+		{"plain, three descriptors", three, true, 3, 0, 3},
+	} {
+		before := commandStats(t, client)
+		ok, err := s.Apply(ctx, step.items, results[:len(step.items)])
+		if err != nil || ok != step.admitted {
+			t.Fatalf("step %d (%s): Apply = %v, %v; want %v", i+1, step.name, ok, err, step.admitted)
+		}
+		after := commandStats(t, client)
+		for name, want := range map[string]float64{"hmget": step.hmget, "hgetall": step.hgetall, "hset": step.hset} {
+			if got := after[name].calls - before[name].calls; got != want {
+				t.Errorf("step %d (%s): %s ran %v times, want %v", i+1, step.name, strings.ToUpper(name), got, want)
+			}
+		}
+	}
+}
+
 // TestLibraryReloadedAfterFlush: a Redis that lost the function library
 // (FUNCTION FLUSH, or a restart without persistence) gets it again, and the
 // request that found it missing is decided once.
@@ -724,12 +776,36 @@ func TestDenyCacheBounded(t *testing.T) {
 // TestMergedScripts: requests that one FCALL decides together get the
 // answers they get one FCALL each, in the same order: the function decides
 // them one after the other, each whole, reading and writing a hash that
-// several of them share once for the call.
+// several of them share once for the call. Mixed: hits of 0 to 2, refunds
+// and shadows, on 3 keys; plain (seeded): mostly one hit per item, the
+// lean path's requests, on 8 keys, between requests of the general path
+// on the same hashes (decide/lean.lua: a hash written at once, then read
+// again; one read and staged by an earlier request).
 func TestMergedScripts(t *testing.T) {
 	srv := redistest.Start(t)
+	t.Run("mixed", func(t *testing.T) {
+		testMergedScripts(t, srv, rand.New(rand.NewPCG(1, 2)), 3, func(rng *rand.Rand, it *engine.Item) {
+			it.Hits = uint64(rng.IntN(3))
+			it.Refund = rng.IntN(8) == 0
+			it.Shadow = rng.IntN(8) == 0
+		})
+	})
+	t.Run("plain", func(t *testing.T) {
+		seed := storetest.Seed(t)
+		testMergedScripts(t, srv, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), 8, func(rng *rand.Rand, it *engine.Item) {
+			it.Hits = 1
+			if rng.IntN(10) == 0 {
+				it.Hits = uint64(rng.IntN(3))
+			}
+		})
+	})
+}
+
+func testMergedScripts(t *testing.T, srv *redistest.Server, rng *rand.Rand, keys int, hits func(*rand.Rand, *engine.Item)) {
 	clock := func() time.Time { return storetest.T0.Add(1500 * time.Millisecond) }
-	merged := newStore(t, Options{URL: srv.URL(), Prefix: "merged:", Now: clock})
-	alone := newStore(t, Options{URL: srv.URL(), Prefix: "alone:", Now: clock})
+	prefix := strings.ReplaceAll(t.Name(), "/", ":")
+	merged := newStore(t, Options{URL: srv.URL(), Prefix: prefix + ":merged:", Now: clock})
+	alone := newStore(t, Options{URL: srv.URL(), Prefix: prefix + ":alone:", Now: clock})
 
 	limits := []*engine.Rule{
 		storetest.Rule(engine.FixedWindow, 5, time.Second, 0),
@@ -738,7 +814,6 @@ func TestMergedScripts(t *testing.T) {
 		storetest.Rule(engine.SlidingLog, 4, time.Minute, 0),
 		storetest.Rule(engine.TokenBucket, 3, time.Second, 6),
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
 	type request struct {
 		items []engine.Item
 		bases map[*Store][]string
@@ -747,9 +822,8 @@ func TestMergedScripts(t *testing.T) {
 	for range 60 {
 		var r request
 		for range 1 + rng.IntN(4) {
-			it := engine.Item{Desc: fmt.Sprint("t/k=", rng.IntN(3)), Rule: limits[rng.IntN(len(limits))], Hits: uint64(rng.IntN(3))}
-			it.Refund = rng.IntN(8) == 0
-			it.Shadow = rng.IntN(8) == 0
+			it := engine.Item{Desc: fmt.Sprint("t/k=", rng.IntN(keys)), Rule: limits[rng.IntN(len(limits))]}
+			hits(rng, &it)
 			r.items = append(r.items, it)
 		}
 		r.bases = map[*Store][]string{}

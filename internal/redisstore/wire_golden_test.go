@@ -9,9 +9,11 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/rlsproject/rls/internal/engine"
 	"github.com/rlsproject/rls/internal/engine/storetest"
@@ -96,7 +98,11 @@ func TestRequestEncoding(t *testing.T) {
 			t.Errorf("%d arguments, argCount says %d", len(args), r.argCount())
 		}
 		for i, a := range args {
-			fmt.Fprintf(&b, "%d\t%T\t%v\n", i+1, a, a)
+			v := fmt.Sprint(a)
+			if s, ok := a.(string); ok && strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+				v = strconv.Quote(s) // packed numbers (requestDeadline)
+			}
+			fmt.Fprintf(&b, "%d\t%T\t%s\n", i+1, a, v)
 		}
 		b.WriteString("\n")
 	}

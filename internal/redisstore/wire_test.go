@@ -27,7 +27,7 @@ func TestWireContract(t *testing.T) {
 		"REQUEST_MODE":               strconv.Itoa(requestMode),
 		"REQUEST_INSTANT":            strconv.Itoa(requestInstant),
 		"REQUEST_DEADLINE":           strconv.Itoa(requestDeadline),
-		"REQUEST_UNDO_AFTER":         strconv.Itoa(requestUndoAfter),
+		"DEADLINE_PACK":              strconv.Quote(deadlinePack),
 		"REQUEST_ITEMS":              strconv.Itoa(requestItems),
 		"ITEM_FIELDS":                strconv.Itoa(itemFields),
 		"PLAIN_ITEM_FIELDS":          strconv.Itoa(plainItemFields),

@@ -3,7 +3,8 @@
 -- files in this order: this prelude; the decide function's state
 -- (decide/state.lua, decide/hashes.lua); the algorithms, one file each
 -- (alg/<name>.lua, by code); the penalties (penalty.lua); the decide
--- function's phases (decide/parse.lua ... decide/decide.lua); the release
+-- function's phases (decide/parse.lua ... decide/decide.lua, with its lean
+-- path for plain requests, decide/lean.lua); the release
 -- function (release.lua). The library is one chunk: a file sees the locals
 -- of the files before it (as upvalues, as fast as its own), and a file
 -- keeps what no later file needs in a block of its own (do ... end), so
@@ -40,12 +41,16 @@ local FREED_CHANNEL = 'freed'
 -- ITEM_FIELDS fields per item at the ITEM_* positions, or, for a request
 -- whose items all take one hit with no flags and no group (REQUEST_ITEMS
 -- negative), PLAIN_ITEM_FIELDS: ITEM_KEY and ITEM_RULE.
-local REQUEST_HEAD = 5
+local REQUEST_HEAD = 4
 local REQUEST_MODE = 1 -- MODE_*
 local REQUEST_INSTANT = 2 -- µs, or "" for Redis TIME
-local REQUEST_DEADLINE = 3 -- µs of Redis's clock after which the request is not decided, or ""
-local REQUEST_UNDO_AFTER = 4 -- µs after which the reply carries its undo log, or ""
-local REQUEST_ITEMS = 5 -- the number of items; minus it for plain items;
+-- "" for none, or two numbers packed as DEADLINE_PACK (one C call to read,
+-- where decimal text took two tonumber): the µs of Redis's clock after
+-- which the request is not decided, and those after which the reply
+-- carries its undo log
+local REQUEST_DEADLINE = 3
+local DEADLINE_PACK = '<dd'
+local REQUEST_ITEMS = 4 -- the number of items; minus it for plain items;
                         -- RESERVING_ITEMS and it for items with a reservation id
 local RESERVING_ITEMS = 'r'
 -- A request with reservation calls sends RESERVING_ITEM_FIELDS per item:
@@ -95,8 +100,8 @@ local MODE_PEEK = 'P'
 -- verdict, one of VERDICT_*, and the instant), then, unless expired,
 -- REPLY_ITEM_FIELDS per item (its verdict, see REPLY_ITEM_*; remaining,
 -- reset µs, retry µs or RETRY_NEVER); then the undo log (operations for
--- release.lua) in MODE_RESERVE when admitted, and in the other modes when the request was decided after its REQUEST_UNDO_AFTER
--- instant; then, in MODE_RESERVE when admitted, per item the remaining and
+-- release.lua) in MODE_RESERVE when admitted, and in the other modes when the request was decided after its undo instant
+-- (REQUEST_DEADLINE); then, in MODE_RESERVE when admitted, per item the remaining and
 -- reset µs of the state before the request.
 -- A request admitted in MODE_FINAL without flags, groups, penalties or an
 -- undo log, whose counters all keep their state in its descriptor's hash
@@ -141,8 +146,10 @@ local UNDO_PUBLISH = 'P' -- base: announce hits given back (see freed)
 -- (and UNDO_HOLD, a counter's reservations: see decide/reserve.lua)
 
 -- The standard functions the scripts use. A library's top level runs
--- before Redis gives it any (not even tonumber), so each entry point calls
--- bind first.
+-- before Redis gives it any (not even tonumber), so the entry points call
+-- bind: decide_entry at its first call only (they stay bound for the
+-- library's life; a library loaded again starts unbound), release_entry at
+-- each.
 local floor, min, max, tonumber, tostring, unpack, pairs, format, match, call, pcall_redis
 local spack, sunpack
 local function bind()

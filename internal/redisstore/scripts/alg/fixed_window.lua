@@ -197,4 +197,24 @@ fixed.span = 1
 fixed.status_from_field = true
 fixed.write = window_write
 
+-- lean is the whole decision of a plain hit (one hit, no flags: see
+-- decide/lean.lua) on the counter of rule r whose field holds v (false:
+-- none), at now: load, admits, consume and write above, in one step. It
+-- returns the field's new value and its expiry, or nil when the hit is not
+-- admitted (the general path then decides the request).
+function fixed.lean(v, r)
+  local w = r.w
+  local start, count = idiv(now, w) * w, 0
+  if v then
+    local s, n = sunpack(WINDOW_STATE, v)
+    if s >= start then -- this window, or a later one seen: kept
+      start, count = s, n
+    end
+  end
+  if count + 1 > r.limit then
+    return nil
+  end
+  return spack(WINDOW_STATE, start, count + 1), start + w
+end
+
 fixed.undo = { [UNDO_WINDOW] = undo_window }

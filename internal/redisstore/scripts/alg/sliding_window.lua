@@ -16,11 +16,16 @@ do
     window_load(c, idiv(now, c_w[c]) * c_w[c], true)
   end
 
+  -- the estimate of a window of w that starts at start, at instant t,
+  -- with counts prev and count
+  local function weigh(w, t, start, prev, count)
+    local weight = (w - (t - start)) / w
+    local est = prev * weight
+    return est + count
+  end
+
   local function estimate(c)
-    local w = c_w[c]
-    local weight = (w - (c_t[c] - w_start[c])) / w
-    local est = w_prev[c] * weight
-    return est + w_count[c]
+    return weigh(c_w[c], c_t[c], w_start[c], w_prev[c], w_count[c])
   end
 
   function sliding.admits(c, hits, limit)
@@ -77,6 +82,28 @@ do
   sliding.span = 2
   sliding.status_from_field = true
   sliding.write = window_write
+
+  -- lean: as fixed.lean, with window_load's shift (the count of the
+  -- window just before weighs as the previous one) and the estimate.
+  function sliding.lean(v, r)
+    local w = r.w
+    local ws = idiv(now, w) * w
+    local start, count, prev, t = ws, 0, 0, now
+    if v then
+      local s, n, p = window_read(v)
+      if ws < s then -- a later window was seen: no time passes before it
+        start, count, prev, t = s, n, p, s
+      elseif ws - w == s then
+        prev = n
+      elseif ws == s then
+        count, prev = n, p
+      end
+    end
+    if 1 > r.limit or weigh(w, t, start, prev, count) + 1 > r.limit then
+      return nil
+    end
+    return spack(SLIDING_STATE, start, count + 1, prev), start + 2 * w
+  end
 
   sliding.undo = fixed.undo
 end

@@ -126,5 +126,27 @@ do
   end
 
   bucket.status_from_field = true
+
+  -- lean: as fixed.lean (alg/fixed_window.lua) for a bucket: load, admits,
+  -- consume and write above, for one hit. A consumption moves the TAT past
+  -- now: the field is always written.
+  function bucket.lean(v, r)
+    local limit, burst = r.limit, r.burst
+    if limit == 0 or burst < 1 then
+      return nil
+    end
+    local stored = number_read(v)
+    local tat = stored > now and stored or now
+    local i = r.interval
+    if not i then
+      i = idiv(r.w + limit - 1, limit)
+      r.interval = i
+    end
+    if tat + i - now > burst * i then
+      return nil
+    end
+    tat = min(tat + i, max(tat, now + TB_MAX_AHEAD))
+    return spack(STATE_NUMBER, tat), tat
+  end
   bucket.undo = { [UNDO_TAT] = undo_tat }
 end

@@ -27,7 +27,7 @@ end
 local function decide(a)
   local head = a - 1 -- request field j is argv[head + j]
   local mode, instant = argv[head + REQUEST_MODE], argv[head + REQUEST_INSTANT]
-  local deadline, undo_after = argv[head + REQUEST_DEADLINE], argv[head + REQUEST_UNDO_AFTER]
+  local deadline, undo_after = argv[head + REQUEST_DEADLINE], false
   local items, width = items_of(a)
   local next_a = a + REQUEST_HEAD + width * items
   if instant == '' and time_now then
@@ -35,8 +35,18 @@ local function decide(a)
   else
     now = clock(instant)
   end
-  if deadline ~= '' and now > tonumber(deadline) then
-    return { VERDICT_EXPIRED, now }, next_a
+  if deadline ~= '' then
+    local d
+    d, undo_after = sunpack(DEADLINE_PACK, deadline)
+    if now > d then
+      return { VERDICT_EXPIRED, now }, next_a
+    end
+  end
+  if width == PLAIN_ITEM_FIELDS and mode == MODE_FINAL and not (undo_after and now > undo_after) then
+    local out = lean(a + REQUEST_HEAD - 1, items)
+    if out then
+      return out, next_a
+    end
   end
   parse(a)
   load()
@@ -79,7 +89,7 @@ local function decide(a)
   -- charged, its settles settled), for a reply that may come after its
   -- caller stopped waiting.
   local undo
-  if reserve or (undo_after ~= '' and now > tonumber(undo_after)) then
+  if reserve or (undo_after and now > undo_after) then
     undo = {}
   end
   if reserving then
@@ -117,8 +127,11 @@ end
 -- returns their replies. An unknown algorithm code (or a rule argument not
 -- of RULE_PATTERN) is an error, found before anything is decided (a call
 -- that fails halfway keeps the writes it made).
+local replies = {} -- the call's replies (decide_entry), reused
 local function decide_entry(_, args)
-  bind()
+  if not call then
+    bind() -- once: the standard functions stay bound
+  end
   argv, time_now = args, nil
   local a = 2
   for _ = 1, tonumber(argv[1]) do
@@ -132,11 +145,11 @@ local function decide_entry(_, args)
     a = a + REQUEST_HEAD + width * items
   end
   hv, hx, grew, nw = {}, {}, {}, 0
-  local replies = {}
   a = 2
-  for r = 1, tonumber(argv[1]) do
+  local count = tonumber(argv[1])
+  for r = 1, count do
     replies[r], a = decide(a)
   end
   flush()
-  return replies
+  return { unpack(replies, 1, count) } -- made at its size at once
 end

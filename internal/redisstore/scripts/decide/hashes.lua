@@ -8,13 +8,19 @@
 -- changes is staged (stage): its hash and field appended to wk, wf
 -- (1..nw), and flush writes each changed hash with one HSET (and PEXPIRE
 -- when its expiry grew, grew[key]): every counter of a descriptor in one
--- command.
+-- command. The lean path (decide/lean.lua) reads and writes a hash that the
+-- call has not read yet at once, without a map of its fields.
 local hv, hx, grew
 local mk, nk = {}, 0
 local wk, wf, nw = {}, {}, 0
 
+-- HV_WRITTEN: hv[key] of a hash that the lean path wrote at once
+-- (decide/lean.lua): read again when needed.
+local HV_WRITTEN = 0
+
 local function need(key)
-  if hv[key] == nil then
+  local h = hv[key]
+  if h == nil or h == HV_WRITTEN then
     nk = nk + 1
     mk[nk] = key
     hv[key] = false -- gathered

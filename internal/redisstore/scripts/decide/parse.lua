@@ -28,22 +28,40 @@ local function rule_of(arg)
   local estimate, ttl = match(res, '^(%d+):(%d+)$')
   r = { code = tonumber(code), w = tonumber(warg) or false, warg = warg, limit = tonumber(limit), burst = tonumber(burst), id = id, impl = impl,
         pen = penalty_of(pen), hold = estimate and { estimate = tonumber(estimate), ttl = tonumber(ttl) } or false }
+  -- lean: the lean path decides its plain items (decide/lean.lua)
+  r.lean = impl.lean ~= nil and not r.pen and not r.hold
   rules[arg], nrules = r, nrules + 1
   return r
 end
 
 -- items_of returns the number of items of the request whose arguments
 -- start at argv[a], and the fields each item takes.
-local function items_of(a)
-  local arg = argv[a + REQUEST_ITEMS - 1]
-  local m = tonumber(arg)
-  if not m then -- RESERVING_ITEMS and the number
-    return tonumber(arg:sub(#RESERVING_ITEMS + 1)), RESERVING_ITEM_FIELDS
+-- Read once per argument (a tonumber is a strtod): counts and widths by
+-- REQUEST_ITEMS argument, at most max_counts of them.
+local items_of
+do
+  local counts, widths, ncounts, max_counts = {}, {}, 0, 1024
+  function items_of(a)
+    local arg = argv[a + REQUEST_ITEMS - 1]
+    local m = counts[arg]
+    if m then
+      return m, widths[arg]
+    end
+    local width
+    m = tonumber(arg)
+    if not m then -- RESERVING_ITEMS and the number
+      m, width = tonumber(arg:sub(#RESERVING_ITEMS + 1)), RESERVING_ITEM_FIELDS
+    elseif m < 0 then
+      m, width = -m, PLAIN_ITEM_FIELDS
+    else
+      width = ITEM_FIELDS
+    end
+    if ncounts >= max_counts then
+      counts, widths, ncounts = {}, {}, 0
+    end
+    counts[arg], widths[arg], ncounts = m, width, ncounts + 1
+    return m, width
   end
-  if m < 0 then
-    return -m, PLAIN_ITEM_FIELDS
-  end
-  return m, ITEM_FIELDS
 end
 
 -- parse reads the items of the request whose arguments start at argv[a]

@@ -88,6 +88,9 @@ local never = {}
 --   undo: the release function's operations its writes log (UNDO_*), each
 --     f(args, i, now), which undoes the one at args[i] and returns where
 --     the next starts; finish_undo(), if any, runs after them;
+--   lean(v, r), if any: the whole decision of one plain hit on the field
+--     value v for rule r, for the lean path (decide/lean.lua), which
+--     differential tests hold to the same answers as the general path;
 --   status_from_field: its status follows from its hash field alone (the
 --     store computes it with engine.Rule.Status from the field, which
 --     parseStates in wire.go unpacks: VERDICT_ADMITTED_STATES).
