@@ -57,9 +57,10 @@ test: prereqs ## everything that must pass: vet, staticcheck, race tests (real R
 	$(MAKE) deploy-check
 	$(MAKE) fuzz-smoke
 
-# Two rls processes on one Redis, then on a 3-master cluster, 64 closed-loop
-# clients and a spinning process on two cores, at the default store timeout:
-# no error, every hit counted once. It needs the machine to itself (the load
+# Two rls processes on one Redis (with a process spinning on a core), then on
+# a 3-master cluster, 64 closed-loop clients on two cores, at the default
+# store timeout: errors only in a few stalls of the host, every hit counted
+# once. It needs the machine to itself (the load
 # is the point), so it is behind a build tag, out of `go test ./...`, and
 # run alone, without the race detector. About 20 s.
 saturation: ## two rls processes on Redis and on a cluster at saturation: no error, exact counts
