@@ -235,8 +235,12 @@ func testDifferential(t *testing.T, srv *redistest.Server, denyCache, hot bool) 
 	}
 	t.Logf("answered from the denial cache: %d of %d", red.Stats().CacheHits, nsteps)
 	t.Logf("reservation calls by phase %v (none, reserve, settle, settled again, settle unheld); holds ended by themselves %d", phases, lapsed)
-	if !hot && (slices.Contains(phases[engine.Reserving:], 0) || lapsed == 0) {
-		t.Errorf("seed %d: the draw left a reservation phase or an ended hold out (%v, %d): it tests too little of reservations", seed, phases, lapsed)
+	// Reserves, settles and holds that end by themselves come in every
+	// draw; a second settle and a settle of an ended hold are rarer (none
+	// of the former with RLS_TEST_SEED=1795950807288617983) and pinned
+	// by the stores' conformance timelines.
+	if !hot && (phases[engine.Reserving] == 0 || phases[engine.Settling] == 0 || lapsed == 0) {
+		t.Errorf("seed %d: the draw left reserves, settles or an ended hold out (%v, %d): it tests too little of reservations", seed, phases, lapsed)
 	}
 }
 
