@@ -101,11 +101,7 @@ test-short: ## the tests without the race detector and the fuzz smoke (Redis and
 	$(MAKE) deploy-check
 
 fuzz-smoke: ## run every fuzz target briefly (FUZZTIME each)
-	@set -e; for spec in $$($(GO) run ./scripts/fuzztargets); do \
-		pkg=$${spec%%:*}; fn=$${spec##*:}; \
-		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
-	done
+	GO=$(GO) ./scripts/fuzz-smoke.sh $(FUZZTIME)
 
 bench: ## microbenchmarks, then the load harness (ceiling vs rls memory vs rls Redis, side by side)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
