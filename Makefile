@@ -53,6 +53,8 @@ test: prereqs ## everything that must pass: vet, staticcheck, race tests (real R
 	$(GO) tool staticcheck ./...
 	@test -z "$$(gofmt -l . | grep -v '^vendor/')" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test -race -count=1 -timeout 10m ./...
+	@# The allocation tests skip under -race (its sync.Pool drops scratch).
+	$(GO) test -count=1 -run 'AllocateNothing' ./internal/service/ ./internal/decisionmetrics/
 	$(MAKE) saturation
 	$(MAKE) deploy-check
 	$(MAKE) fuzz-smoke

@@ -148,7 +148,7 @@ func TestShadowModeGauge(t *testing.T) {
 // full, on a per-value series, an override, unmatched, an unknown domain.
 func TestMetricsAllocateNothing(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the race detector's sync.Pool drops scratch: allocations are counted without -race")
+		t.Skip("the race detector's sync.Pool drops scratch: make test counts allocations in a run without -race")
 	}
 	cfg, err := config.Parse("pv.yaml", []byte(perValueConfig+`
   - key: small

@@ -108,7 +108,7 @@ func (r *tally) Cleared(_ any, c *Cleared) {
 // CheckHTTP's.
 func TestObserversAllocateNothing(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the race detector's sync.Pool drops scratch: allocations are counted without -race")
+		t.Skip("the race detector's sync.Pool drops scratch: make test counts allocations in a run without -race")
 	}
 	for _, tc := range []struct {
 		name string

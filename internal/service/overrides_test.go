@@ -206,7 +206,7 @@ func TestExplainShowsOverride(t *testing.T) {
 // (hit or miss) allocates what one without overrides does.
 func TestOverridesAllocateNothing(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the race detector's sync.Pool drops scratch: allocations are counted without -race")
+		t.Skip("the race detector's sync.Pool drops scratch: make test counts allocations in a run without -race")
 	}
 	// Without headers: they format numbers, whose allocations vary with
 	// their digits.
