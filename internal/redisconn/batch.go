@@ -26,6 +26,15 @@ import (
 // keys, every call is an FCALL of its own in a pipeline, and a worker sends
 // the calls of each node on its own connection to that node, concurrently.
 //
+// Gathering. On a single node a worker whose batch is not full does not
+// send it while another worker's pipeline is in flight: it gathers the
+// calls queued meanwhile into it until that pipeline is back (see gather),
+// so that under load a round trip carries the calls of a whole round trip
+// of the one before, and Redis, which pays a round trip's reading and
+// writing once, spends less per request. A pipeline out for longer than
+// gatherSpan holds nobody: a slow or stalled one does not stop the others.
+// A call that finds no pipeline in flight goes at once.
+//
 // Connections. Each worker sends on connections of its own (links), set up
 // before the worker stamps the deadlines of the calls it sends on them: a
 // dial, a TLS handshake, a reconnection are never part of a call's budget.
@@ -60,6 +69,8 @@ type batcher struct {
 	library   string        // the library that defines it (Options.Library)
 	late      func(Late)    // a reply whose caller stopped waiting
 	unknown   func(node string, err error)
+	flying    *flights      // nil: workers send at once (a cluster)
+	turn      chan struct{} // the gathering workers' turn at the queue (one at a time)
 
 	scripts, roundTrips atomic.Uint64
 	resent              atomic.Uint64 // calls sent again (resend)
@@ -73,6 +84,11 @@ type batcher struct {
 // undoSpan is how long before the deadline a run carries its undo log.
 func grace(budget time.Duration) time.Duration    { return budget / 2 }
 func undoSpan(budget time.Duration) time.Duration { return budget / 2 }
+
+// gatherSpan is how long a pipeline in flight makes the other workers
+// gather (see batcher): far more than a round trip to a Redis that keeps
+// up, a small share of the budget of the calls that wait.
+func gatherSpan(timeout time.Duration) time.Duration { return timeout / 4 }
 
 // budget is how long Redis has to run c, sent at sent: the timeout, or,
 // when c's caller waits less than the timeout and its grace, the same
@@ -207,8 +223,9 @@ func (c *call) markSend() (int32, bool) {
 
 // newBatcher starts the workers of opts (whose defaults are set), each
 // sending up to perScript requests per FCALL, waiting bound for a
-// pipeline (pipelineBound).
-func newBatcher(links *links, opts Options, perScript int, bound time.Duration, clock *redisClock) *batcher {
+// pipeline (pipelineBound), gathering calls while another worker's
+// pipeline flies when gathering (a single node).
+func newBatcher(links *links, opts Options, perScript int, bound time.Duration, clock *redisClock, gathering bool) *batcher {
 	b := &batcher{
 		links:     links,
 		queue:     make(chan *call, 16*opts.MaxBatch),
@@ -223,6 +240,10 @@ func newBatcher(links *links, opts Options, perScript int, bound time.Duration, 
 		late:      opts.OnLate,
 		unknown:   opts.OnIndeterminate,
 		stop:      make(chan struct{}),
+	}
+	if gathering {
+		b.flying = newFlights(opts.Workers, gatherSpan(opts.Timeout))
+		b.turn = make(chan struct{}, 1)
 	}
 	for i := range opts.Workers {
 		b.wg.Go(func() { b.work(i) })
@@ -274,28 +295,144 @@ func (b *batcher) do(ctx context.Context, node string, keys []string, asking boo
 	}
 }
 
-// work is worker number worker: it sends batches on its own links.
+// work is worker number worker: it sends batches on its own links. When
+// gathering, the workers take turns at the queue (b.turn): the one whose
+// turn it is takes the calls queued, waits while another pipeline flies
+// (gather) and takes those queued meanwhile; then it hands the turn on and
+// sends.
 func (b *batcher) work(worker int) {
 	batch := make([]*call, 0, b.maxBatch)
+	var timer *time.Timer
+	if b.flying != nil {
+		timer = time.NewTimer(time.Hour)
+		timer.Stop()
+	}
 	for {
+		if b.turn != nil {
+			select {
+			case b.turn <- struct{}{}:
+			case <-b.stop:
+				return
+			}
+		}
 		select {
 		case <-b.stop:
+			b.handOn()
 			return
 		case c := <-b.queue:
 			batch = append(batch[:0], c)
 		}
-	fill:
-		for len(batch) < b.maxBatch {
-			select {
-			case c := <-b.queue:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
+		batch = b.fill(batch)
+		if b.flying != nil && len(batch) < b.maxBatch && b.gather(timer) {
+			batch = b.fill(batch)
 		}
+		b.handOn()
 		b.send(worker, batch)
 		clear(batch)
 	}
+}
+
+// fill adds to batch the calls queued, up to maxBatch, and returns it.
+func (b *batcher) fill(batch []*call) []*call {
+	for len(batch) < b.maxBatch {
+		select {
+		case c := <-b.queue:
+			batch = append(batch, c)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// handOn ends the turn of a gathering worker at the queue.
+func (b *batcher) handOn() {
+	if b.turn != nil {
+		<-b.turn
+	}
+}
+
+// gather waits while another worker's pipeline is in flight, until one
+// comes back or none has left within the gather span (see batcher), with
+// timer (stopped); it reports whether it waited.
+func (b *batcher) gather(timer *time.Timer) bool {
+	back, until := b.flying.wait()
+	if back == nil {
+		return false
+	}
+	d := time.Until(until)
+	if d <= 0 {
+		return false
+	}
+	timer.Reset(d)
+	defer timer.Stop()
+	select {
+	case <-back:
+	case <-timer.C:
+	case <-b.stop:
+	}
+	return true
+}
+
+// flights are the pipelines of a batcher's workers in flight, for their
+// gathering (batcher.gather). Safe for concurrent use.
+type flights struct {
+	span time.Duration // a pipeline out for longer holds nobody
+
+	mu   sync.Mutex
+	out  []time.Time   // per worker, when its pipeline left; zero when none is out
+	n    int           // pipelines out
+	calm chan struct{} // closed when one comes back
+	last time.Time     // when the last out left
+}
+
+func newFlights(workers int, span time.Duration) *flights {
+	return &flights{span: span, out: make([]time.Time, workers)}
+}
+
+// leave records worker's pipeline sent at sent.
+func (f *flights) leave(worker int, sent time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.out[worker] = sent
+	if f.n++; f.n == 1 {
+		f.calm = make(chan struct{})
+	}
+	f.newest()
+}
+
+// back records worker's pipeline back (or given up by its worker).
+func (f *flights) back(worker int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.out[worker] = time.Time{}
+	f.n--
+	close(f.calm)
+	if f.n > 0 {
+		f.calm = make(chan struct{})
+	}
+	f.newest()
+}
+
+func (f *flights) newest() {
+	f.last = time.Time{}
+	for _, t := range f.out {
+		if t.After(f.last) {
+			f.last = t
+		}
+	}
+}
+
+// wait returns, while a pipeline is out, a channel closed when one comes
+// back, and when those out stop holding the others (the gather span after
+// the last left); nil when none is out.
+func (f *flights) wait() (<-chan struct{}, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		return nil, time.Time{}
+	}
+	return f.calm, f.last.Add(f.span)
 }
 
 // send sends a batch: the calls of each node on worker's link to it, the
@@ -353,7 +490,7 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	sent := time.Now()
 	b.setDeadlines(calls, sent)
 	markSent(calls, sent)
-	b.fly(l, calls, sent)
+	b.fly(worker, l, calls, sent)
 }
 
 // fly runs the pipeline of calls on l in a goroutine of its own, and waits
@@ -364,8 +501,8 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 // (expired), and one that it ran is told to OnLate; only one whose reply
 // never comes is indeterminate. The pipeline gets its own copy of the
 // calls: it may outlive the worker's batch, which the worker clears and
-// refills. Requires l held.
-func (b *batcher) fly(l *link, calls []*call, sent time.Time) {
+// refills. Requires l held, worker's.
+func (b *batcher) fly(worker int, l *link, calls []*call, sent time.Time) {
 	client, socket, own, f := l.client, l.rawSocket(), slices.Clone(calls), l.flight()
 	f.state.Store(pending)
 	b.wg.Go(func() {
@@ -376,6 +513,10 @@ func (b *batcher) fly(l *link, calls []*call, sent time.Time) {
 			client.Close() // handed off
 		}
 	})
+	if b.flying != nil {
+		b.flying.leave(worker, sent)
+		defer b.flying.back(worker)
+	}
 	f.bound.Reset(b.bound)
 	select {
 	case broken := <-f.done:

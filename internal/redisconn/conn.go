@@ -180,7 +180,7 @@ func New(opts Options) (*Conn, error) {
 	if c.master != nil {
 		c.links.gate = c.master.writable
 	}
-	c.b = newBatcher(c.links, opts, perScript, bound, c.clock)
+	c.b = newBatcher(c.links, opts, perScript, bound, c.clock, c.cluster == nil)
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	if c.master != nil {
 		c.master.start(c.ctx, &c.watching)

@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -374,4 +375,81 @@ func TestPerScriptBatching(t *testing.T) {
 			t.Fatalf("request %d: %v %v %v; want run, the key at %d", i, cl.reply, cl.err, err, total)
 		}
 	}
+}
+
+// TestGathering: on a single node, the calls that come while a pipeline is
+// in flight wait for it and go together in the next round trip; a
+// pipeline out for longer than the gather span holds nobody.
+func TestGathering(t *testing.T) {
+	srv := redistest.Start(t)
+	t.Run("the calls of a round trip go in one", func(t *testing.T) {
+		// 100 ms each way and a timeout of 5 s (a gather span of 1.25 s):
+		// the 20 calls made while the first flies wait for its return.
+		proxy, c := behindProxy(t, srv, Options{Timeout: 5 * time.Second})
+		proxy.SetLatency(100 * time.Millisecond)
+		before := c.Stats()
+		sent, first := c.send("gathered")
+		<-sent
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		for range 20 {
+			wg.Go(func() {
+				if _, err := c.bounded("gathered", 1); err != nil {
+					errs <- err
+				}
+			})
+		}
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if got := c.count(t, "gathered"); got != 21 {
+			t.Errorf("the key at %d, want 21 (every call ran once)", got)
+		}
+		// Two round trips: the first call's, then the 20 gathered while
+		// it flew (a machine that started some only after it came back
+		// has them in a third).
+		if got := c.Stats().RoundTrips - before.RoundTrips; got < 2 || got > 3 {
+			t.Errorf("21 calls went in %d round trips, want 2 (3 at most)", got)
+		}
+	})
+	t.Run("a slow pipeline holds nobody past the span", func(t *testing.T) {
+		// A timeout of 40 ms: a span of 10 ms. Redis 500 ms away: the first
+		// pipeline is out for a second at least; the second call leaves
+		// meanwhile.
+		proxy, c := behindProxy(t, srv, Options{Timeout: 40 * time.Millisecond, MinPipelineBound: starvedBound})
+		proxy.SetLatency(500 * time.Millisecond)
+		sent, _ := c.send("slow")
+		<-sent
+		start := time.Now()
+		second, _ := c.send("slow")
+		select {
+		case at := <-second:
+			if d := at.Sub(start); d > 400*time.Millisecond {
+				t.Errorf("the second call left %v after it came, want it gone before the first pipeline's reply (a second)", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the second call not sent within 5 s")
+		}
+	})
+}
+
+// send asks c to add a hit to key, bounded as bounded, and returns when the
+// call is sent (its first send) and its error.
+func (c *testConn) send(key string) (sent <-chan time.Time, done <-chan error) {
+	at, errs := make(chan time.Time, 1), make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.MaxWait())
+		defer cancel()
+		var once sync.Once
+		_, err := c.Do(ctx, "", []string{key}, true, &stubRequest{key: key, hits: 1}, func(t time.Time, _ int) {
+			once.Do(func() { at <- t })
+		})
+		errs <- err
+	}()
+	return at, errs
 }
