@@ -69,8 +69,7 @@ type batcher struct {
 	library   string        // the library that defines it (Options.Library)
 	late      func(Late)    // a reply whose caller stopped waiting
 	unknown   func(node string, err error)
-	flying    *flights      // nil: workers send at once (a cluster)
-	turn      chan struct{} // the gathering workers' turn at the queue (one at a time)
+	flying    *flights // nil: workers send at once (a cluster)
 
 	scripts, roundTrips atomic.Uint64
 	resent              atomic.Uint64 // calls sent again (resend)
@@ -243,7 +242,6 @@ func newBatcher(links *links, opts Options, perScript int, bound time.Duration, 
 	}
 	if gathering {
 		b.flying = newFlights(opts.Workers, gatherSpan(opts.Timeout))
-		b.turn = make(chan struct{}, 1)
 	}
 	for i := range opts.Workers {
 		b.wg.Go(func() { b.work(i) })
@@ -296,10 +294,10 @@ func (b *batcher) do(ctx context.Context, node string, keys []string, asking boo
 }
 
 // work is worker number worker: it sends batches on its own links. When
-// gathering, the workers take turns at the queue (b.turn): the one whose
-// turn it is takes the calls queued, waits while another pipeline flies
-// (gather) and takes those queued meanwhile; then it hands the turn on and
-// sends.
+// gathering, the workers take turns at the queue (flights.turn): the one
+// whose turn it is takes the calls queued, waits while another pipeline
+// flies (gather) and takes those queued meanwhile; then it hands the turn
+// on and sends.
 func (b *batcher) work(worker int) {
 	batch := make([]*call, 0, b.maxBatch)
 	var timer *time.Timer
@@ -308,9 +306,9 @@ func (b *batcher) work(worker int) {
 		timer.Stop()
 	}
 	for {
-		if b.turn != nil {
+		if b.flying != nil {
 			select {
-			case b.turn <- struct{}{}:
+			case b.flying.turn <- struct{}{}:
 			case <-b.stop:
 				return
 			}
@@ -347,8 +345,8 @@ func (b *batcher) fill(batch []*call) []*call {
 
 // handOn ends the turn of a gathering worker at the queue.
 func (b *batcher) handOn() {
-	if b.turn != nil {
-		<-b.turn
+	if b.flying != nil {
+		<-b.flying.turn
 	}
 }
 
@@ -378,6 +376,7 @@ func (b *batcher) gather(timer *time.Timer) bool {
 // gathering (batcher.gather). Safe for concurrent use.
 type flights struct {
 	span time.Duration // a pipeline out for longer holds nobody
+	turn chan struct{} // the turn at the queue: held by one worker at a time
 
 	mu   sync.Mutex
 	out  []time.Time   // per worker, when its pipeline left; zero when none is out
@@ -387,7 +386,7 @@ type flights struct {
 }
 
 func newFlights(workers int, span time.Duration) *flights {
-	return &flights{span: span, out: make([]time.Time, workers)}
+	return &flights{span: span, turn: make(chan struct{}, 1), out: make([]time.Time, workers)}
 }
 
 // leave records worker's pipeline sent at sent.

@@ -57,8 +57,10 @@ type Options struct {
 	// a single node (default 32; 1 sends every request in a call of its
 	// own). In a cluster every request is a call of its own.
 	PerScript int
-	// Workers is the number of pipelines in flight at once (default 4).
-	// Fewer workers put more requests in each round trip.
+	// Workers is the most pipelines in flight at once (default 4). On a
+	// single node the workers gather (see batcher): a second pipeline
+	// flies only when a batch is full or the first is slow. In a cluster
+	// fewer workers put more requests in each round trip.
 	Workers int
 	// Library is the source of the Redis Functions library (FUNCTION
 	// LOAD) that defines Function and the functions given to Call: loaded
