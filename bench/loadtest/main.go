@@ -236,7 +236,7 @@ func run() error {
 	fmt.Fprintf(os.Stderr, "machine: %d CPUs; %d workers over %d connections; %s per measurement, %d rounds\n",
 		numCPU(), c.workers, c.conns, c.duration, c.rounds)
 
-	var table strings.Builder
+	var table, calls strings.Builder
 	fmt.Fprintf(&table, "| shape | target | decisions/s | × ceiling | p50 | p99 | p99.9 | p99 at ½ ceiling load | × ceiling p99 | FCALL/decision | Redis commands/decision (in scripts too) | decisions/round trip | CPU µs/request: generator, server, Redis |\n")
 	fmt.Fprintf(&table, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, sh := range shapes {
@@ -257,18 +257,16 @@ func run() error {
 					name := filepath.Join(c.profileDir, fmt.Sprintf("%s-%s.pprof", shapeSlug(sh.name), shapeSlug(t.name)))
 					go func() { profiled <- t.cpuProfile(name, c.duration-c.duration/4) }()
 				}
-				g0, s0, r0 := proctest.CPUTime(os.Getpid()), proctest.CPUTime(t.serverPid), proctest.CPUTime(t.redisPid)
+				g0, s0, r0 := sampleUse(os.Getpid()), sampleUse(t.serverPid), sampleUse(t.redisPid)
 				res := closedLoop(t, sh.reqs, c.workers, c.duration)
 				if profiled != nil {
 					if err := <-profiled; err != nil {
 						return err
 					}
 				}
-				t.cpu.generator += proctest.CPUTime(os.Getpid()) - g0
-				t.cpu.server += proctest.CPUTime(t.serverPid) - s0
-				if t.redisPid != 0 {
-					t.cpu.redis += proctest.CPUTime(t.redisPid) - r0
-				}
+				t.cpu.generator.add(sampleUse(os.Getpid()), g0)
+				t.cpu.server.add(sampleUse(t.serverPid), s0)
+				t.cpu.redis.add(sampleUse(t.redisPid), r0)
 				t.cpu.requests += res.requestsAnswered
 				results[i] = append(results[i], res)
 				fmt.Fprintf(os.Stderr, "%-28s round %d %-26s %9.0f/s p99 %v errors %d\n", sh.name, r+1, t.name, res.rate, res.p99.Round(time.Microsecond), res.errors)
@@ -323,15 +321,19 @@ func run() error {
 				}
 			}
 			use := cpu[i]
-			cpuCol := use.per(use.generator) + ", " + use.per(use.server)
+			cpuCol := use.per(use.generator.cpu) + ", " + use.per(use.server.cpu)
+			callsCol := use.calls(use.generator) + ", " + use.calls(use.server)
 			if t.redisPid != 0 {
-				cpuCol += ", " + use.per(use.redis)
+				cpuCol += ", " + use.per(use.redis.cpu)
+				callsCol += ", " + use.calls(use.redis)
 			}
+			fmt.Fprintf(&calls, "| %s | %s | %s |\n", sh.name, t.name, callsCol)
 			fmt.Fprintf(&table, "| %s | %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 				sh.name, t.name, m.rate, m.rate/merged[0].rate, us(m.p50), us(m.p99), us(m.p999),
 				halfCol, halfRatio, scripts, cmds, perTrip, cpuCol)
 		}
 	}
+	table.WriteString("\n" + callsHead + calls.String())
 	fmt.Println()
 	fmt.Print(table.String())
 	if c.out != "" {
@@ -466,15 +468,19 @@ type target struct {
 	http  string
 	redis string
 	conns []*grpc.ClientConn
-	// pids of the server and (Redis target) redis-server, for CPU time
+	// pids of the server and (Redis target) redis-server, for what they use
 	serverPid, redisPid int
 	cpu                 cpuUse
 }
 
-// cpuUse sums the CPU time that the closed-loop measurements of a target
-// took in each process, and the requests they answered.
+// callsHead heads the second table: each process's system calls per
+// request answered, over the closed-loop rounds.
+const callsHead = "| shape | target | read/write system calls per request: generator, server, Redis |\n|---|---|---|\n"
+
+// cpuUse sums what the closed-loop measurements of a target used in each
+// process (procUse), and the requests they answered.
 type cpuUse struct {
-	generator, server, redis time.Duration
+	generator, server, redis procUse
 	requests                 int64
 }
 
@@ -483,6 +489,40 @@ func (c cpuUse) per(d time.Duration) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.0f", float64(d.Microseconds())/float64(c.requests))
+}
+
+// calls returns p's read and write system calls per request answered.
+func (c cpuUse) calls(p procUse) string {
+	if c.requests == 0 {
+		return "—"
+	}
+	n := float64(c.requests)
+	return fmt.Sprintf("%.2f/%.2f", float64(p.reads)/n, float64(p.writes)/n)
+}
+
+// procUse is what a process used: CPU time, and read and write system
+// calls (the sockets' among them: each write on loopback also runs the
+// receiver's side of TCP, so a server that answers in fewer writes costs
+// its client less too).
+type procUse struct {
+	cpu           time.Duration
+	reads, writes int64
+}
+
+// sampleUse reads what process pid has used so far (nothing for pid 0).
+func sampleUse(pid int) procUse {
+	if pid == 0 {
+		return procUse{}
+	}
+	r, w := proctest.IOCalls(pid)
+	return procUse{cpu: proctest.CPUTime(pid), reads: r, writes: w}
+}
+
+// add adds to u what was used between the samples from and to.
+func (u *procUse) add(to, from procUse) {
+	u.cpu += to.cpu - from.cpu
+	u.reads += to.reads - from.reads
+	u.writes += to.writes - from.writes
 }
 
 // cpuProfile saves a CPU profile of the target (its /debug/pprof) taken

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -288,6 +289,33 @@ func (p *Proc) WaitWithin(limit time.Duration, ready func() bool) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// IOCalls returns the read and write system calls that process pid has
+// made (/proc/<pid>/io's syscr and syscw: read, recvmsg, write, sendmsg
+// and the like), read from /proc (Linux); 0, 0 where /proc cannot tell.
+func IOCalls(pid int) (reads, writes int64) {
+	if pid <= 0 {
+		return 0, 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, _ := strings.Cut(line, ": ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
 
 // CPUTime returns the CPU time (user and system) that process pid has used,

@@ -284,6 +284,36 @@ func TestCPUTime(t *testing.T) {
 	}
 }
 
+func TestIOCalls(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		if r, w := IOCalls(os.Getpid()); r != 0 || w != 0 {
+			t.Errorf("IOCalls without /proc = %d, %d, want 0, 0", r, w)
+		}
+		return
+	}
+	r0, w0 := IOCalls(os.Getpid())
+	f, err := os.Create(filepath.Join(t.TempDir(), "calls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for range 10 {
+		if _, err := f.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.ReadAt(make([]byte, 1), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The test's other goroutines may make calls of their own: at least.
+	if r, w := IOCalls(os.Getpid()); r-r0 < 10 || w-w0 < 10 {
+		t.Errorf("IOCalls after 10 reads and 10 writes: %d reads, %d writes more, want at least 10 each", r-r0, w-w0)
+	}
+	if r, w := IOCalls(-1); r != 0 || w != 0 {
+		t.Errorf("IOCalls of no process = %d, %d, want 0, 0", r, w)
+	}
+}
+
 // writeModule lays out a module of rls's path in a directory: cmd/rls with
 // an embedded file and a test, another package, a README.
 func writeModule(t *testing.T) string {
