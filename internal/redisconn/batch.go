@@ -74,8 +74,9 @@ type batcher struct {
 	scripts, roundTrips atomic.Uint64
 	resent              atomic.Uint64 // calls sent again (resend)
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop    chan struct{}
+	workers sync.WaitGroup
+	wg      sync.WaitGroup // the flights' runners (run)
 }
 
 // For a request that Redis has budget to run: grace is how long its
@@ -244,13 +245,17 @@ func newBatcher(links *links, opts Options, perScript int, bound time.Duration, 
 		b.flying = newFlights(opts.Workers, gatherSpan(opts.Timeout))
 	}
 	for i := range opts.Workers {
-		b.wg.Go(func() { b.work(i) })
+		b.workers.Go(func() { b.work(i) })
 	}
 	return b
 }
 
+// close stops the workers, then the runners of their flights, once each
+// has read the replies of the pipeline it runs.
 func (b *batcher) close() {
 	close(b.stop)
+	b.workers.Wait() // from here on nobody sends
+	b.links.endFlights()
 	b.wg.Wait()
 }
 
@@ -492,26 +497,23 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 	b.fly(worker, l, calls, sent)
 }
 
-// fly runs the pipeline of calls on l in a goroutine of its own, and waits
-// for it up to the bound. Past it (a node paused, partitioned, lost), the
-// worker goes on with a new connection, and the pipeline keeps this one
-// and reads its replies for as long as the drain bound, late: a request
-// that Redis runs late, past its deadline, says that it did nothing
-// (expired), and one that it ran is told to OnLate; only one whose reply
-// never comes is indeterminate. The pipeline gets its own copy of the
-// calls: it may outlive the worker's batch, which the worker clears and
-// refills. Requires l held, worker's.
+// fly runs the pipeline of calls on l in the runner of l's flight (run),
+// and waits for it up to the bound. Past it (a node paused, partitioned,
+// lost), the worker goes on with a new connection (and flight), and the
+// pipeline keeps this one and reads its replies for as long as the drain
+// bound, late: a request that Redis runs late, past its deadline, says
+// that it did nothing (expired), and one that it ran is told to OnLate;
+// only one whose reply never comes is indeterminate. The pipeline gets its
+// own copy of the calls: it may outlive the worker's batch, which the
+// worker clears and refills. Requires l held, worker's.
 func (b *batcher) fly(worker int, l *link, calls []*call, sent time.Time) {
-	client, socket, own, f := l.client, l.rawSocket(), slices.Clone(calls), l.flight()
+	f := l.flight()
 	f.state.Store(pending)
-	b.wg.Go(func() {
-		broken := b.pipeline(client, socket, own, sent)
-		if f.state.CompareAndSwap(pending, answered) {
-			f.done <- broken
-		} else {
-			client.Close() // handed off
-		}
-	})
+	if !f.running {
+		f.running = true
+		b.wg.Go(func() { b.run(f) })
+	}
+	f.jobs <- job{client: l.client, socket: l.rawSocket(), calls: slices.Clone(calls), sent: sent}
 	if b.flying != nil {
 		b.flying.leave(worker, sent)
 		defer b.flying.back(worker)
@@ -532,20 +534,49 @@ func (b *batcher) fly(worker int, l *link, calls []*call, sent time.Time) {
 	}
 }
 
-// flight is what a worker and the pipeline it sent on a link share (see
-// sendNode): whether the worker still waits (pending), the pipeline's
-// outcome, and the worker's timer. A link keeps one for its pipelines, and
-// gets a new one when a pipeline is handed off with its own.
+// flight is what a worker and the pipelines it sends on a link share (see
+// fly): the runner of the pipelines, whether the worker still waits for
+// the one in flight (pending), its outcome, and the worker's timer. A link
+// keeps one for its pipelines, and gets a new one when a pipeline is
+// handed off with its own.
 type flight struct {
-	state atomic.Int32 // pending, answered (the pipeline ended), abandoned (handed off)
-	done  chan bool    // the pipeline's broken, when it ended first
-	bound *time.Timer  // stopped between pipelines
+	jobs    chan job     // the pipeline to run, one at a time; closed when the link's workers stop
+	running bool         // its runner started; guarded by the link's held
+	state   atomic.Int32 // pending, answered (the pipeline ended), abandoned (handed off)
+	done    chan bool    // the pipeline's broken, when it ended first
+	bound   *time.Timer  // stopped between pipelines
 }
 
 func newFlight() *flight {
-	f := &flight{done: make(chan bool, 1), bound: time.NewTimer(time.Hour)}
+	f := &flight{jobs: make(chan job, 1), done: make(chan bool, 1), bound: time.NewTimer(time.Hour)}
 	f.bound.Stop()
 	return f
+}
+
+// job is a pipeline for a flight's runner: calls, sent at sent on client
+// (whose socket is socket, see pipeline).
+type job struct {
+	client *redis.Client
+	socket syscall.RawConn
+	calls  []*call
+	sent   time.Time
+}
+
+// run is the runner of flight f: it runs f's pipelines one after the other
+// and tells the worker how each ended (f.done), until the worker stops
+// waiting for one (handed off: the flight ends with it, and its client is
+// closed once its replies are read) or f's jobs are closed. One goroutine
+// for a flight's life, where one per pipeline grew a new stack to the
+// depth of go-redis's pipeline at every round trip.
+func (b *batcher) run(f *flight) {
+	for j := range f.jobs {
+		broken := b.pipeline(j.client, j.socket, j.calls, j.sent)
+		if !f.state.CompareAndSwap(pending, answered) {
+			j.client.Close() // handed off
+			return
+		}
+		f.done <- broken
+	}
 }
 
 // pipeline sends calls (see fly) on client (whose socket is socket, nil

@@ -305,6 +305,21 @@ func (l *link) flight() *flight {
 	return l.flying
 }
 
+// endFlights closes the jobs of every link's flight, so that their
+// runners end (batcher.run): called once no worker sends any more.
+func (ls *links) endFlights() {
+	for _, n := range *ls.nodes.Load() {
+		for _, l := range n.conns {
+			l.lock(context.Background())
+			if l.flying != nil {
+				close(l.flying.jobs)
+				l.flying = nil
+			}
+			l.unlock()
+		}
+	}
+}
+
 // reconnect has every link to the node at addr set up again before its
 // next use: another server answers under that name now (the master that
 // Sentinel names after a failover), and a connection to the former one
