@@ -132,7 +132,7 @@ algorithms[ALG_FIXED_WINDOW] = fixed
 fixed.locate = need_hash
 
 function fixed.load(c)
-  window_load(c, idiv(now, c_w[c]) * c_w[c], false)
+  window_load(c, now - now % c_w[c], false)
 end
 
 function fixed.admits(c, hits, limit)
@@ -204,7 +204,7 @@ fixed.write = window_write
 -- admitted (the general path then decides the request).
 function fixed.lean(v, r)
   local w = r.w
-  local start, count = idiv(now, w) * w, 0
+  local start, count = now - now % w, 0
   if v then
     local s, n = sunpack(WINDOW_STATE, v)
     if s >= start then -- this window, or a later one seen: kept

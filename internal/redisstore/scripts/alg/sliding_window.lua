@@ -13,7 +13,7 @@ do
   sliding.locate = fixed.locate
 
   function sliding.load(c)
-    window_load(c, idiv(now, c_w[c]) * c_w[c], true)
+    window_load(c, now - now % c_w[c], true)
   end
 
   -- the estimate of a window of w that starts at start, at instant t,
@@ -87,7 +87,7 @@ do
   -- window just before weighs as the previous one) and the estimate.
   function sliding.lean(v, r)
     local w = r.w
-    local ws = idiv(now, w) * w
+    local ws = now - now % w
     local start, count, prev, t = ws, 0, 0, now
     if v then
       local s, n, p = window_read(v)
