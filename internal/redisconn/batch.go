@@ -77,6 +77,9 @@ type batcher struct {
 	stop    chan struct{}
 	workers sync.WaitGroup
 	wg      sync.WaitGroup // the flights' runners (run)
+
+	mu      sync.Mutex
+	running map[*flight]struct{} // the flights whose runners run; guarded by mu
 }
 
 // For a request that Redis has budget to run: grace is how long its
@@ -240,6 +243,7 @@ func newBatcher(links *links, opts Options, perScript int, bound time.Duration, 
 		late:      opts.OnLate,
 		unknown:   opts.OnIndeterminate,
 		stop:      make(chan struct{}),
+		running:   make(map[*flight]struct{}),
 	}
 	if gathering {
 		b.flying = newFlights(opts.Workers, gatherSpan(opts.Timeout))
@@ -255,7 +259,11 @@ func newBatcher(links *links, opts Options, perScript int, bound time.Duration, 
 func (b *batcher) close() {
 	close(b.stop)
 	b.workers.Wait() // from here on nobody sends
-	b.links.endFlights()
+	b.mu.Lock()
+	for f := range b.running {
+		f.end()
+	}
+	b.mu.Unlock()
 	b.wg.Wait()
 }
 
@@ -509,8 +517,11 @@ func (b *batcher) sendNode(worker int, calls []*call) {
 func (b *batcher) fly(worker int, l *link, calls []*call, sent time.Time) {
 	f := l.flight()
 	f.state.Store(pending)
-	if !f.running {
-		f.running = true
+	if !f.started {
+		f.started = true
+		b.mu.Lock()
+		b.running[f] = struct{}{}
+		b.mu.Unlock()
 		b.wg.Go(func() { b.run(f) })
 	}
 	f.jobs <- job{client: l.client, socket: l.rawSocket(), calls: slices.Clone(calls), sent: sent}
@@ -540,8 +551,9 @@ func (b *batcher) fly(worker int, l *link, calls []*call, sent time.Time) {
 // keeps one for its pipelines, and gets a new one when a pipeline is
 // handed off with its own.
 type flight struct {
-	jobs    chan job     // the pipeline to run, one at a time; closed when the link's workers stop
-	running bool         // its runner started; guarded by the link's held
+	jobs    chan job     // the pipeline to run, one at a time; closed by end
+	ended   sync.Once    // jobs closed
+	started bool         // its runner started; guarded by the link's held
 	state   atomic.Int32 // pending, answered (the pipeline ended), abandoned (handed off)
 	done    chan bool    // the pipeline's broken, when it ended first
 	bound   *time.Timer  // stopped between pipelines
@@ -552,6 +564,11 @@ func newFlight() *flight {
 	f.bound.Stop()
 	return f
 }
+
+// end ends f's runner once it has run the pipeline it runs, if any: when
+// the workers stop, or the link's node is retired. Nobody sends on f
+// after (the link's held is taken, or the workers have stopped).
+func (f *flight) end() { f.ended.Do(func() { close(f.jobs) }) }
 
 // job is a pipeline for a flight's runner: calls, sent at sent on client
 // (whose socket is socket, see pipeline).
@@ -569,6 +586,11 @@ type job struct {
 // for a flight's life, where one per pipeline grew a new stack to the
 // depth of go-redis's pipeline at every round trip.
 func (b *batcher) run(f *flight) {
+	defer func() {
+		b.mu.Lock()
+		delete(b.running, f)
+		b.mu.Unlock()
+	}()
 	for j := range f.jobs {
 		broken := b.pipeline(j.client, j.socket, j.calls, j.sent)
 		if !f.state.CompareAndSwap(pending, answered) {

@@ -3,6 +3,8 @@ package redisconn
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,6 +176,54 @@ func TestClusterKilledMasterFailsFast(t *testing.T) {
 	master.Restart()
 	cl.WaitHealthy()
 	waitRun(t, c, victim, "after the master's restart")
+}
+
+// TestClusterMasterReplaced: a master of a cluster with replicas is
+// killed and its replica takes over. Once the cluster no longer names the
+// old master, the driver drops its links (links.retire); calls to its
+// slots run on the new master; and Close returns with nothing left running
+// (TestMain): the runners of the dropped links' flights end with them.
+func TestClusterMasterReplaced(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	var logs servetest.SyncBuffer
+	c := newConn(t, Options{ClusterSeeds: cl.Seeds(), Timeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	keys := keysOnDistinctMasters(t, cl, 3)
+	for _, k := range keys {
+		for range 4 { // pipelines on the links of the master's workers
+			if _, err := c.bounded(k, 1); err != nil {
+				t.Fatalf("before the kill: %v", err)
+			}
+		}
+	}
+	cl.Master(cl.KeySlot(keys[0])).Kill()
+	// Calls to its slots, before the cluster elects the replica: they find
+	// it down, and its prober starts.
+	waitLog(t, &logs, "a node does not answer", func() { c.bounded(keys[0], 1) })
+	waitRun(t, c, keys[0], "after the replica took over")
+	waitLog(t, &logs, "no longer a master of the cluster", func() {})
+	for _, k := range keys {
+		if _, err := c.bounded(k, 1); err != nil {
+			t.Errorf("after the old master was dropped, %s: %v", k, err)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return within 10 s of the old master's links being dropped")
+	}
+}
+
+// waitLog calls do until logs say what, for 10 s at most.
+func waitLog(t *testing.T, logs *servetest.SyncBuffer, what string, do func()) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), what); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %q within 10 s:\n%s", what, logs.String())
+		}
+		do()
+	}
 }
 
 // TestNewConnectionNotChargedToTheCall: a call whose connection was reset

@@ -305,21 +305,6 @@ func (l *link) flight() *flight {
 	return l.flying
 }
 
-// endFlights closes the jobs of every link's flight, so that their
-// runners end (batcher.run): called once no worker sends any more.
-func (ls *links) endFlights() {
-	for _, n := range *ls.nodes.Load() {
-		for _, l := range n.conns {
-			l.lock(context.Background())
-			if l.flying != nil {
-				close(l.flying.jobs)
-				l.flying = nil
-			}
-			l.unlock()
-		}
-	}
-}
-
 // reconnect has every link to the node at addr set up again before its
 // next use: another server answers under that name now (the master that
 // Sentinel names after a failover), and a connection to the former one
@@ -582,7 +567,8 @@ func (ls *links) notMaster(ctx context.Context, addr string) bool {
 }
 
 // retire drops n, a node that left the cluster's masters: its connections
-// are closed, and a request routed to its address again gets new links.
+// are closed, the runners of their flights end, and a request routed to
+// its address again gets new links.
 func (ls *links) retire(n *nodeLinks) {
 	ls.mu.Lock()
 	if old := *ls.nodes.Load(); old[n.addr] == n {
@@ -597,6 +583,10 @@ func (ls *links) retire(n *nodeLinks) {
 		if l.client != nil {
 			l.client.Close()
 			l.client = nil
+		}
+		if l.flying != nil {
+			l.flying.end()
+			l.flying = nil
 		}
 		l.ready.Store(false)
 		l.unlock()
