@@ -264,10 +264,10 @@ func run() error {
 						return err
 					}
 				}
-				t.cpu.generator.add(sampleUse(os.Getpid()), g0)
-				t.cpu.server.add(sampleUse(t.serverPid), s0)
-				t.cpu.redis.add(sampleUse(t.redisPid), r0)
-				t.cpu.requests += res.requestsAnswered
+				t.use.generator.add(sampleUse(os.Getpid()), g0)
+				t.use.server.add(sampleUse(t.serverPid), s0)
+				t.use.redis.add(sampleUse(t.redisPid), r0)
+				t.use.requests += res.requestsAnswered
 				results[i] = append(results[i], res)
 				fmt.Fprintf(os.Stderr, "%-28s round %d %-26s %9.0f/s p99 %v errors %d\n", sh.name, r+1, t.name, res.rate, res.p99.Round(time.Microsecond), res.errors)
 			}
@@ -275,9 +275,9 @@ func run() error {
 		for _, t := range targets {
 			after = append(after, t.redisCounters())
 		}
-		cpu := make([]cpuUse, len(targets))
+		uses := make([]targetUse, len(targets))
 		for i, t := range targets {
-			cpu[i], t.cpu = t.cpu, cpuUse{}
+			uses[i], t.use = t.use, targetUse{}
 		}
 		merged := make([]result, len(targets))
 		for i := range targets {
@@ -311,7 +311,7 @@ func run() error {
 			scripts, cmds, perTrip := "", "", ""
 			if t.redis != "" {
 				// Per request answered: with leases, most never reach Redis.
-				d, answered := after[i].decisions-before[i].decisions, float64(cpu[i].requests)
+				d, answered := after[i].decisions-before[i].decisions, float64(uses[i].requests)
 				if d > 0 && answered > 0 {
 					scripts = fmt.Sprintf("%.3f", (after[i].scripts-before[i].scripts)/answered)
 					cmds = fmt.Sprintf("%.1f", float64(after[i].commands-before[i].commands)/answered)
@@ -320,7 +320,7 @@ func run() error {
 					}
 				}
 			}
-			use := cpu[i]
+			use := uses[i]
 			cpuCol := use.per(use.generator.cpu) + ", " + use.per(use.server.cpu)
 			callsCol := use.calls(use.generator) + ", " + use.calls(use.server)
 			if t.redisPid != 0 {
@@ -470,21 +470,21 @@ type target struct {
 	conns []*grpc.ClientConn
 	// pids of the server and (Redis target) redis-server, for what they use
 	serverPid, redisPid int
-	cpu                 cpuUse
+	use                 targetUse
 }
 
 // callsHead heads the second table: each process's system calls per
 // request answered, over the closed-loop rounds.
 const callsHead = "| shape | target | read/write system calls per request: generator, server, Redis |\n|---|---|---|\n"
 
-// cpuUse sums what the closed-loop measurements of a target used in each
+// targetUse sums what the closed-loop measurements of a target used in each
 // process (procUse), and the requests they answered.
-type cpuUse struct {
+type targetUse struct {
 	generator, server, redis procUse
 	requests                 int64
 }
 
-func (c cpuUse) per(d time.Duration) string {
+func (c targetUse) per(d time.Duration) string {
 	if c.requests == 0 {
 		return "—"
 	}
@@ -492,7 +492,7 @@ func (c cpuUse) per(d time.Duration) string {
 }
 
 // calls returns p's read and write system calls per request answered.
-func (c cpuUse) calls(p procUse) string {
+func (c targetUse) calls(p procUse) string {
 	if c.requests == 0 {
 		return "—"
 	}
